@@ -1,0 +1,149 @@
+package sqsconsumer
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqskit/sqsconsumer/internal/batch"
+)
+
+// batchWindow is how long a batcher waits for more entries before it sends
+// a partial batch. It is tiny next to the slack renewing at a third leaves
+// (a 30 s lease renews 20 s before its deadline).
+const batchWindow = 25 * time.Millisecond
+
+// visibilityCall and deleteCall are how a lease reaches SQS: one request
+// per call (a standalone Lease) or coalesced into 10-entry batches (leases
+// of a Consumer).
+type sqsCalls interface {
+	changeVisibility(ctx context.Context, handle string, seconds int32) error
+	deleteMessage(ctx context.Context, handle string) error
+}
+
+// singleCalls makes one API call per request.
+type singleCalls struct {
+	client   Client
+	queueURL string
+}
+
+func (s singleCalls) changeVisibility(ctx context.Context, handle string, seconds int32) error {
+	_, err := s.client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+		QueueUrl:          aws.String(s.queueURL),
+		ReceiptHandle:     aws.String(handle),
+		VisibilityTimeout: seconds,
+	})
+	return err
+}
+
+func (s singleCalls) deleteMessage(ctx context.Context, handle string) error {
+	_, err := s.client.DeleteMessage(ctx, &sqs.DeleteMessageInput{
+		QueueUrl:      aws.String(s.queueURL),
+		ReceiptHandle: aws.String(handle),
+	})
+	return err
+}
+
+type visEntry struct {
+	handle  string
+	seconds int32
+}
+
+// batchedCalls coalesces visibility changes and deletes of many leases into
+// ChangeMessageVisibilityBatch and DeleteMessageBatch calls. It owns two
+// goroutines, ended by close.
+type batchedCalls struct {
+	vis *batch.Batcher[visEntry]
+	del *batch.Batcher[string]
+}
+
+func newBatchedCalls(client Client, queueURL string) *batchedCalls {
+	return &batchedCalls{
+		vis: batch.New(MaxBatchSize, batchWindow, func(ctx context.Context, es []visEntry) []error {
+			entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(es))
+			for i, e := range es {
+				entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{
+					Id:                aws.String(strconv.Itoa(i)),
+					ReceiptHandle:     aws.String(e.handle),
+					VisibilityTimeout: e.seconds,
+				}
+			}
+			out, err := client.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{
+				QueueUrl: aws.String(queueURL),
+				Entries:  entries,
+			})
+			if err != nil {
+				return fill(len(es), err)
+			}
+			return entryResults(len(es), "ChangeMessageVisibilityBatch", successIDs(out.Successful, func(e types.ChangeMessageVisibilityBatchResultEntry) *string { return e.Id }), out.Failed)
+		}),
+		del: batch.New(MaxBatchSize, batchWindow, func(ctx context.Context, handles []string) []error {
+			entries := make([]types.DeleteMessageBatchRequestEntry, len(handles))
+			for i, h := range handles {
+				entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(h)}
+			}
+			out, err := client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{
+				QueueUrl: aws.String(queueURL),
+				Entries:  entries,
+			})
+			if err != nil {
+				return fill(len(handles), err)
+			}
+			return entryResults(len(handles), "DeleteMessageBatch", successIDs(out.Successful, func(e types.DeleteMessageBatchResultEntry) *string { return e.Id }), out.Failed)
+		}),
+	}
+}
+
+func (b *batchedCalls) changeVisibility(ctx context.Context, handle string, seconds int32) error {
+	return b.vis.Do(ctx, visEntry{handle: handle, seconds: seconds})
+}
+
+func (b *batchedCalls) deleteMessage(ctx context.Context, handle string) error {
+	return b.del.Do(ctx, handle)
+}
+
+func (b *batchedCalls) close() {
+	b.vis.Close()
+	b.del.Close()
+}
+
+func fill(n int, err error) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
+
+func successIDs[T any](entries []T, id func(T) *string) map[string]bool {
+	ok := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		ok[aws.ToString(id(e))] = true
+	}
+	return ok
+}
+
+var errNoEntryResult = errors.New("sqsconsumer: SQS returned neither success nor failure for a batch entry")
+
+// entryResults maps a batch response back onto its n entries (Ids "0".."n-1").
+func entryResults(n int, op string, ok map[string]bool, failed []types.BatchResultErrorEntry) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		if !ok[strconv.Itoa(i)] {
+			errs[i] = errNoEntryResult
+		}
+	}
+	for _, f := range failed {
+		i, err := strconv.Atoi(aws.ToString(f.Id))
+		if err != nil || i < 0 || i >= n {
+			continue
+		}
+		errs[i] = &EntryError{Op: op, Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
+	}
+	return errs
+}

@@ -1,0 +1,209 @@
+package sqsconsumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
+)
+
+// Sentinel errors. Match them with errors.Is; a handler's context reports
+// the first four through context.Cause.
+var (
+	// ErrLeaseLost means SQS no longer accepts the lease's receipt handle:
+	// it is stale (a newer receive superseded it), the message was deleted,
+	// or it is no longer in flight. The message is never deleted after this.
+	ErrLeaseLost = errors.New("sqsconsumer: lease lost: the receipt handle is stale or the message is no longer in flight")
+	// ErrLeaseCeiling means the lease is about to reach its maximum
+	// duration (12 hours after the receive by default), past which SQS
+	// refuses to extend visibility. The message is not deleted.
+	ErrLeaseCeiling = errors.New("sqsconsumer: lease ceiling reached: the message cannot stay invisible any longer")
+	// ErrLeaseExpired means no renewal was confirmed before the lease's
+	// deadline passed: the message may already be visible to other consumers.
+	ErrLeaseExpired = errors.New("sqsconsumer: lease expired: no renewal was confirmed before the deadline")
+	// ErrShutdown means the consumer is shutting down and the handler did
+	// not finish within the shutdown timeout.
+	ErrShutdown = errors.New("sqsconsumer: consumer shut down before the handler finished")
+	// ErrLeaseSettled is returned by Delete, Release and Extend on a lease
+	// that was already deleted, released or stopped.
+	ErrLeaseSettled = errors.New("sqsconsumer: lease already settled")
+	// ErrInvalidOption wraps every validation error New and NewLease return.
+	ErrInvalidOption = errors.New("sqsconsumer: invalid option")
+)
+
+// RetryAfter wraps a handler error to ask for the message to be delivered
+// again after d (the visibility timeout to set, 0 to 12 h) instead of after
+// the configured backoff. RetryAfter(nil, d) still counts as a failure.
+func RetryAfter(err error, d time.Duration) error {
+	if err == nil {
+		err = errors.New("retry requested")
+	}
+	return &retryAfterError{err: err, after: d}
+}
+
+type retryAfterError struct {
+	err   error
+	after time.Duration
+}
+
+func (e *retryAfterError) Error() string {
+	return fmt.Sprintf("%v (retry after %v)", e.err, e.after)
+}
+
+func (e *retryAfterError) Unwrap() error { return e.err }
+
+// retryAfterOf reports the delay RetryAfter attached to err, if any.
+func retryAfterOf(err error) (time.Duration, bool) {
+	var ra *retryAfterError
+	if errors.As(err, &ra) {
+		return ra.after, true
+	}
+	return 0, false
+}
+
+// PanicError is the error a handler's panic is turned into. Stack is the
+// panicking goroutine's stack at the time of the panic.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("sqsconsumer: handler panicked: %v", e.Value) }
+
+// Unwrap returns the panic value when it is an error.
+func (e *PanicError) Unwrap() error {
+	if err, ok := e.Value.(error); ok {
+		return err
+	}
+	return nil
+}
+
+// errorKind is how the lease treats an error from a visibility or delete call.
+type errorKind int
+
+const (
+	kindTransient errorKind = iota // retry while the deadline allows
+	kindLost                       // the handle is no good: stop, never delete
+	kindCeiling                    // the requested visibility passes SQS's 12 h limit
+	kindPermanent                  // a request SQS will never accept (bad queue, access denied)
+)
+
+// Query-protocol and shape codes SQS uses for receipt-handle problems. With
+// the query-compatible JSON protocol ErrorCode() may return either form
+// (SQS-FACTS §1.4), so both are listed.
+var lostCodes = map[string]bool{
+	"ReceiptHandleIsInvalid":                    true,
+	"MessageNotInflight":                        true,
+	"AWS.SimpleQueueService.MessageNotInflight": true,
+	"InvalidIdFormat":                           true,
+}
+
+var permanentCodes = map[string]bool{
+	"QueueDoesNotExist":                           true,
+	"AWS.SimpleQueueService.NonExistentQueue":     true,
+	"AccessDenied":                                true,
+	"AccessDeniedException":                       true,
+	"InvalidAddress":                              true,
+	"InvalidSecurity":                             true,
+	"UnsupportedOperation":                        true,
+	"AWS.SimpleQueueService.UnsupportedOperation": true,
+	"InvalidClientTokenId":                        true,
+	"UnrecognizedClientException":                 true,
+	"MissingParameter":                            true,
+	"MissingRequiredParameterException":           true,
+	"KMS.AccessDeniedException":                   true,
+	"KMS.DisabledException":                       true,
+	"KMS.NotFoundException":                       true,
+}
+
+// classifyCode sorts an SQS error code and message — from an API error or
+// from a failed batch entry — into what the lease does next. It is the one
+// place that knows SQS's receipt-handle answers (SQS-FACTS §2.1).
+func classifyCode(code, message string) errorKind {
+	if lostCodes[code] {
+		return kindLost
+	}
+	if code == "InvalidParameterValue" || code == "InvalidParameterValueException" {
+		switch {
+		case strings.Contains(message, "Total VisibilityTimeout for the message is beyond the limit"):
+			return kindCeiling
+		case strings.Contains(message, "not available for visibility timeout change"),
+			strings.Contains(message, "receipt handle has expired"),
+			strings.Contains(message, "is not a valid receipt handle"),
+			strings.Contains(message, "parameter ReceiptHandle is invalid"):
+			return kindLost
+		}
+		return kindPermanent
+	}
+	if permanentCodes[code] {
+		return kindPermanent
+	}
+	return kindTransient
+}
+
+// classify sorts an error from an SQS call. Context cancellation by the
+// caller and unknown errors (network failures, 5xx, throttling, timeouts)
+// are transient.
+func classify(err error) errorKind {
+	if err == nil {
+		return kindTransient
+	}
+	var rhi *types.ReceiptHandleIsInvalid
+	var mni *types.MessageNotInflight
+	var iif *types.InvalidIdFormat
+	if errors.As(err, &rhi) || errors.As(err, &mni) || errors.As(err, &iif) {
+		return kindLost
+	}
+	var qdne *types.QueueDoesNotExist
+	if errors.As(err, &qdne) {
+		return kindPermanent
+	}
+	var apiErr smithy.APIError
+	if errors.As(err, &apiErr) {
+		return classifyCode(apiErr.ErrorCode(), apiErr.ErrorMessage())
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) || errors.Is(err, context.DeadlineExceeded) {
+		return kindTransient
+	}
+	return kindTransient
+}
+
+// IsLeaseLost reports whether err, returned by an SQS ChangeMessageVisibility
+// or DeleteMessage call (or by this library), means the receipt handle is no
+// longer usable. It knows every form SQS uses for that answer, including the
+// InvalidParameterValue messages that arrive as *smithy.GenericAPIError.
+func IsLeaseLost(err error) bool {
+	return errors.Is(err, ErrLeaseLost) || classify(err) == kindLost
+}
+
+// EntryError is the error of one failed entry of a batch call, routed back
+// to the lease that asked for it.
+type EntryError struct {
+	Op          string // "ChangeMessageVisibilityBatch" or "DeleteMessageBatch"
+	Code        string
+	Message     string
+	SenderFault bool
+}
+
+func (e *EntryError) Error() string {
+	return fmt.Sprintf("sqsconsumer: %s entry failed: %s: %s", e.Op, e.Code, e.Message)
+}
+
+// ErrorCode and ErrorMessage make an EntryError look like an SQS API error
+// to code that matches on smithy.APIError.
+func (e *EntryError) ErrorCode() string    { return e.Code }
+func (e *EntryError) ErrorMessage() string { return e.Message }
+func (e *EntryError) ErrorFault() smithy.ErrorFault {
+	if e.SenderFault {
+		return smithy.FaultClient
+	}
+	return smithy.FaultServer
+}
+
+var _ smithy.APIError = (*EntryError)(nil)

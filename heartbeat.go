@@ -1,0 +1,184 @@
+package sqsconsumer
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// heartbeat is the lease's goroutine. It renews visibility to the lease
+// length whenever the time left falls to lease-interval (every interval when
+// renewals succeed on time), retries transient failures with jittered
+// backoff while the deadline allows, cancels the handler's context a grace
+// period before the ceiling, and ends when the lease is settled, lost,
+// expired or stopped. The schedule maths is in plan, a pure function.
+func (l *Lease) heartbeat() {
+	defer close(l.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	failures := 0
+	for {
+		now := time.Now()
+		l.mu.Lock()
+		if l.state != leaseActive {
+			l.mu.Unlock()
+			return
+		}
+		p := plan(now, l.schedLocked())
+		handle := l.handle
+		l.mu.Unlock()
+
+		if p.fireCeiling {
+			l.reachCeiling(nil)
+		}
+		if p.expired {
+			l.expire(p.deadline)
+			return
+		}
+		if !p.renewNow {
+			timer.Reset(p.wake.Sub(now))
+			select {
+			case <-l.stop:
+				return
+			case <-l.kick:
+			case <-timer.C:
+			}
+			continue
+		}
+
+		// Renew. The call gets half the time left (at most 10 s), so a
+		// hung request leaves room for retries before the deadline.
+		callTimeout := min(p.deadline.Sub(now)/2, 10*time.Second)
+		ctx, cancel := context.WithTimeout(l.bg, callTimeout)
+		err := l.calls.changeVisibility(ctx, handle, int32(p.renewFor/time.Second))
+		cancel()
+		select {
+		case <-l.stop:
+			return
+		default:
+		}
+		l.mu.Lock()
+		stale := handle != l.handle || l.state != leaseActive
+		l.mu.Unlock()
+		if stale {
+			continue // adopted or settled meanwhile: this answer no longer matters
+		}
+		if err == nil {
+			failures = 0
+			l.confirmVisibility(now, p.renewFor)
+			continue
+		}
+		l.emit(EventRenewalFailed, p.renewFor, err)
+		switch classify(err) {
+		case kindLost:
+			l.lose(err)
+			return
+		case kindCeiling:
+			// SQS says the message is at its 12-hour limit: our clock and
+			// its disagree. Stop asking; the deadline still stands.
+			l.reachCeiling(err)
+			continue
+		}
+		l.log(slog.LevelDebug, "sqsconsumer: renewal failed; retrying", "error", err, "attempt", failures+1)
+		delay := l.retryDelay(failures)
+		failures++
+		l.mu.Lock()
+		if l.state == leaseActive && handle == l.handle {
+			l.nextRenew = time.Now().Add(delay)
+		}
+		l.mu.Unlock()
+	}
+}
+
+// reachCeiling cancels the handler's context with ErrLeaseCeiling (once),
+// and, when SQS itself refused (err != nil), stops further renewals.
+func (l *Lease) reachCeiling(err error) {
+	l.mu.Lock()
+	if err != nil {
+		l.noRenew = true
+	}
+	fired := l.ceilingFired
+	l.ceilingFired = true
+	cancel := l.cancel
+	l.mu.Unlock()
+	if fired {
+		return
+	}
+	cause := ErrLeaseCeiling
+	if err != nil {
+		cause = fmt.Errorf("%w: %w", ErrLeaseCeiling, err)
+	}
+	if cancel != nil {
+		cancel(cause)
+	}
+	l.emit(EventCeilingReached, 0, cause)
+	l.log(slog.LevelWarn, "sqsconsumer: lease nears its maximum duration; the handler's context is cancelled")
+}
+
+// schedule is the lease's timing state as plan needs it.
+type schedule struct {
+	lease, interval, grace time.Duration
+	ceiling                time.Time // latest receive + max lease
+	deadline               time.Time
+	nextRenew              time.Time
+	ceilingFired           bool
+	noRenew                bool
+}
+
+func (l *Lease) schedLocked() schedule {
+	return schedule{
+		lease:        l.cfg.lease,
+		interval:     l.cfg.interval,
+		grace:        l.cfg.grace,
+		ceiling:      l.receivedAt.Add(l.cfg.maxLease),
+		deadline:     l.deadline,
+		nextRenew:    l.nextRenew,
+		ceilingFired: l.ceilingFired,
+		noRenew:      l.noRenew,
+	}
+}
+
+// step is what the heartbeat does next.
+type step struct {
+	fireCeiling bool          // cancel the handler with ErrLeaseCeiling now
+	expired     bool          // the deadline passed unrenewed
+	renewNow    bool          // renew now, asking for renewFor
+	renewFor    time.Duration // whole seconds, clipped to the ceiling
+	wake        time.Time     // otherwise sleep until then
+	deadline    time.Time
+}
+
+// plan decides the heartbeat's next step at now. It is pure: the whole
+// renewal schedule (a third of the lease, clipped to the ceiling, the grace
+// before it) is table-tested through it without any clock.
+func plan(now time.Time, s schedule) step {
+	st := step{deadline: s.deadline}
+	graceAt := s.ceiling.Add(-s.grace)
+	if !s.ceilingFired && !now.Before(graceAt) {
+		st.fireCeiling = true
+		s.ceilingFired = true
+	}
+	if !now.Before(s.deadline) {
+		st.expired = true
+		return st
+	}
+	room := s.ceiling.Sub(now) - ceilingMargin
+	renewFor := min(s.lease, room).Truncate(time.Second)
+	// A renewal that would not move the deadline later is pointless: at
+	// the ceiling the lease just runs out.
+	canRenew := !s.noRenew && renewFor >= time.Second && now.Add(renewFor).After(s.deadline)
+	if canRenew && !now.Before(s.nextRenew) {
+		st.renewNow = true
+		st.renewFor = renewFor
+		return st
+	}
+	st.wake = s.deadline
+	if canRenew && s.nextRenew.Before(st.wake) {
+		st.wake = s.nextRenew
+	}
+	if !s.ceilingFired && graceAt.Before(st.wake) {
+		st.wake = graceAt
+	}
+	return st
+}

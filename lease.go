@@ -1,0 +1,586 @@
+package sqsconsumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+)
+
+// ceilingMargin keeps a clipped renewal this far inside the maximum lease
+// duration, so a renewal that waits in a batch or on the network still
+// reaches SQS before the ceiling it was computed against.
+const ceilingMargin = 2 * time.Second
+
+// leaseConfig is the validated lease part of the options.
+type leaseConfig struct {
+	lease    time.Duration // visibility each renewal asks for
+	interval time.Duration // renew when lease-interval remains... i.e. every interval
+	maxLease time.Duration // ceiling, from the latest receive
+	grace    time.Duration // cancel the handler this long before the ceiling
+	observer Observer
+	logger   *slog.Logger
+}
+
+func (s *settings) leaseConfig(lease time.Duration) (leaseConfig, error) {
+	c := leaseConfig{lease: lease, interval: s.heartbeat, maxLease: s.maxLease, grace: s.ceilingGrace, observer: s.observer, logger: s.logger}
+	if c.interval == 0 {
+		c.interval = lease / 3
+	}
+	var errs []error
+	if 2*c.interval >= lease {
+		errs = append(errs, fmt.Errorf("%w: WithHeartbeatInterval(%v) must be less than half the lease (%v)", ErrInvalidOption, c.interval, lease))
+	}
+	if lease > c.maxLease {
+		errs = append(errs, fmt.Errorf("%w: WithVisibilityTimeout(%v) exceeds WithMaxLeaseDuration(%v)", ErrInvalidOption, lease, c.maxLease))
+	}
+	if !s.ceilingGraceSet {
+		c.grace = c.interval
+	}
+	if c.grace >= c.maxLease {
+		errs = append(errs, fmt.Errorf("%w: WithCeilingGrace(%v) must be less than WithMaxLeaseDuration(%v)", ErrInvalidOption, c.grace, c.maxLease))
+	}
+	return c, errors.Join(errs...)
+}
+
+type leaseState int
+
+const (
+	leaseActive   leaseState = iota
+	leaseDeleted             // Delete confirmed
+	leaseReleased            // Release confirmed
+	leaseLost                // SQS refused the handle
+	leaseExpired             // the deadline passed unrenewed
+)
+
+// A Lease owns the visibility of one received message: every
+// ChangeMessageVisibility and the DeleteMessage for it go through the Lease,
+// always with the newest receipt handle, so a heartbeat can never undo a
+// visibility the handler asked for.
+//
+// Its life: NewLease (or a Consumer) makes it at receipt; Start begins the
+// heartbeat, which renews visibility to the lease length every heartbeat
+// interval (a third of the lease by default) and cancels the returned
+// context with a cause when the lease is gone — ErrLeaseLost when SQS
+// refuses the handle, ErrLeaseCeiling shortly before the maximum lease
+// duration, ErrLeaseExpired when no renewal was confirmed in time. The work
+// ends with Delete (success) or Release (retry later); Stop then ends the
+// heartbeat goroutine.
+//
+// All methods are safe for concurrent use. Delete, Release and Extend may
+// be called more than once; after a Delete or Release succeeded they
+// return ErrLeaseSettled without calling SQS.
+type Lease struct {
+	calls     sqsCalls
+	queueURL  string
+	messageID string
+	groupID   string
+	cfg       leaseConfig
+	firstAt   time.Time // first receive in this process: the observer's clock
+	msg       *Message  // set by a Consumer before Start; nil for NewLease
+
+	stop     chan struct{} // closed by Stop
+	done     chan struct{} // closed when the heartbeat goroutine returns
+	kick     chan struct{} // wakes the heartbeat when the schedule changed
+	bg       context.Context
+	bgCancel context.CancelFunc // cancels calls in flight at Stop
+	stopOnce sync.Once
+
+	mu           sync.Mutex // guards the fields below
+	handle       string
+	receivedAt   time.Time // latest receive: the ceiling counts from it
+	receiveCount int
+	deadline     time.Time // confirmed end of visibility
+	nextRenew    time.Time
+	state        leaseState
+	settling     bool // a Delete or Release is in flight
+	noRenew      bool // SQS refused to go further: the ceiling is reached
+	ceilingFired bool
+	started      bool
+	ctx          context.Context
+	cancel       context.CancelCauseFunc
+	watchers     []*func(time.Time)
+}
+
+// NewLease makes a Lease for m, received from queueURL, that makes one SQS
+// call per request (a Consumer's leases share batch calls instead).
+//
+// The lease assumes m was received with a visibility timeout equal to the
+// lease length (WithVisibilityTimeout, default DefaultVisibilityTimeout),
+// counted from WithReceivedAt (default: now). NewLease returns an error
+// wrapping ErrInvalidOption for a nil client, an empty queue URL, a message
+// without a receipt handle, or an option out of range.
+func NewLease(c Client, queueURL string, m types.Message, opts ...LeaseOption) (*Lease, error) {
+	s := defaultSettings()
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&s)
+		}
+	}
+	var errs []error
+	if c == nil {
+		errs = append(errs, fmt.Errorf("%w: client is nil", ErrInvalidOption))
+	}
+	if queueURL == "" {
+		errs = append(errs, fmt.Errorf("%w: queue URL is empty", ErrInvalidOption))
+	}
+	if aws.ToString(m.ReceiptHandle) == "" {
+		errs = append(errs, fmt.Errorf("%w: message has no receipt handle", ErrInvalidOption))
+	}
+	errs = append(errs, s.errs...)
+	lease := s.visibility
+	if lease == 0 {
+		lease = DefaultVisibilityTimeout
+	}
+	cfg, err := s.leaseConfig(lease)
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	at := s.receivedAt
+	if at.IsZero() {
+		at = time.Now()
+	}
+	return newLease(singleCalls{client: c, queueURL: queueURL}, queueURL, m, at, cfg), nil
+}
+
+func newLease(calls sqsCalls, queueURL string, m types.Message, receivedAt time.Time, cfg leaseConfig) *Lease {
+	l := &Lease{
+		calls:      calls,
+		queueURL:   queueURL,
+		messageID:  aws.ToString(m.MessageId),
+		groupID:    m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)],
+		cfg:        cfg,
+		firstAt:    receivedAt,
+		stop:       make(chan struct{}),
+		done:       make(chan struct{}),
+		kick:       make(chan struct{}, 1),
+		handle:     aws.ToString(m.ReceiptHandle),
+		receivedAt: receivedAt,
+	}
+	l.receiveCount, _ = strconv.Atoi(m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
+	l.deadline = receivedAt.Add(min(cfg.lease, cfg.maxLease))
+	l.nextRenew = l.deadline.Add(-(cfg.lease - cfg.interval))
+	l.bg, l.bgCancel = context.WithCancel(context.Background())
+	return l
+}
+
+// Start begins heartbeating and returns a context derived from ctx that is
+// cancelled, with a cause context.Cause reports, when the lease is lost
+// (ErrLeaseLost), nears its ceiling (ErrLeaseCeiling), expires
+// (ErrLeaseExpired) or is stopped (ErrLeaseSettled). The heartbeat itself
+// does not stop when ctx is cancelled: only Stop, a settlement or the end of
+// the lease stop it. Calls after the first return the first call's context.
+func (l *Lease) Start(ctx context.Context) context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.started {
+		return l.ctx
+	}
+	l.started = true
+	l.ctx, l.cancel = context.WithCancelCause(ctx)
+	go l.heartbeat()
+	return l.ctx
+}
+
+// Stop ends the heartbeat and waits for its goroutine to return, cancels the
+// context Start returned (cause ErrLeaseSettled) and any SQS call the
+// heartbeat has in flight. It does not delete or release the message: its
+// visibility runs out at Deadline. Safe to call more than once and before
+// Start.
+func (l *Lease) Stop() {
+	l.stopOnce.Do(func() { close(l.stop) })
+	l.mu.Lock()
+	started := l.started
+	l.mu.Unlock()
+	if started {
+		<-l.done
+		l.cancel(ErrLeaseSettled)
+	}
+	l.bgCancel()
+}
+
+// ReceiptHandle returns the newest receipt handle.
+func (l *Lease) ReceiptHandle() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.handle
+}
+
+// Deadline returns when the message becomes visible again unless renewed:
+// the end of the last visibility SQS confirmed, counted (conservatively)
+// from when that request was sent.
+func (l *Lease) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+// MessageID returns the ID of the leased message.
+func (l *Lease) MessageID() string { return l.messageID }
+
+// Err reports why the lease ended: nil while it is active or after a
+// successful Delete or Release; an error matching ErrLeaseLost or
+// ErrLeaseExpired otherwise.
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stateErrLocked(false)
+}
+
+// stateErrLocked returns the error a settle call gets in the current state.
+func (l *Lease) stateErrLocked(settledIsErr bool) error {
+	switch l.state {
+	case leaseLost:
+		return ErrLeaseLost
+	case leaseExpired:
+		return ErrLeaseExpired
+	case leaseDeleted, leaseReleased:
+		if settledIsErr {
+			return ErrLeaseSettled
+		}
+	}
+	return nil
+}
+
+// OnDeadline registers fn to be called after every confirmed change of the
+// deadline (a renewal, an Extend, an Adopt), with the new deadline. fn runs
+// on the lease's goroutines and must return quickly. The returned function
+// unregisters it.
+func (l *Lease) OnDeadline(fn func(deadline time.Time)) (remove func()) {
+	p := &fn
+	l.mu.Lock()
+	l.watchers = append(l.watchers, p)
+	l.mu.Unlock()
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for i, w := range l.watchers {
+			if w == p {
+				l.watchers = append(l.watchers[:i:i], l.watchers[i+1:]...)
+				return
+			}
+		}
+	}
+}
+
+// Adopt takes over a newer receive of the same message (SQS redelivered it
+// while this lease still held it, e.g. after a missed renewal). From then on
+// renewals, Delete and Release use receiptHandle, and the deadline and the
+// ceiling count from receivedAt, the sending of the newer ReceiveMessage
+// request, which is assumed to have asked for the lease length. A lease
+// that is already lost, expired or settled ignores Adopt.
+func (l *Lease) Adopt(receiptHandle string, receivedAt time.Time) {
+	l.adopt(receiptHandle, receivedAt, 0)
+}
+
+func (l *Lease) adopt(receiptHandle string, receivedAt time.Time, receiveCount int) bool {
+	l.mu.Lock()
+	if l.state != leaseActive || receiptHandle == "" {
+		l.mu.Unlock()
+		return false
+	}
+	l.handle = receiptHandle
+	l.receivedAt = receivedAt
+	if receiveCount > 0 {
+		l.receiveCount = receiveCount
+	}
+	l.noRenew = false
+	l.deadline = receivedAt.Add(min(l.cfg.lease, l.cfg.maxLease))
+	l.nextRenew = l.deadline.Add(-(l.cfg.lease - l.cfg.interval))
+	watchers, deadline := l.watchers, l.deadline
+	l.mu.Unlock()
+	l.wake()
+	notify(watchers, deadline)
+	return true
+}
+
+func notify(watchers []*func(time.Time), d time.Time) {
+	for _, w := range watchers {
+		(*w)(d)
+	}
+}
+
+func (l *Lease) wake() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// visibilityFor clips a visibility request made at now to the ceiling.
+// It returns 0 when no visibility at all fits.
+func (l *Lease) visibilityForLocked(now time.Time, want time.Duration) time.Duration {
+	left := l.receivedAt.Add(l.cfg.maxLease).Sub(now) - ceilingMargin
+	if want > left {
+		want = left
+	}
+	if want < 0 {
+		return 0
+	}
+	return want.Truncate(time.Second)
+}
+
+// Delete deletes the message with the newest receipt handle. The heartbeat
+// keeps running until SQS confirms. Transient errors are retried while the
+// lease is valid and ctx allows. It refuses (without calling SQS) once the
+// lease is lost or expired — a delete with a stale handle can succeed
+// without deleting, so the library never tries one — and returns
+// ErrLeaseSettled after a Delete or Release succeeded or while another is
+// in flight.
+func (l *Lease) Delete(ctx context.Context) error {
+	if err := l.beginSettle(); err != nil {
+		return err
+	}
+	err := l.callWithRetry(ctx, "DeleteMessage", func(cctx context.Context, handle string) error {
+		return l.calls.deleteMessage(cctx, handle)
+	})
+	l.endSettle(err, leaseDeleted, EventDeleted, 0)
+	return err
+}
+
+// Release sets the message's visibility to after (0 = visible at once, at
+// most 12 h; clipped to the ceiling) so it is delivered again, and ends the
+// lease. Errors and refusals are as for Delete.
+func (l *Lease) Release(ctx context.Context, after time.Duration) error {
+	if after < 0 || after > MaxVisibilityTimeout {
+		return fmt.Errorf("sqsconsumer: Release(%v): must be from 0 to %v", after, MaxVisibilityTimeout)
+	}
+	if err := l.beginSettle(); err != nil {
+		return err
+	}
+	var set time.Duration
+	err := l.callWithRetry(ctx, "ChangeMessageVisibility", func(cctx context.Context, handle string) error {
+		l.mu.Lock()
+		set = l.visibilityForLocked(time.Now(), after.Round(time.Second))
+		l.mu.Unlock()
+		return l.calls.changeVisibility(cctx, handle, int32(set/time.Second))
+	})
+	l.endSettle(err, leaseReleased, EventReleased, set)
+	return err
+}
+
+// Extend sets the message's visibility to d from now (whole seconds, 1 s to
+// 12 h, clipped to the ceiling) in one call, for a handler that knows it
+// needs longer; the heartbeat resumes its schedule from the new deadline.
+// It returns ErrLeaseCeiling when the ceiling leaves no room.
+func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
+	if d < time.Second || d > MaxVisibilityTimeout {
+		return fmt.Errorf("sqsconsumer: Extend(%v): must be from 1s to %v", d, MaxVisibilityTimeout)
+	}
+	l.mu.Lock()
+	if err := l.stateErrLocked(true); err != nil {
+		l.mu.Unlock()
+		return err
+	}
+	l.mu.Unlock()
+	var sent time.Time
+	var set time.Duration
+	err := l.callWithRetry(ctx, "ChangeMessageVisibility", func(cctx context.Context, handle string) error {
+		sent = time.Now()
+		l.mu.Lock()
+		set = l.visibilityForLocked(sent, d.Round(time.Second))
+		l.mu.Unlock()
+		if set < time.Second {
+			return ErrLeaseCeiling
+		}
+		return l.calls.changeVisibility(cctx, handle, int32(set/time.Second))
+	})
+	if err != nil {
+		return err
+	}
+	l.confirmVisibility(sent, set)
+	return nil
+}
+
+// confirmVisibility records a visibility SQS accepted at sent.
+func (l *Lease) confirmVisibility(sent time.Time, set time.Duration) {
+	l.mu.Lock()
+	if l.state != leaseActive {
+		l.mu.Unlock()
+		return
+	}
+	l.deadline = sent.Add(set)
+	l.nextRenew = l.deadline.Add(-(l.cfg.lease - l.cfg.interval))
+	watchers, deadline := l.watchers, l.deadline
+	l.mu.Unlock()
+	l.wake()
+	l.emit(EventRenewed, set, nil)
+	notify(watchers, deadline)
+}
+
+func (l *Lease) beginSettle() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.stateErrLocked(true); err != nil {
+		return err
+	}
+	if l.settling {
+		return fmt.Errorf("%w: another Delete or Release is in flight", ErrLeaseSettled)
+	}
+	l.settling = true
+	return nil
+}
+
+func (l *Lease) endSettle(err error, to leaseState, ev EventKind, vis time.Duration) {
+	l.mu.Lock()
+	l.settling = false
+	ok := err == nil && l.state == leaseActive
+	if ok {
+		l.state = to
+	}
+	l.mu.Unlock()
+	if ok {
+		l.wake()
+		l.emit(ev, vis, nil)
+	}
+}
+
+// callWithRetry runs call with the newest handle until it succeeds, fails
+// for good, the lease's deadline passes or ctx ends. A success with a handle
+// that was superseded meanwhile is repeated with the new one (SQS may
+// answer a stale delete with success and delete nothing).
+func (l *Lease) callWithRetry(ctx context.Context, op string, call func(context.Context, string) error) error {
+	for attempt := 0; ; attempt++ {
+		l.mu.Lock()
+		if err := l.stateErrLocked(false); err != nil {
+			l.mu.Unlock()
+			return err
+		}
+		handle, deadline := l.handle, l.deadline
+		l.mu.Unlock()
+		now := time.Now()
+		if !now.Before(deadline) {
+			l.expire(deadline)
+			return ErrLeaseExpired
+		}
+		cctx, cancel := context.WithDeadline(ctx, deadline)
+		err := call(cctx, handle)
+		cancel()
+		l.mu.Lock()
+		superseded := handle != l.handle
+		l.mu.Unlock()
+		if err == nil {
+			if superseded {
+				continue
+			}
+			return nil
+		}
+		if errors.Is(err, ErrLeaseCeiling) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("sqsconsumer: %s: %w", op, context.Cause(ctx))
+		}
+		switch classify(err) {
+		case kindLost:
+			if superseded {
+				continue
+			}
+			l.lose(err)
+			return fmt.Errorf("%w: %s: %w", ErrLeaseLost, op, err)
+		case kindPermanent, kindCeiling:
+			return fmt.Errorf("sqsconsumer: %s: %w", op, err)
+		}
+		if !sleepCtx(ctx, l.retryDelay(attempt)) {
+			return fmt.Errorf("sqsconsumer: %s: %w (last error: %w)", op, context.Cause(ctx), err)
+		}
+	}
+}
+
+// retryDelay is the jittered pause before retry attempt n (0-based) of a
+// failed call: 200 ms doubling, capped at a quarter of the heartbeat
+// interval (at least 200 ms), uniformly jittered in [d/2, d].
+func (l *Lease) retryDelay(n int) time.Duration {
+	d := 200 * time.Millisecond
+	limit := max(l.cfg.interval/4, 200*time.Millisecond)
+	for i := 0; i < n && d < limit; i++ {
+		d *= 2
+	}
+	d = min(d, limit)
+	return d/2 + rand.N(d/2+1)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// lose marks the lease lost and cancels the handler's context.
+func (l *Lease) lose(err error) {
+	l.mu.Lock()
+	if l.state != leaseActive {
+		l.mu.Unlock()
+		return
+	}
+	l.state = leaseLost
+	cancel := l.cancel
+	l.mu.Unlock()
+	cause := fmt.Errorf("%w: %w", ErrLeaseLost, err)
+	if cancel != nil {
+		cancel(cause)
+	}
+	l.wake()
+	l.emit(EventLeaseLost, 0, cause)
+	l.log(slog.LevelWarn, "sqsconsumer: lease lost; the message will not be deleted", "error", err)
+}
+
+// expire marks the lease expired if its deadline (as given) still stands.
+func (l *Lease) expire(deadline time.Time) {
+	l.mu.Lock()
+	if l.state != leaseActive || !l.deadline.Equal(deadline) {
+		l.mu.Unlock()
+		return
+	}
+	l.state = leaseExpired
+	cancel := l.cancel
+	l.mu.Unlock()
+	if cancel != nil {
+		cancel(ErrLeaseExpired)
+	}
+	l.wake()
+	l.emit(EventLeaseExpired, 0, ErrLeaseExpired)
+	l.log(slog.LevelWarn, "sqsconsumer: lease expired before a renewal was confirmed; the message may be delivered again")
+}
+
+func (l *Lease) emit(kind EventKind, vis time.Duration, err error) {
+	if l.cfg.observer == nil {
+		return
+	}
+	now := time.Now()
+	l.mu.Lock()
+	count := l.receiveCount
+	l.mu.Unlock()
+	l.cfg.observer.Observe(Event{
+		Kind:         kind,
+		QueueURL:     l.queueURL,
+		MessageID:    l.messageID,
+		ReceiveCount: count,
+		GroupID:      l.groupID,
+		Time:         now,
+		SinceReceive: now.Sub(l.firstAt),
+		Visibility:   vis,
+		Err:          err,
+		Message:      l.msg,
+	})
+}
+
+func (l *Lease) log(level slog.Level, msg string, args ...any) {
+	if l.cfg.logger == nil {
+		return
+	}
+	l.cfg.logger.Log(context.Background(), level, msg, append([]any{"message_id", l.messageID, "queue_url", l.queueURL}, args...)...)
+}

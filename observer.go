@@ -1,0 +1,97 @@
+package sqsconsumer
+
+import "time"
+
+// EventKind says what happened to a message.
+type EventKind int
+
+// The events an Observer sees, in the order a message usually meets them.
+const (
+	EventReceived       EventKind = iota + 1 // ReceiveMessage returned the message
+	EventAdopted                             // a redelivery of a message already leased here; the lease took the new handle
+	EventStarted                             // the handler was called
+	EventSucceeded                           // the handler returned nil
+	EventFailed                              // the handler returned an error or panicked (Err says which)
+	EventRenewed                             // SQS confirmed a visibility extension (Visibility = the new timeout)
+	EventRenewalFailed                       // a renewal attempt failed; it is retried if the error is transient
+	EventLeaseLost                           // SQS refused the receipt handle; the handler's context is cancelled
+	EventLeaseExpired                        // the deadline passed with no confirmed renewal
+	EventCeilingReached                      // the lease neared its maximum duration; the handler's context is cancelled
+	EventDeleted                             // SQS confirmed the delete
+	EventReleased                            // visibility was set for a redelivery (Visibility = when)
+)
+
+var eventNames = [...]string{
+	EventReceived:       "received",
+	EventAdopted:        "adopted",
+	EventStarted:        "started",
+	EventSucceeded:      "succeeded",
+	EventFailed:         "failed",
+	EventRenewed:        "renewed",
+	EventRenewalFailed:  "renewal_failed",
+	EventLeaseLost:      "lease_lost",
+	EventLeaseExpired:   "lease_expired",
+	EventCeilingReached: "ceiling_reached",
+	EventDeleted:        "deleted",
+	EventReleased:       "released",
+}
+
+// String returns the event's snake_case name, e.g. "renewal_failed".
+func (k EventKind) String() string {
+	if k > 0 && int(k) < len(eventNames) {
+		return eventNames[k]
+	}
+	return "unknown"
+}
+
+// Event describes one thing that happened to one message.
+type Event struct {
+	Kind      EventKind
+	QueueURL  string
+	MessageID string
+	// ReceiveCount is the message's ApproximateReceiveCount at its latest
+	// receive (0 if unknown).
+	ReceiveCount int
+	// GroupID is the message's group on FIFO queues.
+	GroupID string
+	// Time is when the event happened.
+	Time time.Time
+	// SinceReceive is Time minus the sending of the first ReceiveMessage
+	// request in this process that delivered the message: in-process
+	// queueing included.
+	SinceReceive time.Duration
+	// Visibility is the timeout SQS accepted, for EventRenewed and
+	// EventReleased.
+	Visibility time.Duration
+	// Err is the error, for EventFailed, EventRenewalFailed, EventLeaseLost,
+	// EventLeaseExpired and EventCeilingReached.
+	Err error
+	// Message is the message, when the event concerns one handed to a
+	// handler (nil for a Lease made with NewLease).
+	Message *Message
+}
+
+// Observer is told of every Event. Observe is called synchronously from the
+// library's goroutines, often from many at once: it must be safe for
+// concurrent use and return quickly (hand slow work to a goroutine of its
+// own).
+type Observer interface {
+	Observe(Event)
+}
+
+// ObserverFunc adapts a function to an Observer.
+type ObserverFunc func(Event)
+
+// Observe calls f(e).
+func (f ObserverFunc) Observe(e Event) { f(e) }
+
+// Observers combines several observers into one that calls each in order.
+func Observers(obs ...Observer) Observer {
+	return ObserverFunc(func(e Event) {
+		for _, o := range obs {
+			if o != nil {
+				o.Observe(e)
+			}
+		}
+	})
+}

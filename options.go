@@ -1,0 +1,309 @@
+package sqsconsumer
+
+import (
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+)
+
+// Defaults and limits. Every option's range is stated in its doc.
+const (
+	// MaxVisibilityTimeout is SQS's ceiling: a message may stay invisible
+	// for at most 12 hours after the receive that issued its handle.
+	MaxVisibilityTimeout = 12 * time.Hour
+	// DefaultMaxLeaseDuration is the default WithMaxLeaseDuration.
+	DefaultMaxLeaseDuration = MaxVisibilityTimeout
+	// DefaultVisibilityTimeout is the lease length of a NewLease without
+	// WithVisibilityTimeout (SQS's own queue default). A Consumer without
+	// the option uses the queue's VisibilityTimeout instead.
+	DefaultVisibilityTimeout = 30 * time.Second
+	// MinVisibilityTimeout is the shortest lease the library accepts:
+	// renewals need whole seconds and a margin.
+	MinVisibilityTimeout = 3 * time.Second
+	// DefaultWaitTime is the default long-poll wait (SQS's maximum).
+	DefaultWaitTime = 20 * time.Second
+	// MaxWaitTime is SQS's longest long poll.
+	MaxWaitTime = 20 * time.Second
+	// DefaultBatchSize and MaxBatchSize bound MaxNumberOfMessages.
+	DefaultBatchSize = 10
+	MaxBatchSize     = 10
+	// DefaultConcurrency is the default number of handlers running at once.
+	DefaultConcurrency = 10
+	// DefaultShutdownTimeout is how long running handlers may finish after
+	// Run's context is cancelled. It is below ECS's default 30 s stopTimeout.
+	DefaultShutdownTimeout = 20 * time.Second
+)
+
+// settings holds every option's value. New and NewLease fill it with
+// defaults, apply the options, then validate.
+type settings struct {
+	visibility      time.Duration // 0 = queue's (Consumer) / DefaultVisibilityTimeout (Lease)
+	heartbeat       time.Duration // 0 = visibility/3
+	maxLease        time.Duration
+	ceilingGrace    time.Duration // 0 = one heartbeat interval
+	ceilingGraceSet bool
+	concurrency     int
+	batchSize       int
+	waitTime        time.Duration
+	pollers         int // 0 = derived from concurrency
+	shutdownTimeout time.Duration
+	handlerTimeout  time.Duration // 0 = none
+	backoff         func(receiveCount int) time.Duration
+	middleware      []Middleware
+	logger          *slog.Logger
+	observer        Observer
+	adaptiveMin     time.Duration
+	adaptiveMax     time.Duration
+	receivedAt      time.Time // Lease only: when the receive was sent
+	errs            []error
+}
+
+func defaultSettings() settings {
+	return settings{
+		maxLease:        DefaultMaxLeaseDuration,
+		concurrency:     DefaultConcurrency,
+		batchSize:       DefaultBatchSize,
+		waitTime:        DefaultWaitTime,
+		shutdownTimeout: DefaultShutdownTimeout,
+		backoff:         DefaultBackoff,
+	}
+}
+
+func (s *settings) fail(format string, args ...any) {
+	s.errs = append(s.errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...))
+}
+
+// Option configures a Consumer. Options that also configure a Lease made
+// with NewLease implement LeaseOption.
+type Option interface {
+	apply(*settings)
+}
+
+// LeaseOption configures a Lease; every LeaseOption is also an Option, so
+// one value configures both a Consumer and its leases.
+type LeaseOption interface {
+	Option
+	leaseOption()
+}
+
+type option func(*settings)
+
+func (o option) apply(s *settings) { o(s) }
+
+type leaseOption func(*settings)
+
+func (o leaseOption) apply(s *settings) { o(s) }
+func (leaseOption) leaseOption()        {}
+
+// WithVisibilityTimeout sets the lease length: the visibility each renewal
+// asks for, counted from the renewal. Range MinVisibilityTimeout (3 s) to
+// 12 h, whole seconds. Consumer default: the queue's VisibilityTimeout,
+// read at Run (the Consumer also asks for it on ReceiveMessage when set);
+// Lease default: DefaultVisibilityTimeout.
+func WithVisibilityTimeout(d time.Duration) LeaseOption {
+	return leaseOption(func(s *settings) {
+		if d < MinVisibilityTimeout || d > MaxVisibilityTimeout || d%time.Second != 0 {
+			s.fail("WithVisibilityTimeout(%v): must be whole seconds from %v to %v", d, MinVisibilityTimeout, MaxVisibilityTimeout)
+			return
+		}
+		s.visibility = d
+	})
+}
+
+// WithHeartbeatInterval sets how often a lease renews. Default: a third of
+// the lease length. Must be at least one second and less than half the lease.
+func WithHeartbeatInterval(d time.Duration) LeaseOption {
+	return leaseOption(func(s *settings) {
+		if d < time.Second {
+			s.fail("WithHeartbeatInterval(%v): must be at least 1s", d)
+			return
+		}
+		s.heartbeat = d
+	})
+}
+
+// WithMaxLeaseDuration caps how long a message may be held, counted from
+// the receive: the lease never asks SQS for visibility past it. Range 1 s
+// to 12 h; default (and SQS's limit) 12 h.
+func WithMaxLeaseDuration(d time.Duration) LeaseOption {
+	return leaseOption(func(s *settings) {
+		if d < time.Second || d > MaxVisibilityTimeout {
+			s.fail("WithMaxLeaseDuration(%v): must be from 1s to %v", d, MaxVisibilityTimeout)
+			return
+		}
+		s.maxLease = d
+	})
+}
+
+// WithCeilingGrace sets how long before the maximum lease duration the
+// handler's context is cancelled with ErrLeaseCeiling, so it can checkpoint
+// and stop while the message is still invisible. Default: one heartbeat
+// interval. Range 0 to the maximum lease duration.
+func WithCeilingGrace(d time.Duration) LeaseOption {
+	return leaseOption(func(s *settings) {
+		if d < 0 || d > MaxVisibilityTimeout {
+			s.fail("WithCeilingGrace(%v): must be from 0 to %v", d, MaxVisibilityTimeout)
+			return
+		}
+		s.ceilingGrace = d
+		s.ceilingGraceSet = true
+	})
+}
+
+// WithObserver sets an Observer told of every event of every message.
+// Default: none.
+func WithObserver(o Observer) LeaseOption {
+	return leaseOption(func(s *settings) {
+		if o == nil {
+			s.fail("WithObserver(nil): observer must not be nil")
+			return
+		}
+		s.observer = o
+	})
+}
+
+// WithLogger makes the library log warnings and errors (lease lost, panics,
+// receive failures) and debug lines to l. Default: the library logs nothing.
+func WithLogger(l *slog.Logger) LeaseOption {
+	return leaseOption(func(s *settings) {
+		if l == nil {
+			s.fail("WithLogger(nil): logger must not be nil")
+			return
+		}
+		s.logger = l
+	})
+}
+
+// WithConcurrency sets how many handlers run at once. Range 1 to 100,000;
+// default DefaultConcurrency (10). The Consumer never holds more messages
+// than this.
+func WithConcurrency(n int) Option {
+	return option(func(s *settings) {
+		if n < 1 || n > 100_000 {
+			s.fail("WithConcurrency(%d): must be from 1 to 100000", n)
+			return
+		}
+		s.concurrency = n
+	})
+}
+
+// WithBatchSize sets MaxNumberOfMessages for each ReceiveMessage call,
+// 1 to 10; default 10. A poller asks for fewer when fewer handler slots
+// are free.
+func WithBatchSize(n int) Option {
+	return option(func(s *settings) {
+		if n < 1 || n > MaxBatchSize {
+			s.fail("WithBatchSize(%d): must be from 1 to %d", n, MaxBatchSize)
+			return
+		}
+		s.batchSize = n
+	})
+}
+
+// WithWaitTime sets the long-poll wait of each ReceiveMessage call, whole
+// seconds from 0 to 20 s; default 20 s. 0 omits WaitTimeSeconds, so the
+// queue's ReceiveMessageWaitTimeSeconds applies (the Go SDK cannot send 0).
+func WithWaitTime(d time.Duration) Option {
+	return option(func(s *settings) {
+		if d < 0 || d > MaxWaitTime || d%time.Second != 0 {
+			s.fail("WithWaitTime(%v): must be whole seconds from 0 to %v", d, MaxWaitTime)
+			return
+		}
+		s.waitTime = d
+	})
+}
+
+// WithPollers sets how many goroutines call ReceiveMessage at once, 1 to
+// 100. Default: enough to fill the handler slots, ceil(concurrency/10),
+// at most 16.
+func WithPollers(n int) Option {
+	return option(func(s *settings) {
+		if n < 1 || n > 100 {
+			s.fail("WithPollers(%d): must be from 1 to 100", n)
+			return
+		}
+		s.pollers = n
+	})
+}
+
+// WithShutdownTimeout sets how long running handlers may finish after
+// Run's context is cancelled, while their leases keep being renewed; then
+// their contexts are cancelled with ErrShutdown and their messages
+// released. Range 0 to 12 h; default DefaultShutdownTimeout (20 s).
+func WithShutdownTimeout(d time.Duration) Option {
+	return option(func(s *settings) {
+		if d < 0 || d > MaxVisibilityTimeout {
+			s.fail("WithShutdownTimeout(%v): must be from 0 to %v", d, MaxVisibilityTimeout)
+			return
+		}
+		s.shutdownTimeout = d
+	})
+}
+
+// WithHandlerTimeout bounds each handler call: its context is cancelled
+// with context.DeadlineExceeded after d. Default: no bound (the lease
+// ceiling still applies). Range 1 ms to 12 h.
+func WithHandlerTimeout(d time.Duration) Option {
+	return option(func(s *settings) {
+		if d < time.Millisecond || d > MaxVisibilityTimeout {
+			s.fail("WithHandlerTimeout(%v): must be from 1ms to %v", d, MaxVisibilityTimeout)
+			return
+		}
+		s.handlerTimeout = d
+	})
+}
+
+// DefaultBackoff is the visibility given to a message whose handler failed
+// on its n-th receive: 5 s doubling per receive (5 s, 10 s, 20 s, ...) up to
+// 15 minutes, with ±20 % jitter so retries of a burst spread out.
+func DefaultBackoff(receiveCount int) time.Duration {
+	d := 5 * time.Second
+	for i := 1; i < receiveCount && d < 15*time.Minute; i++ {
+		d *= 2
+	}
+	d = min(d, 15*time.Minute)
+	return d - d/5 + rand.N(2*d/5+1)
+}
+
+// WithBackoff sets the visibility given to a message whose handler failed,
+// as a function of its receive count (1 on the first delivery). Results
+// are rounded up to whole seconds and clamped to 1 s..12 h, so a failure
+// never makes a message visible at once. Default: DefaultBackoff.
+func WithBackoff(f func(receiveCount int) time.Duration) Option {
+	return option(func(s *settings) {
+		if f == nil {
+			s.fail("WithBackoff(nil): backoff function must not be nil")
+			return
+		}
+		s.backoff = f
+	})
+}
+
+// WithMiddleware wraps the handler; the first middleware is the outermost.
+// May be given more than once; the lists are concatenated.
+func WithMiddleware(mws ...Middleware) Option {
+	return option(func(s *settings) {
+		for i, mw := range mws {
+			if mw == nil {
+				s.fail("WithMiddleware: middleware %d is nil", i)
+				return
+			}
+		}
+		s.middleware = append(s.middleware, mws...)
+	})
+}
+
+// WithReceivedAt tells NewLease when the ReceiveMessage request that
+// delivered the message was sent, so the lease's clock (deadline and
+// ceiling) starts there rather than at NewLease. Default: time.Now() at
+// NewLease. A Consumer knows this itself and rejects the option.
+func WithReceivedAt(t time.Time) LeaseOption {
+	return leaseOption(func(s *settings) {
+		if t.IsZero() {
+			s.fail("WithReceivedAt: time must not be zero")
+			return
+		}
+		s.receivedAt = t
+	})
+}
