@@ -1,0 +1,231 @@
+package sqstest
+
+import (
+	"fmt"
+	"time"
+)
+
+// MessageState is a snapshot of one message as the server sees it: what was sent,
+// every delivery and every visibility change. A message moved to a dead-letter queue
+// appears in both queues: in the source with MovedToDLQ set, and in the DLQ with
+// DeadLetterSourceARN set and the receive history so far.
+type MessageState struct {
+	ID              string
+	Body            string
+	GroupID         string // MessageGroupId, "" when none
+	DeduplicationID string // FIFO: explicit or content-based
+	SequenceNumber  string // FIFO only
+	SentAt          time.Time
+
+	// ReceiveCount is ApproximateReceiveCount: deliveries across all queues.
+	ReceiveCount int
+	// Receives lists every delivery from this queue, in order.
+	Receives []Receive
+	// VisibilityChanges lists every ChangeMessageVisibility[Batch] attempt whose
+	// receipt handle named this message, successful or not. Attempts answered with an
+	// injected fault never reach the message and are not listed.
+	VisibilityChanges []VisibilityChange
+
+	// InFlight reports whether the message is received and its visibility has not
+	// lapsed. VisibleAt is when it becomes (or became) receivable: the end of its
+	// lease or of its delay.
+	InFlight  bool
+	VisibleAt time.Time
+
+	Deleted   bool
+	DeletedAt time.Time
+	// MovedToDLQ: the message went to the dead-letter queue MovedTo (a URL) at MovedAt.
+	MovedToDLQ bool
+	MovedTo    string
+	MovedAt    time.Time
+	// DeadLetterSourceARN is set on the dead-letter queue's copy.
+	DeadLetterSourceARN string
+	// Expired: the queue's MessageRetentionPeriod ended at ExpiredAt.
+	Expired   bool
+	ExpiredAt time.Time
+	// Purged: removed by PurgeQueue, or its queue was deleted.
+	Purged bool
+}
+
+// Receive is one delivery of a message.
+type Receive struct {
+	At                time.Time
+	ReceiptHandle     string
+	VisibilityTimeout time.Duration
+}
+
+// VisibilityChange is one ChangeMessageVisibility attempt on a message.
+type VisibilityChange struct {
+	At            time.Time
+	ReceiptHandle string
+	Timeout       time.Duration
+	// Err is "" when the change succeeded, else the error code the Go SDK's
+	// ErrorCode() reports (e.g. "InvalidParameterValue", "ReceiptHandleIsInvalid").
+	Err string
+}
+
+func (m *message) state(now time.Time) MessageState {
+	st := MessageState{
+		ID:                  m.id,
+		Body:                m.body,
+		GroupID:             m.groupID,
+		DeduplicationID:     m.dedupID,
+		SequenceNumber:      m.seq,
+		SentAt:              m.sentAt,
+		ReceiveCount:        m.receiveCount,
+		Receives:            append([]Receive(nil), m.receives...),
+		VisibilityChanges:   append([]VisibilityChange(nil), m.changes...),
+		InFlight:            m.inFlight(now),
+		VisibleAt:           m.availableAt,
+		DeadLetterSourceARN: m.dlqSource,
+	}
+	if m.visibleAt.After(st.VisibleAt) {
+		st.VisibleAt = m.visibleAt
+	}
+	switch m.gone {
+	case goneDeleted:
+		st.Deleted, st.DeletedAt = true, m.goneAt
+	case goneMoved:
+		st.MovedToDLQ, st.MovedTo, st.MovedAt = true, m.movedTo, m.goneAt
+	case goneExpired:
+		st.Expired, st.ExpiredAt = true, m.goneAt
+	case gonePurged, goneQueueDeleted:
+		st.Purged = true
+	}
+	return st
+}
+
+// Messages returns a snapshot of every message ever sent to (or moved into) the queue,
+// in arrival order, deleted ones included. It returns nil for an unknown queue.
+func (s *Server) Messages(queueURL string) []MessageState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, err := s.queueLocked(queueURL)
+	if err != nil {
+		return nil
+	}
+	now := time.Now()
+	s.sweepLocked(q, now)
+	out := make([]MessageState, 0, len(q.msgs))
+	for _, m := range q.msgs {
+		out = append(out, m.state(now))
+	}
+	return out
+}
+
+// Message returns the snapshot of one message of the queue.
+func (s *Server) Message(queueURL, messageID string) (MessageState, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, err := s.queueLocked(queueURL)
+	if err != nil {
+		return MessageState{}, false
+	}
+	now := time.Now()
+	s.sweepLocked(q, now)
+	if m := q.find(messageID); m != nil {
+		return m.state(now), true
+	}
+	return MessageState{}, false
+}
+
+func (q *queue) find(id string) *message {
+	for i := len(q.msgs) - 1; i >= 0; i-- {
+		if q.msgs[i].id == id {
+			return q.msgs[i]
+		}
+	}
+	return nil
+}
+
+// Expire makes the message's visibility lapse now, as if its lease ran out: it
+// becomes receivable again and its latest receipt handle counts as expired (not
+// superseded). It is an error if the message is not in flight.
+func (s *Server) Expire(queueURL, messageID string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, err := s.queueLocked(queueURL)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	s.sweepLocked(q, now)
+	m := q.find(messageID)
+	if m == nil {
+		return fmt.Errorf("sqstest: no message %s in %s", messageID, queueURL)
+	}
+	if !m.inFlight(now) {
+		return fmt.Errorf("sqstest: message %s is not in flight", messageID)
+	}
+	m.visibleAt = now
+	s.notifyLocked()
+	return nil
+}
+
+// CreateQueue creates a queue (or returns the existing one's URL) with the same rules
+// as the CreateQueue action, except that a name ending in ".fifo" implies
+// FifoQueue=true. It is not counted in [Server.Calls].
+func (s *Server) CreateQueue(name string, attrs map[string]string) (url string, err error) {
+	a := make(map[string]string, len(attrs)+1)
+	for k, v := range attrs {
+		a[k] = v
+	}
+	if _, ok := a["FifoQueue"]; !ok && len(name) > 5 && name[len(name)-5:] == ".fifo" {
+		a["FifoQueue"] = "true"
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, err := s.createQueueLocked(name, a, nil, time.Now())
+	if err != nil {
+		return "", err
+	}
+	return q.url, nil
+}
+
+// SendOption sets a property of a message sent with [Server.Send].
+type SendOption func(*sendInput)
+
+// WithGroupID sets MessageGroupId (required on FIFO queues).
+func WithGroupID(g string) SendOption { return func(in *sendInput) { in.MessageGroupID = &g } }
+
+// WithDeduplicationID sets MessageDeduplicationId (FIFO).
+func WithDeduplicationID(d string) SendOption {
+	return func(in *sendInput) { in.MessageDeduplicationID = &d }
+}
+
+// WithDelay delays the message by d (any duration; the API allows 0–900 s in whole
+// seconds). It overrides the queue's DelaySeconds.
+func WithDelay(d time.Duration) SendOption { return func(in *sendInput) { in.delay = &d } }
+
+// WithStringAttribute adds a String message attribute.
+func WithStringAttribute(name, value string) SendOption {
+	return func(in *sendInput) {
+		if in.MessageAttributes == nil {
+			in.MessageAttributes = map[string]attrValue{}
+		}
+		in.MessageAttributes[name] = attrValue{DataType: "String", StringValue: &value}
+	}
+}
+
+// Send enqueues a message with the same rules as SendMessage and returns its id. It is
+// not counted in [Server.Calls]. A FIFO duplicate returns the original's id.
+func (s *Server) Send(queueURL, body string, opts ...SendOption) (messageID string, err error) {
+	in := sendInput{MessageBody: &body}
+	for _, o := range opts {
+		o(&in)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, err := s.queueLocked(queueURL)
+	if err != nil {
+		return "", err
+	}
+	if q.fifo && in.delay != nil {
+		return "", invalidValue(in.delay.Seconds(), "DelaySeconds", "The request include parameter that is not valid for this queue type.")
+	}
+	r, err := s.sendLocked(q, in, false, time.Now())
+	if err != nil {
+		return "", err
+	}
+	return r.MessageID, nil
+}

@@ -1,0 +1,407 @@
+package sqstest
+
+import (
+	"encoding/json"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Queue attribute limits and defaults (SQS-FACTS §4).
+const (
+	maxVisibilityTimeout   = 43200 // seconds; also the 12-hour ceiling
+	defaultVisibility      = 30
+	defaultRetention       = 345600
+	minRetention           = 60
+	maxRetention           = 1209600
+	maxDelaySeconds        = 900
+	maxWaitTimeSeconds     = 20
+	maxMessageSize         = 1048576
+	minMessageSize         = 1024
+	dedupWindow            = 5 * time.Minute
+	purgeInterval          = 60 * time.Second
+	queueNameReuseInterval = 60 * time.Second
+	maxBatchEntries        = 10
+	ceiling                = maxVisibilityTimeout * time.Second
+)
+
+// queue is one queue's state. Every field is guarded by Server.mu.
+type queue struct {
+	name, url, arn string
+	fifo           bool
+	created        time.Time
+	modified       time.Time
+	// attrs holds the settable attributes as they read back (normalised strings).
+	attrs    map[string]string
+	redrive  *redrivePolicy
+	tags     map[string]string
+	msgs     []*message // every message that ever arrived, in arrival order
+	live     []*message // messages still in the queue, in arrival order
+	dedup    map[string]dedupEntry
+	seq      uint64
+	purgedAt time.Time
+}
+
+type redrivePolicy struct {
+	TargetARN       string `json:"deadLetterTargetArn"`
+	MaxReceiveCount int    `json:"maxReceiveCount"`
+}
+
+type dedupEntry struct {
+	at  time.Time
+	msg *message
+}
+
+func (q *queue) intAttr(name string) int64 {
+	n, _ := strconv.ParseInt(q.attrs[name], 10, 64)
+	return n
+}
+
+func (q *queue) visibilityTimeout() time.Duration {
+	return time.Duration(q.intAttr("VisibilityTimeout")) * time.Second
+}
+
+// attrSpec describes one settable queue attribute.
+type attrSpec struct {
+	def      string // default read-back value ("" = absent unless set)
+	fifoOnly bool
+	create   bool // settable only at creation
+	valid    func(string) bool
+}
+
+func intRange(lo, hi int64) func(string) bool {
+	return func(v string) bool {
+		n, err := strconv.ParseInt(v, 10, 64)
+		return err == nil && n >= lo && n <= hi
+	}
+}
+
+func oneOf(vals ...string) func(string) bool {
+	return func(v string) bool {
+		for _, x := range vals {
+			if v == x {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func anyValue(string) bool { return true }
+
+var isBool = oneOf("true", "false")
+
+var attrSpecs = map[string]attrSpec{
+	"DelaySeconds":                  {def: "0", valid: intRange(0, maxDelaySeconds)},
+	"MaximumMessageSize":            {def: itoa(maxMessageSize), valid: intRange(minMessageSize, maxMessageSize)},
+	"MessageRetentionPeriod":        {def: itoa(defaultRetention), valid: intRange(minRetention, maxRetention)},
+	"ReceiveMessageWaitTimeSeconds": {def: "0", valid: intRange(0, maxWaitTimeSeconds)},
+	"VisibilityTimeout":             {def: itoa(defaultVisibility), valid: intRange(0, maxVisibilityTimeout)},
+	"SqsManagedSseEnabled":          {def: "true", valid: isBool},
+	"Policy":                        {valid: anyValue},
+	"RedrivePolicy":                 {valid: anyValue}, // checked by parseRedrivePolicy
+	"RedriveAllowPolicy":            {valid: anyValue},
+	"KmsMasterKeyId":                {valid: anyValue},
+	"KmsDataKeyReusePeriodSeconds":  {valid: intRange(60, 86400)},
+	"FifoQueue":                     {def: "true", fifoOnly: true, create: true, valid: isBool},
+	"ContentBasedDeduplication":     {def: "false", fifoOnly: true, valid: isBool},
+	"DeduplicationScope":            {def: "queue", fifoOnly: true, valid: oneOf("queue", "messageGroup")},
+	"FifoThroughputLimit":           {def: "perQueue", fifoOnly: true, valid: oneOf("perQueue", "perMessageGroupId")},
+}
+
+// readOnlyAttrs are computed on read.
+var readOnlyAttrs = []string{
+	"ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
+	"ApproximateNumberOfMessagesDelayed", "CreatedTimestamp", "LastModifiedTimestamp", "QueueArn",
+}
+
+var (
+	queueNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,80}$`)
+	fifoNameRE  = regexp.MustCompile(`^[A-Za-z0-9_-]{1,75}\.fifo$`)
+)
+
+// checkAttrs validates attributes for a queue of the given type; creating allows
+// create-only attributes. It returns the normalised values and the redrive policy.
+func (s *Server) checkAttrsLocked(attrs map[string]string, fifo, creating bool, self string) (map[string]string, *redrivePolicy, bool, error) {
+	out := map[string]string{}
+	var rp *redrivePolicy
+	rpSet := false
+	names := sortedKeys(attrs)
+	for _, name := range names {
+		v := attrs[name]
+		spec, ok := attrSpecs[name]
+		if !ok {
+			return nil, nil, false, errInvalidAttributeName.withMessage("Unknown Attribute %s.", name)
+		}
+		if spec.fifoOnly && !fifo {
+			if name == "DeduplicationScope" {
+				return nil, nil, false, errInvalidAttributeName.withMessage("You can specify the DeduplicationScope only when FifoQueue is set to true.")
+			}
+			if name == "FifoQueue" && v == "false" && creating {
+				continue
+			}
+			return nil, nil, false, errInvalidAttributeName.withMessage("Unknown Attribute %s.", name)
+		}
+		if spec.create && !creating {
+			return nil, nil, false, errInvalidAttributeValue.withMessage("Invalid value for the parameter %s. Reason: Modifying queue type is not supported.", name)
+		}
+		if !spec.valid(v) {
+			return nil, nil, false, errInvalidAttributeValue.withMessage("Invalid value for the parameter %s.", name)
+		}
+		if name == "RedrivePolicy" {
+			rpSet = true
+			if v == "" {
+				continue
+			}
+			p, err := s.parseRedrivePolicyLocked(v, fifo, self)
+			if err != nil {
+				return nil, nil, false, err
+			}
+			rp = p
+			v = normaliseRedrivePolicy(p)
+		}
+		out[name] = v
+	}
+	return out, rp, rpSet, nil
+}
+
+func (s *Server) parseRedrivePolicyLocked(v string, fifo bool, self string) (*redrivePolicy, error) {
+	bad := func(reason string) error { return invalidValue(v, "RedrivePolicy", reason) }
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(v), &raw); err != nil {
+		return nil, bad("Redrive policy is not a valid JSON map.")
+	}
+	arn, _ := raw["deadLetterTargetArn"].(string)
+	if arn == "" {
+		return nil, bad("Redrive policy does not contain mandatory attribute: deadLetterTargetArn.")
+	}
+	var n int64
+	switch c := raw["maxReceiveCount"].(type) {
+	case float64:
+		n = int64(c)
+		if float64(n) != c {
+			n = 0
+		}
+	case string:
+		n, _ = strconv.ParseInt(c, 10, 64)
+	case nil:
+		return nil, bad("Redrive policy does not contain mandatory attribute: maxReceiveCount.")
+	}
+	if n < 1 || n > 1000 {
+		return nil, bad("Invalid value for maxReceiveCount: " + fmtAny(raw["maxReceiveCount"]) + ", valid values are from 1 to 1000 both inclusive.")
+	}
+	if arn == self {
+		return nil, bad("Dead-letter queue must not be the same queue as the source.")
+	}
+	if dlq := s.queueByARNLocked(arn); dlq != nil && dlq.fifo != fifo {
+		return nil, bad("Dead-letter queue must be same type of queue as the source.")
+	}
+	return &redrivePolicy{TargetARN: arn, MaxReceiveCount: int(n)}, nil
+}
+
+func fmtAny(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+func (s *Server) queueByARNLocked(arn string) *queue {
+	for _, q := range s.queues {
+		if q.arn == arn {
+			return q
+		}
+	}
+	return nil
+}
+
+// queueLocked resolves a QueueUrl. Routing uses only the path's last two segments
+// (account and name), so any host and scheme reach the queue, as with AWS's
+// endpoint-independent queue URLs.
+func (s *Server) queueLocked(url string) (*queue, error) {
+	if url == "" {
+		return nil, missingParam("QueueUrl")
+	}
+	rest := url
+	if i := strings.Index(rest, "://"); i >= 0 {
+		rest = rest[i+3:]
+	}
+	parts := strings.Split(strings.Trim(rest, "/"), "/")
+	if len(parts) >= 2 {
+		name, account := parts[len(parts)-1], parts[len(parts)-2]
+		if q, ok := s.queues[name]; ok && account == s.cfg.accountID {
+			return q, nil
+		}
+	}
+	return nil, errQueueDoesNotExist
+}
+
+func (s *Server) createQueueLocked(name string, attrs map[string]string, tags map[string]string, now time.Time) (*queue, error) {
+	if name == "" {
+		return nil, missingParam("QueueName")
+	}
+	fifo := attrs["FifoQueue"] == "true"
+	if fifo && !fifoNameRE.MatchString(name) {
+		return nil, errInvalidParameter.withMessage("The name of a FIFO queue can only include alphanumeric characters, hyphens, or underscores, must end with .fifo suffix and be 1 to 80 in length.")
+	}
+	if !fifo && !queueNameRE.MatchString(name) {
+		return nil, errInvalidParameter.withMessage("Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length")
+	}
+	arn := "arn:aws:sqs:" + s.cfg.region + ":" + s.cfg.accountID + ":" + name
+	set, rp, _, err := s.checkAttrsLocked(attrs, fifo, true, arn)
+	if err != nil {
+		return nil, err
+	}
+	if q, ok := s.queues[name]; ok {
+		for _, k := range sortedKeys(set) {
+			if q.attrValueLocked(k) != set[k] {
+				return nil, errQueueNameExists.withMessage("A queue already exists with the same name and a different value for attribute %s", k)
+			}
+		}
+		return q, nil
+	}
+	if at, ok := s.deletedAt[name]; ok && now.Sub(at) < queueNameReuseInterval {
+		return nil, errQueueDeletedRecently
+	}
+	q := &queue{
+		name:     name,
+		url:      s.cfg.baseURL + "/" + s.cfg.accountID + "/" + name,
+		arn:      arn,
+		fifo:     fifo,
+		created:  now,
+		modified: now,
+		attrs:    map[string]string{},
+		tags:     map[string]string{},
+		dedup:    map[string]dedupEntry{},
+		redrive:  rp,
+	}
+	for k, spec := range attrSpecs {
+		if spec.def != "" && (!spec.fifoOnly || fifo) {
+			q.attrs[k] = spec.def
+		}
+	}
+	for k, v := range set {
+		q.attrs[k] = v
+	}
+	for k, v := range tags {
+		q.tags[k] = v
+	}
+	s.queues[name] = q
+	return q, nil
+}
+
+func (s *Server) setQueueAttributesLocked(q *queue, attrs map[string]string, now time.Time) error {
+	set, rp, rpSet, err := s.checkAttrsLocked(attrs, q.fifo, false, q.arn)
+	if err != nil {
+		return err
+	}
+	for k, v := range set {
+		q.attrs[k] = v
+	}
+	if rpSet {
+		q.redrive = rp
+		if rp == nil {
+			delete(q.attrs, "RedrivePolicy")
+		}
+	}
+	q.modified = now
+	s.notifyLocked()
+	return nil
+}
+
+// attrValueLocked reads one attribute ("" when absent).
+func (q *queue) attrValueLocked(name string) string { return q.attrs[name] }
+
+func (s *Server) getQueueAttributesLocked(q *queue, names []string, now time.Time) (map[string]string, error) {
+	want := map[string]bool{}
+	all := false
+	for _, n := range names {
+		if n == "All" {
+			all = true
+			continue
+		}
+		if _, ok := attrSpecs[n]; !ok && !contains(readOnlyAttrs, n) {
+			return nil, errInvalidAttributeName.withMessage("Unknown Attribute %s.", n)
+		}
+		want[n] = true
+	}
+	out := map[string]string{}
+	s.sweepLocked(q, now)
+	var visible, inflight, delayed int
+	for _, m := range q.live {
+		switch {
+		case m.inFlight(now):
+			inflight++
+		case now.Before(m.availableAt):
+			delayed++
+		default:
+			visible++
+		}
+	}
+	computed := map[string]string{
+		"ApproximateNumberOfMessages":           itoa(int64(visible)),
+		"ApproximateNumberOfMessagesNotVisible": itoa(int64(inflight)),
+		"ApproximateNumberOfMessagesDelayed":    itoa(int64(delayed)),
+		"CreatedTimestamp":                      itoa(q.created.Unix()),
+		"LastModifiedTimestamp":                 itoa(q.modified.Unix()),
+		"QueueArn":                              q.arn,
+	}
+	for k, v := range computed {
+		if all || want[k] {
+			out[k] = v
+		}
+	}
+	for k, v := range q.attrs {
+		if all || want[k] {
+			out[k] = v
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+func contains(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) deleteQueueLocked(q *queue, now time.Time) {
+	delete(s.queues, q.name)
+	s.deletedAt[q.name] = now
+	for _, m := range q.live {
+		m.gone, m.goneAt = goneQueueDeleted, now
+	}
+	q.live = nil
+	s.notifyLocked()
+}
+
+func (s *Server) purgeLocked(q *queue, now time.Time) error {
+	if !q.purgedAt.IsZero() && now.Sub(q.purgedAt) < purgeInterval {
+		return errPurgeInProgress.withMessage("Only one PurgeQueue operation on %s is allowed every 60 seconds.", q.name)
+	}
+	q.purgedAt = now
+	for _, m := range q.live {
+		m.gone, m.goneAt = gonePurged, now
+	}
+	q.live = nil
+	if q.fifo {
+		clear(q.dedup)
+	}
+	s.notifyLocked()
+	return nil
+}

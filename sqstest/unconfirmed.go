@@ -1,0 +1,103 @@
+package sqstest
+
+import (
+	"encoding/json"
+	"net/http"
+)
+
+// This file holds every behaviour of the fake that is not established for real AWS
+// (marked UNCONFIRMED in /work/shared/SQS-FACTS.md, "SQS-FACTS" below). Each choice
+// lives here and only here, so that a probe against real SQS can change it in one
+// place. The package documentation lists them too.
+
+// expiredHandleVisibilityChangeRehides: ChangeMessageVisibility with the handle of a
+// standard-queue message whose visibility has lapsed but which has not been received
+// again answers 200 (AWS-REC, SQS-FACTS §2.1 row c). Whether it hides the message again
+// is UNCONFIRMED (LocalStack treats it as a no-op, PR #9632). We choose that it does:
+// the handle stays the message's latest, just as a delete with it still deletes
+// (row c, AWS-REC), so it is treated as a live handle. The 12-hour ceiling still applies.
+const expiredHandleVisibilityChangeRehides = true
+
+// fifoStaleHandle decides what a FIFO queue answers for a handle that is superseded by
+// a newer receive or whose visibility lapsed. AWS-REC confirms only the expired case
+// for DeleteMessage (400 InvalidParameterValue "The receipt handle has expired.";
+// batch entry code ReceiptHandleIsInvalid, "The receipt handle has expired"). For a
+// superseded handle and for ChangeMessageVisibility the answer is UNCONFIRMED; we give
+// the same "expired" answer, since on FIFO any superseded handle has also expired.
+func fifoStaleHandle(h string, batch bool) Fault {
+	if batch {
+		return errReceiptHandleIsInvalid.withMessage("The receipt handle has expired")
+	}
+	return errHandleExpired(h)
+}
+
+// supersededDeleteIsNoop: a standard-queue DeleteMessage with a handle superseded by a
+// newer receive answers 200; AWS documents only that the message "might not be"
+// deleted (SQS-FACTS §2.1 row b, DOC + REPORT). We choose: nothing is deleted, which is
+// the outcome a consumer must survive.
+const supersededDeleteIsNoop = true
+
+// foreignHandle is the answer for a handle this server issued for another queue.
+// SQS-FACTS §2.1 row a records, from a report (aws-sdk-java-v2#3101), the batch-entry
+// text `The receipt handle "<h>" is not valid for this queue.`; the single-call answer
+// is UNCONFIRMED: we use ReceiptHandleIsInvalid with the never-issued text.
+func foreignHandle(h string, batch bool) Fault {
+	if batch {
+		return errReceiptHandleIsInvalid.withMessage("The receipt handle %q is not valid for this queue.", h)
+	}
+	return errHandleNotValid(h)
+}
+
+// Error texts SQS-FACTS marks UNCONFIRMED (shape and code are the model's; only the
+// wording is our guess).
+const (
+	textEmptyBatch           = "There should be at least one %s in the request."
+	textIDsNotDistinct       = "Id %s repeated."
+	textReceiveVisibility    = "Must be >= 0 and <= 43200, if provided."
+	textDelaySecondsRange    = "Must be >= 0 and <= 900, if provided."
+	textDedupOnStandardQueue = "The request include parameter that is not valid for this queue type."
+	textTooManyAttributes    = "Number of message attributes [%d] exceeds the allowed maximum [10]."
+	textBadAttributeName     = "Message (user) attribute name '%s' is invalid. Names can contain alphanumeric characters, hyphens, underscores and periods, must not start or end with a period, contain two periods in a row, or start with AWS. or Amazon., and be at most 256 characters long."
+	textAttributeNoType      = "The message attribute '%s' must contain non-empty message attribute type."
+	textAttributeBadType     = "The type of message (user) attribute '%s' is invalid. You must use only the following supported type prefixes: Binary, Number, String."
+	textBadSystemAttribute   = "Message (system) attribute name '%s' is invalid. Only AWSTraceHeader is supported."
+	textReceiveAttemptIDFIFO = "The request include parameter that is not valid for this queue type."
+)
+
+// Decoding failures (malformed JSON, wrong member types, numbers out of int32 range)
+// are rejected by AWS's request layer before SQS sees them. What exactly real SQS
+// answers over JSON is UNCONFIRMED; we answer like other AWS JSON 1.0 services do: 400
+// with __type "com.amazon.coral.service#SerializationException" and no query code. The
+// Go SDK reports it as *smithy.GenericAPIError with code "SerializationException".
+var errSerialization = Fault{Status: http.StatusBadRequest,
+	Type: "com.amazon.coral.service#SerializationException"}
+
+// errUnknownOperation answers an X-Amz-Target that names no SQS action (or none at
+// all). UNCONFIRMED as above; modelled on AWS JSON 1.0 services.
+var errUnknownOperation = Fault{Status: http.StatusBadRequest,
+	Type: "com.amazon.coral.service#UnknownOperationException"}
+
+// duplicateSendAnswer: a FIFO send deduplicated within the 5-minute window is
+// accepted (SQS-FACTS §5, G SendMessage doc). Which MessageId and SequenceNumber it
+// returns is UNCONFIRMED; we return the original message's.
+func duplicateSendAnswer(original *message) (messageID, sequenceNumber string) {
+	return original.id, original.seq
+}
+
+// normaliseRedrivePolicy: GetQueueAttributes returns RedrivePolicy as
+// {"deadLetterTargetArn":"...","maxReceiveCount":N} with N a JSON number, whatever
+// form it was set in. The echo format is UNCONFIRMED (SQS-FACTS §4).
+func normaliseRedrivePolicy(p *redrivePolicy) string {
+	b, _ := json.Marshal(p)
+	return string(b)
+}
+
+// groupIDOnStandardReturned: a standard queue accepts MessageGroupId (fair queues,
+// SQS-FACTS §5). Whether receive returns it as the MessageGroupId system attribute is
+// UNCONFIRMED (SQS-FACTS §6); we return it.
+const groupIDOnStandardReturned = true
+
+// defaultSenderID is the SenderId system attribute of messages sent through this
+// server. Real SQS reports the sender's IAM user or role id (SQS-FACTS §6); the fake
+// does not know it (it does not check signatures), so it uses this fixed value.
+const defaultSenderID = "AIDASQSTESTSENDER0000"
