@@ -163,19 +163,25 @@ func plan(now time.Time, s schedule) step {
 		st.expired = true
 		return st
 	}
-	room := s.ceiling.Sub(now) - ceilingMargin
-	renewFor := min(s.lease, room).Truncate(time.Second)
-	// A renewal that would not move the deadline later is pointless: at
-	// the ceiling the lease just runs out.
-	canRenew := !s.noRenew && renewFor >= time.Second && now.Add(renewFor).After(s.deadline)
-	if canRenew && !now.Before(s.nextRenew) {
+	// The next renewal is due at nextRenew (or now, if that has passed). It
+	// asks for the lease length clipped to the ceiling; one that would not
+	// move the deadline later is pointless, and since a clipped renewal
+	// always ends at the same instant, waiting would not help: at the
+	// ceiling the lease just runs out.
+	renewAt := now
+	if s.nextRenew.After(now) {
+		renewAt = s.nextRenew
+	}
+	renewFor := min(s.lease, s.ceiling.Sub(renewAt)-ceilingMargin).Truncate(time.Second)
+	canRenew := !s.noRenew && renewFor >= time.Second && renewAt.Before(s.deadline) && renewAt.Add(renewFor).After(s.deadline)
+	if canRenew && renewAt.Equal(now) {
 		st.renewNow = true
 		st.renewFor = renewFor
 		return st
 	}
 	st.wake = s.deadline
-	if canRenew && s.nextRenew.Before(st.wake) {
-		st.wake = s.nextRenew
+	if canRenew && renewAt.Before(st.wake) {
+		st.wake = renewAt
 	}
 	if !s.ceilingFired && graceAt.Before(st.wake) {
 		st.wake = graceAt

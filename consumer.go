@@ -1,0 +1,571 @@
+package sqsconsumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+)
+
+// Consumer receives messages from one SQS queue and hands each to a
+// Handler under a Lease. Make one with New and call Run. A Consumer is safe
+// for concurrent use; Run may be called once.
+type Consumer struct {
+	client   Client
+	queueURL string
+	handler  Handler // with middleware applied
+	s        settings
+
+	runOnce sync.Once
+	ran     bool
+
+	// Set up at Run, read-only afterwards.
+	cfg   leaseConfig
+	fifo  bool
+	calls *batchedCalls
+	slots chan struct{} // one token per free handler slot
+
+	mu       sync.Mutex // guards the fields below
+	inflight map[string]*delivery
+	groups   map[string][]*delivery // FIFO: messages waiting behind a running one, in order
+	stopping bool                   // no new handler may start
+	fatal    error                  // a permanent receive error that ends Run
+
+	handlers sync.WaitGroup // message goroutines
+}
+
+// delivery is one message this process holds, from receipt to settlement.
+type delivery struct {
+	msg     *Message
+	lease   *Lease
+	ctx     context.Context // the lease's context
+	cancel  context.CancelCauseFunc
+	started bool
+}
+
+// New makes a Consumer of the queue at queueURL that calls h for each
+// message. It validates everything it can without calling SQS and returns
+// an error wrapping ErrInvalidOption that names each problem: a nil client
+// or handler, an empty URL, an option out of range, or options that
+// contradict each other (a heartbeat of half the lease or more, a lease
+// longer than the maximum lease duration). Options that depend on the
+// queue's own VisibilityTimeout are checked again at Run.
+func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error) {
+	s := defaultSettings()
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&s)
+		}
+	}
+	var errs []error
+	if c == nil {
+		errs = append(errs, fmt.Errorf("%w: client is nil", ErrInvalidOption))
+	}
+	if queueURL == "" {
+		errs = append(errs, fmt.Errorf("%w: queue URL is empty", ErrInvalidOption))
+	}
+	if h == nil {
+		errs = append(errs, fmt.Errorf("%w: handler is nil", ErrInvalidOption))
+	} else if f, ok := h.(HandlerFunc); ok && f == nil {
+		errs = append(errs, fmt.Errorf("%w: handler is a nil HandlerFunc", ErrInvalidOption))
+	}
+	if !s.receivedAt.IsZero() {
+		errs = append(errs, fmt.Errorf("%w: WithReceivedAt applies to NewLease only; a Consumer knows when it received", ErrInvalidOption))
+	}
+	errs = append(errs, s.errs...)
+	if s.visibility != 0 {
+		_, err := s.leaseConfig(s.visibility)
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if s.pollers == 0 {
+		s.pollers = min((s.concurrency+MaxBatchSize-1)/MaxBatchSize, 16)
+	}
+	return &Consumer{
+		client:   c,
+		queueURL: queueURL,
+		handler:  Chain(h, s.middleware...),
+		s:        s,
+	}, nil
+}
+
+// QueueURL returns the URL of the queue the Consumer reads.
+func (c *Consumer) QueueURL() string { return c.queueURL }
+
+// Run receives and handles messages until ctx is cancelled or a permanent
+// error occurs (the queue does not exist, access is denied). It blocks.
+//
+// When ctx is cancelled Run stops receiving at once (an in-flight long poll
+// is abandoned), releases messages whose handlers have not started
+// (visibility 0), and gives running handlers the shutdown timeout to finish
+// while their leases stay renewed; then their contexts are cancelled with
+// ErrShutdown and, unless they succeed, their messages are released. Run
+// returns only after every goroutine it started has exited: nil after a
+// clean shutdown, the permanent error otherwise. The handlers' contexts
+// derive from context.Background, not from ctx, so cancelling ctx never
+// interrupts a handler by itself.
+func (c *Consumer) Run(ctx context.Context) error {
+	first := false
+	c.runOnce.Do(func() { first = true })
+	if !first {
+		return errors.New("sqsconsumer: Run may be called only once per Consumer")
+	}
+	if err := c.setup(ctx); err != nil {
+		return err
+	}
+	base, cancelBase := context.WithCancelCause(context.Background())
+	defer cancelBase(ErrShutdown)
+
+	pollCtx, stopPolling := context.WithCancelCause(ctx)
+	defer stopPolling(nil)
+	var pollers sync.WaitGroup
+	for range c.s.pollers {
+		pollers.Add(1)
+		go func() {
+			defer pollers.Done()
+			c.poll(pollCtx, base, stopPolling)
+		}()
+	}
+	pollers.Wait()
+
+	c.shutdown()
+	c.calls.close()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fatal
+}
+
+// setup reads what the options left to the queue, checks the lease
+// options against it, and prepares the run state.
+func (c *Consumer) setup(ctx context.Context) error {
+	lease := c.s.visibility
+	c.fifo = len(c.queueURL) > 5 && c.queueURL[len(c.queueURL)-5:] == ".fifo"
+	if lease == 0 {
+		out, err := c.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+			QueueUrl:       aws.String(c.queueURL),
+			AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameVisibilityTimeout, types.QueueAttributeNameFifoQueue},
+		})
+		if err != nil {
+			return fmt.Errorf("sqsconsumer: reading the queue's VisibilityTimeout (set WithVisibilityTimeout to skip this): %w", err)
+		}
+		secs, err := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameVisibilityTimeout)])
+		if err != nil {
+			return fmt.Errorf("sqsconsumer: queue VisibilityTimeout %q is not a number", out.Attributes[string(types.QueueAttributeNameVisibilityTimeout)])
+		}
+		lease = time.Duration(secs) * time.Second
+		if lease < MinVisibilityTimeout {
+			return fmt.Errorf("%w: the queue's VisibilityTimeout (%v) is below %v, too short to renew; set WithVisibilityTimeout", ErrInvalidOption, lease, MinVisibilityTimeout)
+		}
+		c.fifo = c.fifo || out.Attributes[string(types.QueueAttributeNameFifoQueue)] == "true"
+	}
+	cfg, err := c.s.leaseConfig(lease)
+	if err != nil {
+		return err
+	}
+	c.cfg = cfg
+	c.calls = newBatchedCalls(c.client, c.queueURL)
+	c.slots = make(chan struct{}, c.s.concurrency)
+	for range c.s.concurrency {
+		c.slots <- struct{}{}
+	}
+	c.inflight = make(map[string]*delivery)
+	c.groups = make(map[string][]*delivery)
+	if c.s.shutdownTimeout > cfg.lease {
+		c.log(slog.LevelWarn, "sqsconsumer: the shutdown timeout is longer than the lease; if the process is killed before Run returns, messages of unfinished handlers stay invisible until their leases run out",
+			"shutdown_timeout", c.s.shutdownTimeout, "lease", cfg.lease)
+	}
+	return nil
+}
+
+// acquire takes between 1 and n free handler slots, waiting for the first.
+// It returns 0 when ctx ends first.
+func (c *Consumer) acquire(ctx context.Context, n int) int {
+	select {
+	case <-c.slots:
+	case <-ctx.Done():
+		return 0
+	}
+	got := 1
+	for got < n {
+		select {
+		case <-c.slots:
+			got++
+		default:
+			return got
+		}
+	}
+	return got
+}
+
+func (c *Consumer) free(n int) {
+	for range n {
+		c.slots <- struct{}{}
+	}
+}
+
+// poll is one poller: it reserves free handler slots, long-polls for at
+// most that many messages, and dispatches them.
+func (c *Consumer) poll(ctx, base context.Context, stop context.CancelCauseFunc) {
+	failures := 0
+	for {
+		n := c.acquire(ctx, c.s.batchSize)
+		if n == 0 {
+			return
+		}
+		sent := time.Now()
+		out, err := c.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+			QueueUrl:                    aws.String(c.queueURL),
+			MaxNumberOfMessages:         int32(n),
+			WaitTimeSeconds:             int32(c.s.waitTime / time.Second),
+			VisibilityTimeout:           int32(c.cfg.lease / time.Second),
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
+			MessageAttributeNames:       []string{"All"},
+		})
+		if err != nil {
+			c.free(n)
+			if ctx.Err() != nil {
+				return
+			}
+			if classify(err) == kindPermanent {
+				c.mu.Lock()
+				if c.fatal == nil {
+					c.fatal = fmt.Errorf("sqsconsumer: ReceiveMessage: %w", err)
+				}
+				c.mu.Unlock()
+				c.log(slog.LevelError, "sqsconsumer: permanent receive error; shutting down", "error", err)
+				stop(err)
+				return
+			}
+			c.log(slog.LevelWarn, "sqsconsumer: receive failed; backing off", "error", err, "attempt", failures+1)
+			if !sleepCtx(ctx, receiveBackoff(failures)) {
+				return
+			}
+			failures++
+			continue
+		}
+		failures = 0
+		if len(out.Messages) > n {
+			// SQS never does this; a misbehaving endpoint must not
+			// break the slot accounting.
+			c.log(slog.LevelError, "sqsconsumer: ReceiveMessage returned more messages than asked for; releasing the extra", "asked", n, "got", len(out.Messages))
+			for _, m := range out.Messages[n:] {
+				c.releaseRaw(m, 0)
+			}
+			out.Messages = out.Messages[:n]
+		}
+		c.free(n - len(out.Messages))
+		for _, m := range out.Messages {
+			c.dispatch(base, m, sent)
+		}
+	}
+}
+
+// receiveBackoff is the pause after the n-th consecutive receive failure:
+// 100 ms doubling to 10 s, jittered.
+func receiveBackoff(n int) time.Duration {
+	d := 100 * time.Millisecond
+	for i := 0; i < n && d < 10*time.Second; i++ {
+		d *= 2
+	}
+	d = min(d, 10*time.Second)
+	return d/2 + rand.N(d/2+1)
+}
+
+// dispatch takes one received message: a redelivery of a message already
+// held here is adopted by its lease; anything else gets a lease at once
+// (so it is renewed while it waits) and a handler when its turn comes.
+// It owns one slot for the message.
+func (c *Consumer) dispatch(base context.Context, raw types.Message, sent time.Time) {
+	id, handle := aws.ToString(raw.MessageId), aws.ToString(raw.ReceiptHandle)
+	if id == "" || handle == "" {
+		c.log(slog.LevelError, "sqsconsumer: ReceiveMessage returned a message without MessageId or ReceiptHandle; skipping it", "message_id", id)
+		c.free(1)
+		return
+	}
+	count, _ := strconv.Atoi(raw.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
+
+	c.mu.Lock()
+	if d, ok := c.inflight[id]; ok {
+		c.mu.Unlock()
+		c.free(1)
+		if d.lease.adopt(handle, sent, count) {
+			c.log(slog.LevelInfo, "sqsconsumer: message redelivered while still being handled here; the running lease adopted the new receipt handle", "message_id", id, "receive_count", count)
+			c.observe(EventAdopted, d.msg, nil)
+			return
+		}
+		// The old lease is gone but its handler has not returned yet:
+		// keep the two from running at once by handing this delivery back.
+		c.log(slog.LevelWarn, "sqsconsumer: message redelivered while its previous handler is still winding down; releasing the redelivery", "message_id", id)
+		c.releaseRaw(raw, DefaultBackoff(count))
+		return
+	}
+	if c.stopping {
+		c.mu.Unlock()
+		c.free(1)
+		c.releaseRaw(raw, 0)
+		return
+	}
+	m := &Message{
+		ID:                id,
+		Body:              aws.ToString(raw.Body),
+		Attributes:        raw.Attributes,
+		MessageAttributes: raw.MessageAttributes,
+		ReceiveCount:      count,
+		GroupID:           raw.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)],
+		ReceivedAt:        sent,
+	}
+	l := newLease(c.calls, c.queueURL, raw, sent, c.cfg)
+	l.msg = m
+	m.Lease = l
+	lctx := l.Start(base)
+	hctx, cancel := context.WithCancelCause(lctx)
+	d := &delivery{msg: m, lease: l, ctx: hctx, cancel: cancel}
+	c.inflight[id] = d
+	startNow := true
+	if c.fifo && m.GroupID != "" {
+		q, busy := c.groups[m.GroupID]
+		c.groups[m.GroupID] = append(q, d)
+		startNow = !busy
+	}
+	c.mu.Unlock()
+	c.observe(EventReceived, m, nil)
+	if startNow {
+		c.start(d)
+	}
+}
+
+func (c *Consumer) start(d *delivery) {
+	c.handlers.Add(1)
+	go func() {
+		defer c.handlers.Done()
+		c.handle(d)
+	}()
+}
+
+// handle runs the handler for one delivery and settles it, then starts the
+// next message of its FIFO group, if any.
+func (c *Consumer) handle(d *delivery) {
+	c.mu.Lock()
+	stopping := c.stopping
+	d.started = !stopping
+	c.mu.Unlock()
+	if stopping {
+		c.settle(d, nil, false)
+		return
+	}
+	c.observe(EventStarted, d.msg, nil)
+	ctx := d.ctx
+	if c.s.handlerTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.s.handlerTimeout)
+		defer cancel()
+	}
+	err := c.call(ctx, d.msg)
+	c.settle(d, err, true)
+}
+
+// call runs the handler, turning a panic into a *PanicError.
+func (c *Consumer) call(ctx context.Context, m *Message) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			pe := &PanicError{Value: v, Stack: debug.Stack()}
+			c.log(slog.LevelError, "sqsconsumer: handler panicked", "message_id", m.ID, "panic", fmt.Sprint(v), "stack", string(pe.Stack))
+			err = pe
+		}
+	}()
+	return c.handler.HandleMessage(ctx, m)
+}
+
+// settle deletes or releases a delivery's message after its handler
+// returned (ran) or instead of running it (!ran: shutdown), ends its lease,
+// frees its slot and moves its FIFO group on.
+func (c *Consumer) settle(d *delivery, err error, ran bool) {
+	m, l := d.msg, d.lease
+	// Settling uses its own context: the handler's may be cancelled, and
+	// the lease's deadline bounds every call anyway.
+	ctx := context.Background()
+	failed := !ran || err != nil
+	switch {
+	case !ran:
+		if rerr := l.Release(ctx, 0); rerr != nil {
+			c.log(slog.LevelWarn, "sqsconsumer: could not release an unstarted message at shutdown", "message_id", m.ID, "error", rerr)
+		}
+	case err == nil:
+		c.observe(EventSucceeded, m, nil)
+		if derr := l.Delete(ctx); derr != nil {
+			failed = true
+			c.log(slog.LevelError, "sqsconsumer: handler succeeded but the message could not be deleted; it will be delivered again", "message_id", m.ID, "error", derr)
+		}
+	default:
+		c.observe(EventFailed, m, err)
+		if l.Err() != nil {
+			break // lost or expired: the handle is no good, leave the message to SQS
+		}
+		after, ok := retryAfterOf(err)
+		if !ok {
+			after = c.s.backoff(m.ReceiveCount)
+			after = max(after, time.Second)
+		}
+		if errors.Is(context.Cause(d.ctx), ErrShutdown) {
+			after = 0
+		}
+		after = min(after, MaxVisibilityTimeout)
+		if after%time.Second != 0 {
+			after = after.Truncate(time.Second) + time.Second
+		}
+		if rerr := l.Release(ctx, after); rerr != nil {
+			c.log(slog.LevelWarn, "sqsconsumer: could not set the failed message's retry visibility", "message_id", m.ID, "error", rerr)
+		}
+		c.log(slog.LevelDebug, "sqsconsumer: handler failed; message released", "message_id", m.ID, "error", err, "retry_after", after)
+	}
+	l.Stop()
+	d.cancel(ErrLeaseSettled)
+
+	var next *delivery
+	var drop []*delivery
+	c.mu.Lock()
+	delete(c.inflight, m.ID)
+	if c.fifo && m.GroupID != "" {
+		q := c.groups[m.GroupID][1:]
+		switch {
+		case failed && len(q) > 0:
+			drop = q // keep the group's order: hand the rest back
+			delete(c.groups, m.GroupID)
+		case len(q) > 0:
+			c.groups[m.GroupID] = q
+			next = q[0]
+		default:
+			delete(c.groups, m.GroupID)
+		}
+	}
+	c.mu.Unlock()
+	c.free(1)
+	for _, n := range drop {
+		c.settleUnstarted(n)
+	}
+	if next != nil {
+		c.start(next)
+	}
+}
+
+// settleUnstarted hands a message that never reached its handler back to
+// SQS (visibility 0) and frees its slot.
+func (c *Consumer) settleUnstarted(d *delivery) {
+	if err := d.lease.Release(context.Background(), 0); err != nil {
+		c.log(slog.LevelWarn, "sqsconsumer: could not release a message", "message_id", d.msg.ID, "error", err)
+	}
+	d.lease.Stop()
+	d.cancel(ErrLeaseSettled)
+	c.mu.Lock()
+	delete(c.inflight, d.msg.ID)
+	c.mu.Unlock()
+	c.free(1)
+}
+
+// releaseRaw sets the visibility of a message that never got a lease.
+func (c *Consumer) releaseRaw(m types.Message, after time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	secs := int32((after + time.Second - 1) / time.Second)
+	if err := c.calls.changeVisibility(ctx, aws.ToString(m.ReceiptHandle), secs); err != nil {
+		c.log(slog.LevelWarn, "sqsconsumer: could not hand a message back", "message_id", aws.ToString(m.MessageId), "error", err)
+	}
+}
+
+// shutdown runs after the pollers stopped: it releases what has not
+// started, waits for running handlers within the shutdown timeout, then
+// cancels them with ErrShutdown and waits for them to return.
+func (c *Consumer) shutdown() {
+	c.mu.Lock()
+	c.stopping = true
+	var waiting []*delivery
+	for g, q := range c.groups {
+		if len(q) > 1 {
+			waiting = append(waiting, q[1:]...)
+			c.groups[g] = q[:1]
+		}
+	}
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, d := range waiting {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.settleUnstarted(d)
+		}()
+	}
+	wg.Wait()
+
+	done := make(chan struct{})
+	go func() {
+		c.handlers.Wait()
+		close(done)
+	}()
+	timer := time.NewTimer(c.s.shutdownTimeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return
+	case <-timer.C:
+	}
+	c.mu.Lock()
+	running := make([]*delivery, 0, len(c.inflight))
+	for _, d := range c.inflight {
+		running = append(running, d)
+	}
+	c.mu.Unlock()
+	c.log(slog.LevelWarn, "sqsconsumer: shutdown timeout reached; cancelling running handlers", "running", len(running))
+	for _, d := range running {
+		d.cancel(ErrShutdown)
+	}
+	for {
+		select {
+		case <-done:
+			return
+		case <-time.After(c.cfg.interval):
+			c.mu.Lock()
+			ids := make([]string, 0, len(c.inflight))
+			for id := range c.inflight {
+				ids = append(ids, id)
+			}
+			c.mu.Unlock()
+			c.log(slog.LevelWarn, "sqsconsumer: still waiting for handlers that ignore their cancelled context", "message_ids", ids)
+		}
+	}
+}
+
+func (c *Consumer) observe(kind EventKind, m *Message, err error) {
+	if c.s.observer == nil {
+		return
+	}
+	now := time.Now()
+	c.s.observer.Observe(Event{
+		Kind:         kind,
+		QueueURL:     c.queueURL,
+		MessageID:    m.ID,
+		ReceiveCount: m.ReceiveCount,
+		GroupID:      m.GroupID,
+		Time:         now,
+		SinceReceive: now.Sub(m.ReceivedAt),
+		Err:          err,
+		Message:      m,
+	})
+}
+
+func (c *Consumer) log(level slog.Level, msg string, args ...any) {
+	if c.s.logger == nil {
+		return
+	}
+	c.s.logger.Log(context.Background(), level, msg, append([]any{"queue_url", c.queueURL}, args...)...)
+}
