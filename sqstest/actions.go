@@ -735,5 +735,3 @@ func actionNames() []string {
 	sort.Strings(out)
 	return out
 }
-
-

@@ -556,8 +556,9 @@ func (m *message) systemAttributes(want map[string]bool) map[string]string {
 }
 
 // filterAttributes applies ReceiveMessage's MessageAttributeNames: "All", "*" and
-// ".*" select everything, "prefix.*" every name starting "prefix.", other entries
-// exact names.
+// ".*" select everything, "X.*" every name starting with X (so "Hel.*" selects both
+// "Hello" and "Help.Me", as recorded from AWS in SQS-FACTS §6), other entries exact
+// names. Names no attribute can have select nothing.
 func filterAttributes(attrs map[string]attrValue, names []string) map[string]attrValue {
 	if len(attrs) == 0 || len(names) == 0 {
 		return nil
@@ -568,7 +569,7 @@ func filterAttributes(attrs map[string]attrValue, names []string) map[string]att
 		case sel == "All" || sel == "*" || sel == ".*":
 			return attrs
 		case strings.HasSuffix(sel, ".*"):
-			prefix := strings.TrimSuffix(sel, "*")
+			prefix := strings.TrimSuffix(sel, ".*")
 			for n, v := range attrs {
 				if strings.HasPrefix(n, prefix) {
 					out[n] = v
