@@ -1,0 +1,520 @@
+package sqsconsumer
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sqskit/sqsconsumer/sqstest"
+)
+
+// bundle is what most tests need: an in-memory SQS, a client without the
+// SDK's own retries (so call counts are exact), and one queue.
+type bundle struct {
+	srv    *sqstest.Server
+	client *sqs.Client
+	url    string
+}
+
+func setup(t *testing.T, attrs map[string]string) bundle {
+	t.Helper()
+	srv := sqstest.New(t)
+	name := "q"
+	if attrs["FifoQueue"] == "true" {
+		name = "q.fifo"
+	}
+	url, err := srv.CreateQueue(name, attrs)
+	require.NoError(t, err)
+	return bundle{srv: srv, client: srv.Client(func(o *sqs.Options) { o.Retryer = aws.NopRetryer{} }), url: url}
+}
+
+// receive sends body and receives it with the given visibility, returning
+// the message and when the receive request was sent.
+func (b bundle) receive(t *testing.T, body string, visibility time.Duration) (types.Message, time.Time) {
+	t.Helper()
+	_, err := b.srv.Send(b.url, body)
+	require.NoError(t, err)
+	return b.receiveNext(t, visibility)
+}
+
+func (b bundle) receiveNext(t *testing.T, visibility time.Duration) (types.Message, time.Time) {
+	t.Helper()
+	sent := time.Now()
+	out, err := b.client.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
+		QueueUrl:                    aws.String(b.url),
+		VisibilityTimeout:           int32(visibility / time.Second),
+		WaitTimeSeconds:             20,
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
+	})
+	require.NoError(t, err)
+	require.Len(t, out.Messages, 1)
+	return out.Messages[0], sent
+}
+
+func (b bundle) state(t *testing.T, id string) sqstest.MessageState {
+	t.Helper()
+	st, ok := b.srv.Message(b.url, id)
+	require.True(t, ok, "message %s unknown to sqstest", id)
+	return st
+}
+
+// recorder is an Observer that keeps every event.
+type recorder struct {
+	mu     sync.Mutex
+	events []Event
+}
+
+func (r *recorder) Observe(e Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+}
+
+func (r *recorder) count(k EventKind) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range r.events {
+		if e.Kind == k {
+			n++
+		}
+	}
+	return n
+}
+
+func TestNewLeaseValidates(t *testing.T) {
+	t.Parallel()
+	msg := types.Message{MessageId: aws.String("m"), ReceiptHandle: aws.String("h")}
+	c := &sqs.Client{}
+	tests := []struct {
+		name   string
+		client Client
+		url    string
+		msg    types.Message
+		opts   []LeaseOption
+		want   string
+	}{
+		{"nil client", nil, "u", msg, nil, "client is nil"},
+		{"empty url", c, "", msg, nil, "queue URL is empty"},
+		{"no handle", c, "u", types.Message{MessageId: aws.String("m")}, nil, "no receipt handle"},
+		{"lease too short", c, "u", msg, []LeaseOption{WithVisibilityTimeout(time.Second)}, "WithVisibilityTimeout(1s)"},
+		{"lease not whole seconds", c, "u", msg, []LeaseOption{WithVisibilityTimeout(1500 * time.Millisecond)}, "whole seconds"},
+		{"heartbeat of half the lease", c, "u", msg, []LeaseOption{WithVisibilityTimeout(30 * time.Second), WithHeartbeatInterval(15 * time.Second)}, "less than half the lease"},
+		{"lease past max", c, "u", msg, []LeaseOption{WithVisibilityTimeout(time.Hour), WithMaxLeaseDuration(time.Minute)}, "exceeds WithMaxLeaseDuration"},
+		{"max lease past 12h", c, "u", msg, []LeaseOption{WithMaxLeaseDuration(13 * time.Hour)}, "WithMaxLeaseDuration(13h0m0s)"},
+		{"nil observer", c, "u", msg, []LeaseOption{WithObserver(nil)}, "WithObserver(nil)"},
+		{"grace past max", c, "u", msg, []LeaseOption{WithMaxLeaseDuration(time.Minute), WithCeilingGrace(time.Minute)}, "WithCeilingGrace"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := NewLease(tt.client, tt.url, tt.msg, tt.opts...)
+			require.Nil(t, l)
+			require.ErrorIs(t, err, ErrInvalidOption)
+			require.ErrorContains(t, err, tt.want)
+		})
+	}
+}
+
+// Semantics 1 and 2: the clock starts when the receive was sent; renewals
+// come every third of the lease, each asking for the whole lease.
+func TestLeaseRenewsAtAThird(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		msg, sent := b.receive(t, "hello", 30*time.Second)
+		time.Sleep(4 * time.Second) // the message waited in the process before the lease was made
+		l, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(30*time.Second), WithReceivedAt(sent))
+		require.NoError(t, err)
+		require.Equal(t, sent.Add(30*time.Second), l.Deadline())
+		ctx := l.Start(context.Background())
+		defer l.Stop()
+
+		time.Sleep(65 * time.Second)
+		require.NoError(t, ctx.Err())
+		changes := b.state(t, *msg.MessageId).VisibilityChanges
+		require.Len(t, changes, 6, "renewals at 10, 20, ... 60 s after the receive")
+		for i, c := range changes {
+			require.Equal(t, sent.Add(time.Duration(i+1)*10*time.Second), c.At, "renewal %d", i)
+			require.Equal(t, 30*time.Second, c.Timeout)
+			require.Empty(t, c.Err)
+		}
+		require.Equal(t, sent.Add(90*time.Second), l.Deadline())
+		st := b.state(t, *msg.MessageId)
+		require.True(t, st.InFlight)
+		require.Equal(t, 1, st.ReceiveCount, "never redelivered while renewed")
+	})
+}
+
+func TestLeaseHeartbeatIntervalOption(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		msg, sent := b.receive(t, "x", 60*time.Second)
+		l, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(60*time.Second), WithHeartbeatInterval(5*time.Second), WithReceivedAt(sent))
+		require.NoError(t, err)
+		l.Start(context.Background())
+		time.Sleep(21 * time.Second)
+		l.Stop()
+		require.Len(t, b.state(t, *msg.MessageId).VisibilityChanges, 4)
+	})
+}
+
+// Semantics 3: transient failures are retried before the deadline; the
+// deadline only moves when SQS confirmed.
+func TestLeaseRetriesTransientFailures(t *testing.T) {
+	t.Parallel()
+	for _, f := range []sqstest.Fault{sqstest.FaultThrottled, sqstest.FaultInternalError, sqstest.FaultServiceUnavailable} {
+		t.Run(f.Type, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := setup(t, nil)
+				rec := &recorder{}
+				msg, sent := b.receive(t, "x", 30*time.Second)
+				l, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(30*time.Second), WithReceivedAt(sent), WithObserver(rec))
+				require.NoError(t, err)
+				b.srv.FailNext("ChangeMessageVisibility", 4, f)
+				ctx := l.Start(context.Background())
+				defer l.Stop()
+				time.Sleep(10*time.Second + time.Millisecond)
+				synctest.Wait()
+				require.Equal(t, sent.Add(30*time.Second), l.Deadline(), "a failed renewal does not move the deadline")
+				time.Sleep(15 * time.Second)
+				require.NoError(t, ctx.Err())
+				require.Equal(t, 4, rec.count(EventRenewalFailed))
+				require.GreaterOrEqual(t, rec.count(EventRenewed), 1)
+				require.True(t, l.Deadline().After(sent.Add(30*time.Second)))
+				require.Equal(t, 1, b.state(t, *msg.MessageId).ReceiveCount)
+			})
+		})
+	}
+}
+
+func TestLeaseExpiresWhenNoRenewalLands(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		rec := &recorder{}
+		msg, sent := b.receive(t, "x", 30*time.Second)
+		l, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(30*time.Second), WithReceivedAt(sent), WithObserver(rec))
+		require.NoError(t, err)
+		b.srv.FailNext("ChangeMessageVisibility", 1000, sqstest.FaultServiceUnavailable)
+		ctx := l.Start(context.Background())
+		defer l.Stop()
+		<-ctx.Done()
+		require.Equal(t, sent.Add(30*time.Second), time.Now(), "cancelled exactly at the deadline")
+		require.ErrorIs(t, context.Cause(ctx), ErrLeaseExpired)
+		require.ErrorIs(t, l.Err(), ErrLeaseExpired)
+		calls := b.srv.CallCount("ChangeMessageVisibility")
+		require.Greater(t, calls, 5, "retried repeatedly before the deadline")
+		require.ErrorIs(t, l.Delete(context.Background()), ErrLeaseExpired)
+		require.Equal(t, 0, b.srv.CallCount("DeleteMessage"), "no delete after expiry")
+		require.Equal(t, 1, rec.count(EventLeaseExpired))
+	})
+}
+
+// A renewal that hangs is cut off by its own timeout, leaving time to retry.
+func TestLeaseRenewalCallTimeout(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		msg, sent := b.receive(t, "x", 30*time.Second)
+		l, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(30*time.Second), WithReceivedAt(sent))
+		require.NoError(t, err)
+		b.srv.DelayNext("ChangeMessageVisibility", 1, time.Hour)
+		ctx := l.Start(context.Background())
+		defer l.Stop()
+		time.Sleep(25 * time.Second)
+		require.NoError(t, ctx.Err(), "the hung call timed out and a retry landed")
+		require.True(t, l.Deadline().After(sent.Add(30*time.Second)))
+	})
+}
+
+// Semantics 3: the terminal answers stop the heartbeat, cancel the
+// handler with ErrLeaseLost, and Delete refuses without calling SQS.
+func TestLeaseLost(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, b bundle, msg types.Message)
+	}{
+		{"ReceiptHandleIsInvalid", func(t *testing.T, b bundle, msg types.Message) {
+			b.srv.FailNext("ChangeMessageVisibility", 1, sqstest.FaultReceiptHandleIsInvalid)
+		}},
+		{"MessageNotInflight", func(t *testing.T, b bundle, msg types.Message) {
+			b.srv.FailNext("ChangeMessageVisibility", 1, sqstest.FaultMessageNotInflight)
+		}},
+		{"deleted by someone else (InvalidParameterValue)", func(t *testing.T, b bundle, msg types.Message) {
+			_, err := b.client.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: &b.url, ReceiptHandle: msg.ReceiptHandle})
+			require.NoError(t, err)
+		}},
+		{"superseded by a newer receive elsewhere", func(t *testing.T, b bundle, msg types.Message) {
+			require.NoError(t, b.srv.Expire(b.url, *msg.MessageId))
+			b.receiveNext(t, 30*time.Second)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := setup(t, nil)
+				rec := &recorder{}
+				msg, sent := b.receive(t, "x", 30*time.Second)
+				l, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(30*time.Second), WithReceivedAt(sent), WithObserver(rec))
+				require.NoError(t, err)
+				ctx := l.Start(context.Background())
+				defer l.Stop()
+				tt.setup(t, b, msg)
+				<-ctx.Done()
+				require.Equal(t, sent.Add(10*time.Second), time.Now(), "lost at the first renewal")
+				require.ErrorIs(t, context.Cause(ctx), ErrLeaseLost)
+				require.True(t, IsLeaseLost(context.Cause(ctx)))
+				cmv := b.srv.CallCount("ChangeMessageVisibility")
+				time.Sleep(time.Minute)
+				require.Equal(t, cmv, b.srv.CallCount("ChangeMessageVisibility"), "the heartbeat stopped at once")
+				dels := b.srv.CallCount("DeleteMessage")
+				require.ErrorIs(t, l.Delete(context.Background()), ErrLeaseLost)
+				require.ErrorIs(t, l.Release(context.Background(), 0), ErrLeaseLost)
+				require.Equal(t, dels, b.srv.CallCount("DeleteMessage"), "Delete refused without a call")
+				require.Equal(t, 1, rec.count(EventLeaseLost))
+			})
+		})
+	}
+}
+
+// Semantics 2 and 4: 12 virtual hours of heartbeats; no renewal asks past
+// the ceiling; the handler is told a grace period before it; nothing is
+// deleted.
+func TestLeaseCeilingAfterTwelveHours(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		rec := &recorder{}
+		msg, sent := b.receive(t, "long job", 30*time.Second)
+		l, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(30*time.Second), WithReceivedAt(sent), WithObserver(rec))
+		require.NoError(t, err)
+		ctx := l.Start(context.Background())
+		defer l.Stop()
+		<-ctx.Done()
+		ceiling := sent.Add(12 * time.Hour)
+		require.ErrorIs(t, context.Cause(ctx), ErrLeaseCeiling)
+		require.Equal(t, ceiling.Add(-10*time.Second), time.Now(), "cancelled one heartbeat interval before the ceiling")
+		require.Equal(t, 1, rec.count(EventCeilingReached))
+
+		time.Sleep(time.Minute) // past the ceiling: the lease runs out
+		st := b.state(t, *msg.MessageId)
+		require.False(t, st.Deleted)
+		require.Greater(t, len(st.VisibilityChanges), 4000)
+		last := st.VisibilityChanges[len(st.VisibilityChanges)-1]
+		for _, c := range st.VisibilityChanges {
+			require.Empty(t, c.Err, "SQS refused a renewal at %v", c.At)
+			require.False(t, c.At.Add(c.Timeout).After(ceiling), "renewal at %v asked past the ceiling", c.At)
+		}
+		require.Less(t, last.Timeout, 30*time.Second, "the last renewal was clipped")
+		require.Equal(t, ceiling.Add(-ceilingMargin), last.At.Add(last.Timeout))
+		require.ErrorIs(t, l.Err(), ErrLeaseExpired, "after the ceiling the lease is over")
+		require.Equal(t, 1, st.ReceiveCount, "held for 12 hours without a redelivery")
+	})
+}
+
+func TestLeaseMaxLeaseDuration(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		msg, sent := b.receive(t, "x", 30*time.Second)
+		l, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(30*time.Second), WithReceivedAt(sent),
+			WithMaxLeaseDuration(5*time.Minute), WithCeilingGrace(30*time.Second))
+		require.NoError(t, err)
+		ctx := l.Start(context.Background())
+		defer l.Stop()
+		<-ctx.Done()
+		require.ErrorIs(t, context.Cause(ctx), ErrLeaseCeiling)
+		require.Equal(t, sent.Add(5*time.Minute-30*time.Second), time.Now())
+		time.Sleep(time.Minute)
+		for _, c := range b.state(t, *msg.MessageId).VisibilityChanges {
+			require.False(t, c.At.Add(c.Timeout).After(sent.Add(5*time.Minute)))
+		}
+	})
+}
+
+// Semantics 6: Adopt switches to the newest handle; the ceiling counts from
+// the newest receive.
+func TestLeaseAdopt(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		msg, sent := b.receive(t, "x", 30*time.Second)
+		l, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(30*time.Second), WithReceivedAt(sent))
+		require.NoError(t, err)
+		ctx := l.Start(context.Background())
+		defer l.Stop()
+		time.Sleep(11 * time.Hour)
+		require.NoError(t, b.srv.Expire(b.url, *msg.MessageId))
+		msg2, sent2 := b.receiveNext(t, 30*time.Second)
+		require.Equal(t, *msg.MessageId, *msg2.MessageId)
+		l.Adopt(*msg2.ReceiptHandle, sent2)
+		require.Equal(t, *msg2.ReceiptHandle, l.ReceiptHandle())
+		time.Sleep(2 * time.Hour) // past the first receive's ceiling
+		require.NoError(t, ctx.Err(), "the ceiling now counts from the newer receive")
+		st := b.state(t, *msg.MessageId)
+		for _, c := range st.VisibilityChanges {
+			if c.At.After(sent2) {
+				require.Equal(t, *msg2.ReceiptHandle, c.ReceiptHandle)
+				require.Empty(t, c.Err)
+			}
+		}
+		require.NoError(t, l.Delete(context.Background()))
+		require.True(t, b.state(t, *msg.MessageId).Deleted, "deleted with the newest handle")
+	})
+}
+
+// Semantics 5: Delete uses the latest handle, keeps the heartbeat until it
+// is confirmed, retries transient failures, and a second Delete makes no call.
+func TestLeaseDelete(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		rec := &recorder{}
+		msg, sent := b.receive(t, "x", 30*time.Second)
+		l, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(30*time.Second), WithReceivedAt(sent), WithObserver(rec))
+		require.NoError(t, err)
+		l.Start(context.Background())
+		defer l.Stop()
+		time.Sleep(9 * time.Second)
+		b.srv.FailNext("DeleteMessage", 3, sqstest.FaultThrottled)
+		b.srv.DelayNext("DeleteMessage", 4, 2*time.Second)
+		require.NoError(t, l.Delete(context.Background()))
+		st := b.state(t, *msg.MessageId)
+		require.True(t, st.Deleted)
+		require.NotEmpty(t, st.VisibilityChanges, "the heartbeat kept renewing while the delete was retried")
+		require.Equal(t, 4, b.srv.CallCount("DeleteMessage"))
+		require.ErrorIs(t, l.Delete(context.Background()), ErrLeaseSettled)
+		require.ErrorIs(t, l.Release(context.Background(), 0), ErrLeaseSettled)
+		require.Equal(t, 4, b.srv.CallCount("DeleteMessage"), "a second Delete makes no call")
+		require.Equal(t, 1, rec.count(EventDeleted))
+		n := b.srv.CallCount("ChangeMessageVisibility")
+		time.Sleep(time.Minute)
+		require.Equal(t, n, b.srv.CallCount("ChangeMessageVisibility"), "no renewal after the delete")
+	})
+}
+
+func TestLeaseConcurrentDeletesMakeOneCall(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		msg, sent := b.receive(t, "x", 30*time.Second)
+		l, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(30*time.Second), WithReceivedAt(sent))
+		require.NoError(t, err)
+		l.Start(context.Background())
+		defer l.Stop()
+		b.srv.DelayNext("DeleteMessage", 1, time.Second)
+		var wg sync.WaitGroup
+		errs := make([]error, 8)
+		for i := range errs {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[i] = l.Delete(context.Background()) }()
+		}
+		wg.Wait()
+		ok := 0
+		for _, err := range errs {
+			if err == nil {
+				ok++
+			} else {
+				require.ErrorIs(t, err, ErrLeaseSettled)
+			}
+		}
+		require.Equal(t, 1, ok)
+		require.Equal(t, 1, b.srv.CallCount("DeleteMessage"))
+	})
+}
+
+func TestLeaseReleaseAndExtend(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		msg, sent := b.receive(t, "x", 30*time.Second)
+		l, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(30*time.Second), WithReceivedAt(sent))
+		require.NoError(t, err)
+		ctx := l.Start(context.Background())
+		defer l.Stop()
+
+		time.Sleep(5 * time.Second)
+		require.NoError(t, l.Extend(ctx, 10*time.Minute))
+		require.Equal(t, time.Now().Add(10*time.Minute), l.Deadline())
+		n := b.srv.CallCount("ChangeMessageVisibility")
+		time.Sleep(8 * time.Minute)
+		require.Equal(t, n, b.srv.CallCount("ChangeMessageVisibility"), "no renewal while the extension has more than lease-interval left")
+		time.Sleep(2*time.Minute - 15*time.Second)
+		require.Greater(t, b.srv.CallCount("ChangeMessageVisibility"), n, "renewals resume before the extension runs out")
+		require.NoError(t, ctx.Err())
+
+		require.Error(t, l.Release(ctx, -time.Second))
+		require.NoError(t, l.Release(ctx, 7*time.Second))
+		released := time.Now()
+		st := b.state(t, *msg.MessageId)
+		last := st.VisibilityChanges[len(st.VisibilityChanges)-1]
+		require.Equal(t, 7*time.Second, last.Timeout)
+		require.Equal(t, released.Add(7*time.Second), st.VisibleAt)
+		require.ErrorIs(t, l.Extend(ctx, time.Minute), ErrLeaseSettled)
+		m2, _ := b.receiveNext(t, 30*time.Second) // long-polls until it is visible again
+		require.Equal(t, *msg.MessageId, *m2.MessageId)
+		require.Equal(t, released.Add(7*time.Second), time.Now())
+	})
+}
+
+// Semantics 8: Stop joins the heartbeat goroutine (goleak checks in
+// TestMain) and cancels the context.
+func TestLeaseStop(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		msg, sent := b.receive(t, "x", 30*time.Second)
+		l, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(30*time.Second), WithReceivedAt(sent))
+		require.NoError(t, err)
+		l.Stop() // before Start: fine
+		l2, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(30*time.Second), WithReceivedAt(sent))
+		require.NoError(t, err)
+		ctx := l2.Start(context.Background())
+		require.Equal(t, ctx, l2.Start(context.Background()), "Start twice returns the first context")
+		b.srv.DelayNext("ChangeMessageVisibility", 1, time.Hour)
+		time.Sleep(10*time.Second + time.Millisecond) // a renewal is in flight
+		l2.Stop()
+		l2.Stop()
+		require.ErrorIs(t, context.Cause(ctx), ErrLeaseSettled)
+	})
+}
+
+func TestLeaseOnDeadline(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		msg, sent := b.receive(t, "x", 30*time.Second)
+		l, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(30*time.Second), WithReceivedAt(sent))
+		require.NoError(t, err)
+		var mu sync.Mutex
+		var got []time.Time
+		remove := l.OnDeadline(func(d time.Time) { mu.Lock(); got = append(got, d); mu.Unlock() })
+		l.Start(context.Background())
+		defer l.Stop()
+		time.Sleep(21 * time.Second)
+		remove()
+		time.Sleep(20 * time.Second)
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, []time.Time{sent.Add(40 * time.Second), sent.Add(50 * time.Second)}, got)
+	})
+}
+
+func TestIsLeaseLost(t *testing.T) {
+	t.Parallel()
+	require.True(t, IsLeaseLost(ErrLeaseLost))
+	require.True(t, IsLeaseLost(&types.ReceiptHandleIsInvalid{}))
+	require.True(t, IsLeaseLost(&EntryError{Code: "ReceiptHandleIsInvalid", Message: "The receipt handle has expired"}))
+	require.False(t, IsLeaseLost(errors.New("boom")))
+	require.False(t, IsLeaseLost(&EntryError{Code: "RequestThrottled"}))
+}
