@@ -376,7 +376,7 @@ func TestSendMessageBatch(t *testing.T) {
 		require.Equal(t, "a", *out.Successful[0].Id)
 		require.Equal(t, "a311262e065454b75da111d535b8dacd", *out.Successful[1].MD5OfMessageAttributes)
 		require.Equal(t, []types.BatchResultErrorEntry{{Id: aws.String("b"), SenderFault: true,
-			Code: aws.String("InvalidParameterValue"),
+			Code:    aws.String("InvalidParameterValue"),
 			Message: aws.String("One or more parameters cannot be validated. Reason: Message must be shorter than 1024 bytes.")}},
 			out.Failed)
 		time.Sleep(2 * time.Second)
