@@ -1,0 +1,635 @@
+package sqsconsumer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sqskit/sqsconsumer/sqstest"
+)
+
+// spy wraps a Client and records the MaxNumberOfMessages of every receive.
+type spy struct {
+	Client
+	mu   sync.Mutex
+	maxN []int32
+	busy func() int // handler slots in use when a receive is sent
+	over atomic.Int32
+}
+
+func (s *spy) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, optFns ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	s.mu.Lock()
+	s.maxN = append(s.maxN, in.MaxNumberOfMessages)
+	s.mu.Unlock()
+	return s.Client.ReceiveMessage(ctx, in, optFns...)
+}
+
+// running starts c.Run in a goroutine; stop cancels it and returns Run's error.
+func running(t *testing.T, c *Consumer) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	return func() error {
+		cancel()
+		return <-done
+	}
+}
+
+func (b bundle) send(t *testing.T, n int, opts ...sqstest.SendOption) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range n {
+		id, err := b.srv.Send(b.url, fmt.Sprintf("m%03d", i), opts...)
+		require.NoError(t, err)
+		ids[i] = id
+	}
+	return ids
+}
+
+func TestNewValidates(t *testing.T) {
+	t.Parallel()
+	h := HandlerFunc(func(context.Context, *Message) error { return nil })
+	c := &sqs.Client{}
+	tests := []struct {
+		name    string
+		client  Client
+		url     string
+		handler Handler
+		opts    []Option
+		want    string
+	}{
+		{"nil client", nil, "u", h, nil, "client is nil"},
+		{"empty url", c, "", h, nil, "queue URL is empty"},
+		{"nil handler", c, "u", nil, nil, "handler is nil"},
+		{"nil HandlerFunc", c, "u", HandlerFunc(nil), nil, "nil HandlerFunc"},
+		{"concurrency 0", c, "u", h, []Option{WithConcurrency(0)}, "WithConcurrency(0)"},
+		{"batch 11", c, "u", h, []Option{WithBatchSize(11)}, "WithBatchSize(11)"},
+		{"batch 0", c, "u", h, []Option{WithBatchSize(0)}, "WithBatchSize(0)"},
+		{"wait 21s", c, "u", h, []Option{WithWaitTime(21 * time.Second)}, "WithWaitTime(21s)"},
+		{"wait fractional", c, "u", h, []Option{WithWaitTime(1500 * time.Millisecond)}, "whole seconds"},
+		{"negative shutdown", c, "u", h, []Option{WithShutdownTimeout(-time.Second)}, "WithShutdownTimeout"},
+		{"heartbeat vs lease", c, "u", h, []Option{WithVisibilityTimeout(30 * time.Second), WithHeartbeatInterval(20 * time.Second)}, "less than half the lease"},
+		{"nil backoff", c, "u", h, []Option{WithBackoff(nil)}, "WithBackoff(nil)"},
+		{"nil middleware", c, "u", h, []Option{WithMiddleware(nil)}, "middleware 0 is nil"},
+		{"handler timeout", c, "u", h, []Option{WithHandlerTimeout(0)}, "WithHandlerTimeout"},
+		{"pollers", c, "u", h, []Option{WithPollers(0)}, "WithPollers(0)"},
+		{"lease-only option", c, "u", h, []Option{WithReceivedAt(time.Now())}, "WithReceivedAt applies to NewLease only"},
+		{"nil logger", c, "u", h, []Option{WithLogger(nil)}, "WithLogger(nil)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := New(tt.client, tt.url, tt.handler, tt.opts...)
+			require.Nil(t, got)
+			require.ErrorIs(t, err, ErrInvalidOption)
+			require.ErrorContains(t, err, tt.want)
+		})
+	}
+	got, err := New(c, "u", h)
+	require.NoError(t, err)
+	require.NotNil(t, got)
+}
+
+func TestRunReadsQueueVisibilityTimeout(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, map[string]string{"VisibilityTimeout": "45"})
+		ids := b.send(t, 1)
+		done := make(chan struct{})
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			time.Sleep(40 * time.Second)
+			close(done)
+			return nil
+		}))
+		require.NoError(t, err)
+		stop := running(t, c)
+		<-done
+		require.NoError(t, stop())
+		st := b.state(t, ids[0])
+		require.Equal(t, 45*time.Second, st.Receives[0].VisibilityTimeout)
+		require.Equal(t, st.Receives[0].At.Add(15*time.Second+batchWindow), st.VisibilityChanges[0].At, "renewed at a third of the queue's 45 s (sent after one batch window)")
+		require.True(t, st.Deleted)
+	})
+}
+
+func TestRunRejectsTooShortQueueTimeout(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, map[string]string{"VisibilityTimeout": "1"})
+		c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error { return nil }))
+		require.NoError(t, err)
+		err = c.Run(context.Background())
+		require.ErrorIs(t, err, ErrInvalidOption)
+		require.ErrorContains(t, err, "VisibilityTimeout (1s)")
+		require.ErrorContains(t, c.Run(context.Background()), "only once")
+	})
+}
+
+// Semantics 5: success deletes (batched) with the latest handle; failure
+// sets the backoff visibility; RetryAfter sets its own; a panic is a failure.
+func TestSettlement(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		ids := b.send(t, 4)
+		var logs bytes.Buffer
+		var mu sync.Mutex
+		calls := map[string]int{}
+		h := HandlerFunc(func(ctx context.Context, m *Message) error {
+			mu.Lock()
+			calls[m.Body]++
+			n := calls[m.Body]
+			mu.Unlock()
+			switch m.Body {
+			case "m001":
+				if n == 1 {
+					return errors.New("transient")
+				}
+			case "m002":
+				if n == 1 {
+					return RetryAfter(errors.New("later"), 42*time.Second)
+				}
+			case "m003":
+				if n == 1 {
+					panic("boom")
+				}
+			}
+			return nil
+		})
+		c, err := New(b.client, b.url, h, WithVisibilityTimeout(30*time.Second),
+			WithBackoff(func(n int) time.Duration { return time.Duration(n) * 7 * time.Second }),
+			WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(time.Minute)
+		require.NoError(t, stop())
+
+		for i, id := range ids {
+			require.True(t, b.state(t, id).Deleted, "message %d deleted in the end", i)
+		}
+		require.Equal(t, 1, b.state(t, ids[0]).ReceiveCount)
+		for i, want := range map[int]time.Duration{1: 7 * time.Second, 2: 42 * time.Second, 3: 7 * time.Second} {
+			st := b.state(t, ids[i])
+			require.Equal(t, 2, st.ReceiveCount, "message %d", i)
+			first := st.VisibilityChanges[0]
+			require.Equal(t, want, first.Timeout, "message %d retry visibility", i)
+			require.Equal(t, first.At.Add(want), st.Receives[1].At, "message %d redelivered after its visibility", i)
+		}
+		require.Contains(t, logs.String(), "handler panicked")
+		require.Contains(t, logs.String(), "consumer_test.go", "the panic is logged with its stack")
+		require.Zero(t, b.srv.CallCount("DeleteMessage"), "deletes go through DeleteMessageBatch")
+		require.Positive(t, b.srv.CallCount("DeleteMessageBatch"))
+	})
+}
+
+func TestDefaultBackoffNeverZero(t *testing.T) {
+	t.Parallel()
+	prev := time.Duration(0)
+	for n := 0; n <= 20; n++ {
+		d := DefaultBackoff(n)
+		require.GreaterOrEqual(t, d, 4*time.Second, "receive count %d", n)
+		require.LessOrEqual(t, d, 18*time.Minute, "receive count %d", n)
+		if n > 1 && n < 8 {
+			require.Greater(t, d, prev*5/8, "grows with the receive count")
+		}
+		prev = d
+	}
+}
+
+// A handler that returns an error because its lease was lost: the message
+// is neither deleted nor released (the handle is no good).
+func TestLostLeaseCancelsHandler(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		ids := b.send(t, 1)
+		cause := make(chan error, 1)
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			<-ctx.Done()
+			cause <- context.Cause(ctx)
+			return ctx.Err()
+		}), WithVisibilityTimeout(30*time.Second))
+		require.NoError(t, err)
+		b.srv.FailNextEntries("ChangeMessageVisibilityBatch", 1, sqstest.FaultReceiptHandleIsInvalid)
+		stop := running(t, c)
+		require.ErrorIs(t, <-cause, ErrLeaseLost)
+		synctest.Wait()
+		require.NoError(t, stop())
+		st := b.state(t, ids[0])
+		require.False(t, st.Deleted)
+		require.Len(t, st.VisibilityChanges, 0, "the injected failure never reached the message; nothing after it")
+	})
+}
+
+// Semantics 4 through the Consumer: a handler running for 13 hours is told
+// to stop before the ceiling and its message is not deleted.
+func TestHandlerPastCeiling(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		ids := b.send(t, 1)
+		var cause error
+		var stoppedAt time.Time
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			<-ctx.Done()
+			cause, stoppedAt = context.Cause(ctx), time.Now()
+			return nil // claims success anyway: still inside the lease, so it is deleted
+		}), WithVisibilityTimeout(60*time.Second), WithMaxLeaseDuration(2*time.Hour))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(3 * time.Hour)
+		require.NoError(t, stop())
+		st := b.state(t, ids[0])
+		require.ErrorIs(t, cause, ErrLeaseCeiling)
+		require.Equal(t, st.Receives[0].At.Add(2*time.Hour-20*time.Second), stoppedAt)
+		require.True(t, st.Deleted, "a handler that finishes inside the grace still gets its delete")
+		require.Equal(t, 1, st.ReceiveCount)
+	})
+}
+
+// Semantics 6: a redelivery of a message being handled is adopted, not
+// handed to a second handler.
+func TestRedeliveryIsAdopted(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		ids := b.send(t, 1)
+		rec := &recorder{}
+		var runs atomic.Int32
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			runs.Add(1)
+			time.Sleep(5 * time.Minute)
+			return nil
+		}), WithVisibilityTimeout(30*time.Second), WithObserver(rec), WithWaitTime(time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(time.Minute)
+		require.NoError(t, b.srv.Expire(b.url, ids[0])) // SQS lets the lease lapse
+		time.Sleep(5 * time.Minute)
+		require.NoError(t, stop())
+		st := b.state(t, ids[0])
+		require.Equal(t, int32(1), runs.Load())
+		require.Equal(t, 1, rec.count(EventAdopted))
+		require.Len(t, st.Receives, 2)
+		require.True(t, st.Deleted, "deleted with the adopted handle")
+		for _, vc := range st.VisibilityChanges {
+			if vc.At.After(st.Receives[1].At) && vc.Err == "" {
+				require.Equal(t, st.Receives[1].ReceiptHandle, vc.ReceiptHandle)
+			}
+		}
+	})
+}
+
+// Semantics 8: never receive more than there are free handler slots.
+func TestBackPressure(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		b.send(t, 40)
+		s := &spy{Client: b.client}
+		var active, peak atomic.Int32
+		c, err := New(s, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			n := active.Add(1)
+			for {
+				p := peak.Load()
+				if n <= p || peak.CompareAndSwap(p, n) {
+					break
+				}
+			}
+			time.Sleep(time.Duration(len(m.Body)) * time.Second)
+			active.Add(-1)
+			return nil
+		}), WithVisibilityTimeout(30*time.Second), WithConcurrency(3), WithWaitTime(time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(5 * time.Minute)
+		require.NoError(t, stop())
+		require.Equal(t, int32(3), peak.Load())
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for i, n := range s.maxN {
+			require.LessOrEqual(t, n, int32(3), "receive %d asked for %d", i, n)
+		}
+		for _, st := range b.srv.Messages(b.url) {
+			require.True(t, st.Deleted)
+			require.Equal(t, 1, st.ReceiveCount, "no message waited unleased")
+		}
+	})
+}
+
+// Semantics 9: renewals and deletes of many leases are coalesced into
+// 10-entry batches; a failed entry is retried on its own.
+func TestBatching(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		ids := b.send(t, 100)
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			time.Sleep(95 * time.Second) // about ten renewals each
+			return nil
+		}), WithVisibilityTimeout(30*time.Second), WithConcurrency(100))
+		require.NoError(t, err)
+		b.srv.FailNextEntries("DeleteMessageBatch", 3, sqstest.FaultInternalError)
+		stop := running(t, c)
+		time.Sleep(3 * time.Minute)
+		require.NoError(t, stop())
+		renewals := 0
+		for _, id := range ids {
+			st := b.state(t, id)
+			require.True(t, st.Deleted)
+			require.Equal(t, 1, st.ReceiveCount)
+			renewals += len(st.VisibilityChanges)
+		}
+		calls := b.srv.Calls()
+		require.Zero(t, calls["ChangeMessageVisibility"])
+		require.Zero(t, calls["DeleteMessage"])
+		perRenewal := float64(calls["ChangeMessageVisibilityBatch"]) / float64(renewals)
+		t.Logf("renewals=%d batch calls=%d (%.3f per renewal); deletes: %d batch calls for 100", renewals, calls["ChangeMessageVisibilityBatch"], perRenewal, calls["DeleteMessageBatch"])
+		require.LessOrEqual(t, perRenewal, 0.11)
+		require.LessOrEqual(t, calls["DeleteMessageBatch"], 12, "100 deletes in about 10 calls, plus the retried entries")
+	})
+}
+
+// Semantics 7: shutdown stops receiving, releases what has not started,
+// lets running handlers finish while their leases are renewed.
+func TestShutdownLetsHandlersFinish(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		ids := b.send(t, 2)
+		started := make(chan struct{}, 2)
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			started <- struct{}{}
+			time.Sleep(50 * time.Second) // longer than the lease: renewed during shutdown
+			return ctx.Err()
+		}), WithVisibilityTimeout(30*time.Second), WithShutdownTimeout(2*time.Minute))
+		require.NoError(t, err)
+		stop := running(t, c)
+		<-started
+		<-started
+		begin := time.Now()
+		receives := b.srv.CallCount("ReceiveMessage")
+		require.NoError(t, stop())
+		require.Equal(t, begin.Add(50*time.Second+batchWindow), time.Now(), "Run returned when the handlers' deletes did")
+		require.Equal(t, receives, b.srv.CallCount("ReceiveMessage"), "no receive after the cancel")
+		for _, id := range ids {
+			st := b.state(t, id)
+			require.True(t, st.Deleted)
+			require.Equal(t, 1, st.ReceiveCount)
+		}
+	})
+}
+
+func TestShutdownCancelsHandlersAfterTimeout(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		ids := b.send(t, 1)
+		started := make(chan struct{})
+		var cause error
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			close(started)
+			<-ctx.Done()
+			cause = context.Cause(ctx)
+			return ctx.Err()
+		}), WithVisibilityTimeout(30*time.Second), WithShutdownTimeout(45*time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		<-started
+		begin := time.Now()
+		require.NoError(t, stop())
+		require.Equal(t, begin.Add(45*time.Second+batchWindow), time.Now(), "cancelled at the shutdown timeout, then released")
+		require.ErrorIs(t, cause, ErrShutdown)
+		st := b.state(t, ids[0])
+		require.False(t, st.Deleted)
+		last := st.VisibilityChanges[len(st.VisibilityChanges)-1]
+		require.Equal(t, time.Duration(0), last.Timeout, "released for another worker at once")
+		require.GreaterOrEqual(t, len(st.VisibilityChanges), 4, "renewed while waiting")
+		require.Equal(t, 1, st.ReceiveCount)
+	})
+}
+
+func TestShutdownWithIdlePollReturnsAtOnce(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error { return nil }),
+			WithVisibilityTimeout(30*time.Second), WithConcurrency(25))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(5 * time.Second) // three pollers are in a 20 s long poll
+		begin := time.Now()
+		require.NoError(t, stop())
+		require.Equal(t, begin, time.Now(), "the in-flight long poll was abandoned")
+	})
+}
+
+// FIFO: one message of a group at a time, in order; a failure hands the
+// rest of the group back so the order holds; messages waiting behind a
+// running one are leased; other groups run in parallel.
+func TestFIFOGroups(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, map[string]string{"FifoQueue": "true", "ContentBasedDeduplication": "true"})
+		for i := range 3 {
+			_, err := b.srv.Send(b.url, fmt.Sprintf("a%d", i), sqstest.WithGroupID("a"))
+			require.NoError(t, err)
+			_, err = b.srv.Send(b.url, fmt.Sprintf("b%d", i), sqstest.WithGroupID("b"))
+			require.NoError(t, err)
+		}
+		var mu sync.Mutex
+		var order []string
+		failed := false
+		running_ := map[string]int{}
+		maxPerGroup := 0
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			mu.Lock()
+			running_[m.GroupID]++
+			maxPerGroup = max(maxPerGroup, running_[m.GroupID])
+			order = append(order, m.Body)
+			fail := m.Body == "b1" && !failed
+			if fail {
+				failed = true
+			}
+			mu.Unlock()
+			time.Sleep(40 * time.Second) // longer than the lease: the waiting ones must be renewed
+			mu.Lock()
+			running_[m.GroupID]--
+			mu.Unlock()
+			if fail {
+				return RetryAfter(errors.New("b1 failed once"), 5*time.Second)
+			}
+			return nil
+		}), WithVisibilityTimeout(30*time.Second), WithConcurrency(10), WithWaitTime(time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(10 * time.Minute)
+		require.NoError(t, stop())
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, 1, maxPerGroup, "one handler per group at a time")
+		var a, bs []string
+		for _, o := range order {
+			if o[0] == 'a' {
+				a = append(a, o)
+			} else {
+				bs = append(bs, o)
+			}
+		}
+		require.Equal(t, []string{"a0", "a1", "a2"}, a)
+		require.Equal(t, []string{"b0", "b1", "b1", "b2"}, bs, "b2 waited for b1's retry")
+		for _, st := range b.srv.Messages(b.url) {
+			require.True(t, st.Deleted, st.Body)
+			if st.Body == "a2" {
+				require.Equal(t, 1, st.ReceiveCount, "a2 waited in the process, leased, without a redelivery")
+				require.NotEmpty(t, st.VisibilityChanges)
+			}
+		}
+	})
+}
+
+func TestFIFOShutdownReleasesWaitingMessages(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, map[string]string{"FifoQueue": "true", "ContentBasedDeduplication": "true"})
+		for i := range 3 {
+			_, err := b.srv.Send(b.url, fmt.Sprintf("g%d", i), sqstest.WithGroupID("g"))
+			require.NoError(t, err)
+		}
+		started := make(chan struct{}, 3)
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			started <- struct{}{}
+			time.Sleep(10 * time.Second)
+			return nil
+		}), WithVisibilityTimeout(30*time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		<-started
+		require.NoError(t, stop())
+		require.Len(t, started, 0, "no handler started after the cancel")
+		for _, st := range b.srv.Messages(b.url) {
+			if st.Body == "g0" {
+				require.True(t, st.Deleted)
+				continue
+			}
+			require.False(t, st.Deleted)
+			require.False(t, st.InFlight, "%s released (visibility 0)", st.Body)
+		}
+	})
+}
+
+func TestReceiveErrors(t *testing.T) {
+	t.Parallel()
+	t.Run("transient: back off and keep polling", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			b := setup(t, nil)
+			ids := b.send(t, 1)
+			b.srv.FailNext("ReceiveMessage", 5, sqstest.FaultServiceUnavailable)
+			c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error { return nil }), WithVisibilityTimeout(30*time.Second))
+			require.NoError(t, err)
+			stop := running(t, c)
+			time.Sleep(time.Minute)
+			require.NoError(t, stop())
+			require.True(t, b.state(t, ids[0]).Deleted)
+		})
+	})
+	t.Run("permanent: Run returns the error after a clean shutdown", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			b := setup(t, nil)
+			b.send(t, 1)
+			finished := make(chan struct{})
+			started := make(chan struct{})
+			c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error {
+				close(started)
+				time.Sleep(15 * time.Second)
+				close(finished)
+				return nil
+			}), WithVisibilityTimeout(30*time.Second), WithConcurrency(2), WithWaitTime(time.Second))
+			require.NoError(t, err)
+			go func() {
+				<-started
+				b.srv.FailNext("ReceiveMessage", 1, sqstest.FaultQueueDoesNotExist) // a later receive, while the handler runs
+			}()
+			err = c.Run(context.Background())
+			require.Error(t, err)
+			require.Contains(t, err.Error(), "ReceiveMessage")
+			select {
+			case <-finished:
+			default:
+				t.Fatal("Run returned before the running handler finished")
+			}
+			for _, st := range b.srv.Messages(b.url) {
+				require.True(t, st.Deleted, "the running handler's message was settled before Run returned")
+			}
+		})
+	})
+}
+
+func TestHandlerTimeoutAndMiddlewareOrder(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		b.send(t, 1)
+		var trail []string
+		var mu sync.Mutex
+		mw := func(name string) Middleware {
+			return func(next Handler) Handler {
+				return HandlerFunc(func(ctx context.Context, m *Message) error {
+					mu.Lock()
+					trail = append(trail, name)
+					mu.Unlock()
+					return next.HandleMessage(ctx, m)
+				})
+			}
+		}
+		var took time.Duration
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			start := time.Now()
+			<-ctx.Done()
+			took = time.Since(start)
+			return ctx.Err()
+		}), WithVisibilityTimeout(30*time.Second), WithHandlerTimeout(3*time.Second), WithMiddleware(mw("outer"), mw("inner")))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(5 * time.Second)
+		require.NoError(t, stop())
+		require.Equal(t, 3*time.Second, took)
+		require.Equal(t, []string{"outer", "inner"}, trail[:2])
+	})
+}
+
+func TestObserverSeesTheLifeOfAMessage(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		b.send(t, 1)
+		rec := &recorder{}
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			time.Sleep(25 * time.Second)
+			return nil
+		}), WithVisibilityTimeout(30*time.Second), WithObserver(rec))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(30 * time.Second)
+		require.NoError(t, stop())
+		var kinds []string
+		for _, e := range rec.events {
+			kinds = append(kinds, e.Kind.String())
+			require.NotNil(t, e.Message)
+		}
+		require.Equal(t, "received,started,renewed,renewed,succeeded,deleted", strings.Join(kinds, ","))
+		last := rec.events[len(rec.events)-1]
+		require.Equal(t, 25*time.Second+batchWindow, last.SinceReceive)
+	})
+}
