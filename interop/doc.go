@@ -1,0 +1,19 @@
+// Package interop is a differential test suite: it runs the same SQS
+// scenarios against [github.com/sqskit/sqsconsumer/sqstest] and against
+// fauxqs, an independent SQS emulator, each through a real *sqs.Client over
+// real loopback sockets, and compares what the client observes.
+//
+// The suite runs only when SQSCONSUMER_FAUXQS_ENDPOINT holds fauxqs's
+// endpoint; .ci/setup.d/10-fauxqs.sh installs and starts fauxqs and sets it.
+// Without it every test skips:
+//
+//	source .ci/setup.d/10-fauxqs.sh && go test -race ./interop/
+//
+// Rules (see compareRecords in harness_test.go): where SQS-FACTS.md records
+// AWS's answer, sqstest must give it; fauxqs must agree with sqstest unless
+// the difference is a known fauxqs divergence, listed with its SQS-FACTS
+// source in divergences_test.go and logged rather than failed.
+//
+// Since the servers run on the wall clock, scenarios use real visibility
+// timeouts and delays of 1–2 s; the package has no non-test code.
+package interop
