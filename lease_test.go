@@ -353,7 +353,7 @@ func TestLeaseAdopt(t *testing.T) {
 		require.NoError(t, err)
 		ctx := l.Start(context.Background())
 		defer l.Stop()
-		time.Sleep(11 * time.Hour)
+		time.Sleep(11*time.Hour + 5*time.Second) // between two renewals
 		require.NoError(t, b.srv.Expire(b.url, *msg.MessageId))
 		msg2, sent2 := b.receiveNext(t, 30*time.Second)
 		require.Equal(t, *msg.MessageId, *msg2.MessageId)
