@@ -28,6 +28,7 @@ func (d divergence) summary() string {
 // A wireDivergence is a difference of encoding that shows at every step an
 // error passes through; normalize maps fauxqs's rendering onto AWS's.
 type wireDivergence struct {
+	name              string
 	fauxqs, aws, fact string
 	normalize         func(got string) string
 }
@@ -36,6 +37,7 @@ type wireDivergence struct {
 // errors that AWS sends unprefixed (SQS-FACTS §1.3, §1.5) with an
 // "AWS.SimpleQueueService." prefix, so the Go SDK's ErrorCode() differs.
 var wireDivergences = []wireDivergence{{
+	name:   "AWS.SimpleQueueService. prefix on unprefixed query codes",
 	fauxqs: `sends x-amzn-query-error "AWS.SimpleQueueService.InvalidParameterValue" (likewise MissingParameter, InvalidMessageContents), so ErrorCode() carries the prefix`,
 	aws:    `sends "InvalidParameterValue;Sender" / "MissingParameter;Sender" (InvalidMessageContents has no modeled query code)`,
 	fact:   "§1.3 (AWS-REC: boto3 Code=InvalidParameterValue), §1.5",
@@ -116,7 +118,7 @@ var divergences = []divergence{
 	{test: "TestFIFOGroupsAndDedup", steps: []string{"batch entry without MessageGroupId fails alone"},
 		fauxqs: "fails a batch entry without MessageGroupId with MissingParameter", aws: "InvalidParameterValue in a batch (MissingParameter only for the single send)", fact: "§5 FIFO send rules (AWS-REC)"},
 	{test: "TestFIFOSendRules", steps: []string{"MessageGroupId with a control character"},
-		fauxqs: "accepts a MessageGroupId with a space, ! and U+0001", aws: "alphanumeric and punctuation only (sqstest: InvalidParameterValue)", fact: "§2 SendMessage, §5 Fair queues (AWS-REC text)"},
+		fauxqs: "accepts a MessageGroupId containing a space and U+0001", aws: "alphanumeric and punctuation only (sqstest: InvalidParameterValue)", fact: "§2 SendMessage, §5 Fair queues (AWS-REC text)"},
 	{test: "TestFIFOSendRules", steps: []string{"MessageGroupId of 129 characters"},
 		fauxqs: "accepts a 129-character MessageGroupId", aws: "at most 128", fact: "§2 SendMessage"},
 	{test: "TestFIFOSendRules", steps: []string{"ReceiveRequestAttemptId of 129 characters"},

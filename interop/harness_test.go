@@ -267,7 +267,7 @@ func compareRecords(t *testing.T, fake, faux *record) {
 			continue
 		}
 		if wd, known := lookupWireDivergence(f.got, o.got); known {
-			t.Logf("known fauxqs wire divergence at %q: fauxqs %s; AWS %s (SQS-FACTS %s)", step, wd.fauxqs, wd.aws, wd.fact)
+			t.Logf("known fauxqs wire divergence at %q (%s): sqstest %q, fauxqs %q", step, wd.name, o.got, f.got)
 			continue
 		}
 		if d, known := lookupDivergence(test, step); known {
