@@ -1,0 +1,795 @@
+package sqsconsumer
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sqskit/sqsconsumer/internal/latency"
+)
+
+// Sizing constants used by the advisor and by adaptive leases.
+const (
+	// MinAdaptiveVisibility is the shortest lease AdaptiveVisibility and
+	// Stats.Advise ever choose, whatever the work's p99. The heartbeat
+	// renews when a third of the lease has passed, so two thirds of it must
+	// absorb a renewal's round trip, the batching window, an SDK retry and a
+	// stalled process. At 10 s a renewal has about 6.7 s to land, time for
+	// a first call and a retry even when one call stalls for 3 s, and a
+	// message costs 0.3 renewal calls a second (before batching). Shorter
+	// leases recover crashes a few seconds sooner at a real risk of
+	// overrun; SQS also counts visibility in whole seconds, so rounding
+	// alone costs a 3 s lease up to a third of its length.
+	MinAdaptiveVisibility = 10 * time.Second
+
+	// AdviceMinSamples is how many settled messages Stats.Advise wants
+	// before it trusts a p99; below it, advice carries a warning that the
+	// figures are rough.
+	AdviceMinSamples = 100
+	// AdviceTailSamples is how many settled messages a p99.9 needs before
+	// Stats.Advise judges the tail by it.
+	AdviceTailSamples = 1000
+	// AdviceTailRatio is how far p99.9 must be above p99 to count as a long
+	// tail: at 1.5 the slowest 0.1 % take half as long again as the p99, so
+	// a constant sized for them freezes every crashed message far longer
+	// than typical work needs. A long tail calls for a lease near p90 with
+	// heartbeating, not a bigger constant.
+	AdviceTailRatio = 1.5
+
+	// recentHalf is the size of each half of the recent window behind
+	// adaptive leases: its p99 covers the last 256 to 512 settled messages.
+	recentHalf = 256
+	// adaptiveMinSamples is how many recent settled messages adaptive
+	// leases need before they leave their fallback.
+	adaptiveMinSamples = 20
+	// maxTrackedMessages bounds the recorder's per-message state.
+	maxTrackedMessages = 1 << 16
+	// maxReceiveCountKey is the largest key of Stats.ReceiveCounts; higher
+	// counts are counted under it (SQS's maxReceiveCount is at most 1000).
+	maxReceiveCountKey = 1000
+	// staleAfter is how long a message's state may go unobserved before the
+	// recorder forgets it: no lease outlives SQS's 12-hour ceiling.
+	staleAfter = MaxVisibilityTimeout + time.Hour
+)
+
+// AdaptiveVisibility returns the lease to ask for when recent work has the
+// given p99 receive-to-settle time: twice the p99, rounded up to whole
+// seconds, clamped to [lo, hi]. The lower bound is never below
+// MinAdaptiveVisibility (10 s), the upper never above MaxVisibilityTimeout
+// (12 h); if hi is below the lower bound, the lower bound wins. A p99 of 0
+// or less (no data) gives the lower bound. The function is pure and safe
+// for concurrent use.
+func AdaptiveVisibility(p99, lo, hi time.Duration) time.Duration {
+	lo = ceilSecond(max(lo, MinAdaptiveVisibility))
+	hi = min(hi, MaxVisibilityTimeout).Truncate(time.Second)
+	if hi < lo {
+		hi = lo
+	}
+	p99 = min(p99, MaxVisibilityTimeout) // 2*p99 cannot overflow
+	if p99 <= 0 {
+		return lo
+	}
+	return min(max(ceilSecond(2*p99), lo), hi)
+}
+
+// ceilSecond rounds d up to a whole second.
+func ceilSecond(d time.Duration) time.Duration {
+	if t := d.Truncate(time.Second); t != d {
+		return t + time.Second
+	}
+	return d
+}
+
+// Severity ranks a Recommendation. The zero value is SeverityInfo.
+type Severity int
+
+// The severities, least severe first.
+const (
+	// SeverityInfo is a figure worth knowing; nothing needs to change.
+	SeverityInfo Severity = iota
+	// SeverityWarn is a setting that costs duplicates, latency or money.
+	SeverityWarn
+	// SeverityError is a setting that loses messages or processes many of
+	// them twice.
+	SeverityError
+)
+
+var severityNames = [...]string{SeverityInfo: "info", SeverityWarn: "warn", SeverityError: "error"}
+
+// String returns "info", "warn" or "error".
+func (s Severity) String() string {
+	if s >= 0 && int(s) < len(severityNames) {
+		return severityNames[s]
+	}
+	return "severity(" + strconv.Itoa(int(s)) + ")"
+}
+
+// MarshalText encodes the severity as its String, for JSON and logs.
+func (s Severity) MarshalText() ([]byte, error) {
+	if s < 0 || int(s) >= len(severityNames) {
+		return nil, fmt.Errorf("sqsconsumer: unknown severity %d", int(s))
+	}
+	return []byte(s.String()), nil
+}
+
+// UnmarshalText decodes "info", "warn" (or "warning") and "error".
+func (s *Severity) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "info":
+		*s = SeverityInfo
+	case "warn", "warning":
+		*s = SeverityWarn
+	case "error":
+		*s = SeverityError
+	default:
+		return fmt.Errorf("sqsconsumer: unknown severity %q", b)
+	}
+	return nil
+}
+
+// Level maps the severity to a slog level: Info, Warn, Error.
+func (s Severity) Level() slog.Level {
+	switch s {
+	case SeverityWarn:
+		return slog.LevelWarn
+	case SeverityError:
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
+// StatsRecorder is an Observer that measures a consumer's work: how long
+// each message was held from receive to settlement (in-process queueing
+// included, since the visibility timeout runs from the receive), how often
+// messages come back (their ApproximateReceiveCount), and how often leases
+// are renewed or lost. Stats reads the figures; Stats.Advise turns them into
+// recommendations for the visibility timeout and the settings around it.
+//
+// A message's duration is recorded once, at its first settlement:
+// EventDeleted or EventReleased, or when its lease is lost or expires
+// (then at the handler's return if it was still running, since that is
+// how long the work took). A message released at shutdown before its
+// handler started is not a duration of work and is only counted.
+//
+// Give it to WithObserver (combine with others using Observers). Make one
+// with NewStatsRecorder; the zero value is not usable. All methods are safe
+// for concurrent use; Observe takes one short mutex per event and keeps at
+// most 65,536 messages' state (a few dozen bytes each), forgetting a
+// message 13 hours after its last event.
+type StatsRecorder struct {
+	all    latency.Histogram // every recorded duration
+	recent *latency.Window   // the latest 256..512 durations
+
+	mu sync.Mutex // guards the fields below
+	c  Stats      // counters; percentiles are filled in by Stats
+	// renewalsSettled sums the renewals of messages whose duration was
+	// recorded; renewedSettled counts those renewed at least once.
+	renewalsSettled int64
+	renewedSettled  int64
+	msgs            map[msgKey]*msgState
+	receiveCounts   map[int]int64
+	events          uint64 // for periodic pruning
+}
+
+type msgKey struct{ queue, id string }
+
+type msgState struct {
+	received    bool // EventReceived seen: a Consumer delivered it
+	started     bool // the handler was called
+	handlerDone bool // the handler returned
+	ended       bool // lease lost or expired while the handler ran
+	renewals    int
+	lastSeen    time.Time
+}
+
+// NewStatsRecorder returns an empty recorder.
+func NewStatsRecorder() *StatsRecorder {
+	return &StatsRecorder{
+		recent:        latency.NewWindow(recentHalf),
+		msgs:          map[msgKey]*msgState{},
+		receiveCounts: map[int]int64{},
+	}
+}
+
+// Observe implements Observer.
+func (r *StatsRecorder) Observe(e Event) {
+	var record bool
+	r.mu.Lock()
+	key := msgKey{e.QueueURL, e.MessageID}
+	st := r.msgs[key]
+	track := func() *msgState {
+		if st == nil {
+			if len(r.msgs) >= maxTrackedMessages {
+				r.pruneLocked(e.Time)
+			}
+			if len(r.msgs) < maxTrackedMessages {
+				st = &msgState{}
+				r.msgs[key] = st
+			}
+		}
+		if st != nil {
+			st.lastSeen = e.Time
+		}
+		return st
+	}
+	switch e.Kind {
+	case EventReceived:
+		r.c.Received++
+		r.receiveCounts[min(max(e.ReceiveCount, 0), maxReceiveCountKey)]++
+		if s := track(); s != nil {
+			s.received = true
+		}
+	case EventAdopted:
+		r.c.Adopted++
+		track()
+	case EventStarted:
+		r.c.Started++
+		if s := track(); s != nil {
+			s.started = true
+		}
+	case EventSucceeded, EventFailed:
+		if e.Kind == EventSucceeded {
+			r.c.Succeeded++
+		} else {
+			r.c.Failed++
+		}
+		if st != nil {
+			st.handlerDone = true
+			if st.ended { // the lease ended first; the work ends now
+				record = true
+				r.settleLocked(key, st)
+			}
+		}
+	case EventRenewed:
+		r.c.Renewals++
+		if s := track(); s != nil {
+			s.renewals++
+		}
+	case EventRenewalFailed:
+		r.c.RenewalFailures++
+	case EventCeilingReached:
+		r.c.CeilingHits++
+	case EventLeaseLost, EventLeaseExpired:
+		if e.Kind == EventLeaseLost {
+			r.c.LeasesLost++
+		} else {
+			r.c.LeasesExpired++
+		}
+		switch {
+		case st == nil:
+			record = true
+			r.settleLocked(key, nil)
+		case st.ended:
+			// already ended; wait for the handler
+		case st.started && !st.handlerDone:
+			st.ended = true // record when the handler returns
+			st.lastSeen = e.Time
+		default:
+			record = true
+			r.settleLocked(key, st)
+		}
+	case EventDeleted, EventReleased:
+		if e.Kind == EventDeleted {
+			r.c.Deleted++
+		} else {
+			r.c.Released++
+		}
+		switch {
+		case st != nil && st.ended:
+			// the duration is taken when the handler returns
+		case st != nil && e.Kind == EventReleased && st.received && !st.started:
+			r.c.ReleasedUnstarted++
+			delete(r.msgs, key)
+		default:
+			record = true
+			r.settleLocked(key, st)
+		}
+	}
+	r.events++
+	if r.events%4096 == 0 {
+		r.pruneLocked(e.Time)
+	}
+	r.mu.Unlock()
+	if record {
+		r.all.Record(e.SinceReceive)
+		r.recent.Record(e.SinceReceive)
+	}
+}
+
+// settleLocked counts a recorded message and forgets its state.
+func (r *StatsRecorder) settleLocked(key msgKey, st *msgState) {
+	r.c.Processed++
+	if st == nil {
+		return
+	}
+	r.renewalsSettled += int64(st.renewals)
+	if st.renewals > 0 {
+		r.renewedSettled++
+	}
+	delete(r.msgs, key)
+}
+
+// pruneLocked forgets messages not seen for staleAfter before now (leases
+// stopped without settlement).
+func (r *StatsRecorder) pruneLocked(now time.Time) {
+	cutoff := now.Add(-staleAfter)
+	for k, st := range r.msgs {
+		if st.lastSeen.Before(cutoff) {
+			delete(r.msgs, k)
+		}
+	}
+}
+
+// Stats returns the figures so far.
+func (r *StatsRecorder) Stats() Stats {
+	r.mu.Lock()
+	s := r.c
+	s.ReceiveCounts = make(map[int]int64, len(r.receiveCounts))
+	for k, v := range r.receiveCounts {
+		s.ReceiveCounts[k] = v
+	}
+	if s.Processed > 0 {
+		s.RenewalsPerMessage = float64(r.renewalsSettled) / float64(s.Processed)
+		s.RenewedShare = float64(r.renewedSettled) / float64(s.Processed)
+	}
+	r.mu.Unlock()
+
+	snap := r.all.Snapshot()
+	s.dist = &snap
+	s.P50, s.P90, s.P99, s.P999 = snap.Quantile(0.50), snap.Quantile(0.90), snap.Quantile(0.99), snap.Quantile(0.999)
+	s.Max, s.Mean = snap.Max(), snap.Mean()
+	recent := r.recent.Snapshot()
+	s.RecentP99, s.RecentCount = recent.Quantile(0.99), int(recent.Count())
+	return s
+}
+
+// adaptiveVisibility is the lease for the next receive under
+// WithAdaptiveVisibility(lo, hi): AdaptiveVisibility of the recent p99 once
+// the recent window holds adaptiveMinSamples messages, fallback (clamped
+// the same way) before that.
+func (r *StatsRecorder) adaptiveVisibility(lo, hi, fallback time.Duration) time.Duration {
+	recent := r.recent.Snapshot()
+	if recent.Count() < adaptiveMinSamples {
+		return min(max(fallback, AdaptiveVisibility(0, lo, hi)), AdaptiveVisibility(MaxVisibilityTimeout, lo, hi))
+	}
+	return AdaptiveVisibility(recent.Quantile(0.99), lo, hi)
+}
+
+// Stats is what a StatsRecorder measured. Durations run from the sending
+// of the ReceiveMessage request that delivered a message to its settlement
+// (see StatsRecorder); percentiles are within about 3 % (nearest rank).
+// A Stats is a snapshot: it does not change after it is returned, and may
+// be read from many goroutines.
+type Stats struct {
+	// Event counts since the recorder was made.
+	Received, Adopted, Started, Succeeded, Failed int64
+	Deleted, Released                             int64
+	// ReleasedUnstarted counts releases of messages whose handler never
+	// started (shutdown); they are not in the percentiles.
+	ReleasedUnstarted         int64
+	Renewals, RenewalFailures int64
+	LeasesLost, LeasesExpired int64
+	CeilingHits               int64
+
+	// Processed is how many messages' durations are in the percentiles.
+	Processed int64
+	// Percentiles, maximum and mean of the receive-to-settle durations.
+	P50, P90, P99, P999, Max, Mean time.Duration
+	// RecentP99 is the p99 of the latest RecentCount (256 to 512)
+	// durations: what adaptive leases follow.
+	RecentP99   time.Duration
+	RecentCount int
+
+	// ReceiveCounts maps ApproximateReceiveCount at each receive to how
+	// many receives had it (counts above 1000 are counted under 1000;
+	// 0 means SQS did not say). "All 1" is healthy; a few 2s are the
+	// earliest sign that work outruns its lease.
+	ReceiveCounts map[int]int64
+	// RenewalsPerMessage is the mean number of confirmed renewals of a
+	// processed message; RenewedShare the fraction (0 to 1) of processed
+	// messages renewed at least once.
+	RenewalsPerMessage float64
+	RenewedShare       float64
+
+	dist *latency.Snapshot
+}
+
+// ShareAbove returns the fraction (0 to 1) of processed messages held
+// longer than d, interpolated within the histogram's buckets.
+func (s Stats) ShareAbove(d time.Duration) float64 {
+	if s.dist == nil {
+		return 0
+	}
+	return s.dist.ShareAbove(d)
+}
+
+// Quantile returns the q-quantile (0 to 1) of the receive-to-settle
+// durations, 0 when nothing was processed.
+func (s Stats) Quantile(q float64) time.Duration {
+	if s.dist == nil {
+		return 0
+	}
+	return s.dist.Quantile(q)
+}
+
+// Redeliveries returns how many receives were of a message received before:
+// ApproximateReceiveCount of 2 or more, plus adoptions (a redelivery of a
+// message still leased here).
+func (s Stats) Redeliveries() int64 {
+	n := s.Adopted
+	for k, v := range s.ReceiveCounts {
+		if k >= 2 {
+			n += v
+		}
+	}
+	return n
+}
+
+// LogValue makes a Stats log as a group of its main figures.
+func (s Stats) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.Int64("processed", s.Processed),
+		slog.Duration("p50", s.P50), slog.Duration("p90", s.P90),
+		slog.Duration("p99", s.P99), slog.Duration("p999", s.P999), slog.Duration("max", s.Max),
+		slog.Int64("received", s.Received), slog.Int64("redeliveries", s.Redeliveries()),
+		slog.Int64("failed", s.Failed), slog.Float64("renewals_per_message", s.RenewalsPerMessage),
+		slog.Int64("leases_lost", s.LeasesLost+s.LeasesExpired), slog.Int64("ceiling_hits", s.CeilingHits),
+	)
+}
+
+// QueueSettings describes what Stats.Advise checks the figures against.
+// A zero field is unknown and its checks are skipped, except
+// MaxReceiveCount, where 0 means the queue has no redrive policy.
+type QueueSettings struct {
+	// VisibilityTimeout is the lease the consumer asks for now
+	// (WithVisibilityTimeout, or the queue's VisibilityTimeout).
+	VisibilityTimeout time.Duration
+	// MaxReceiveCount is the redrive policy's maxReceiveCount; 0 when the
+	// queue has no dead-letter queue.
+	MaxReceiveCount int
+	// RetentionPeriod is the queue's MessageRetentionPeriod.
+	RetentionPeriod time.Duration
+	// ShutdownTimeout is WithShutdownTimeout: how long running handlers may
+	// finish when the consumer stops.
+	ShutdownTimeout time.Duration
+}
+
+// QueueSettingsFromAttributes reads VisibilityTimeout,
+// MessageRetentionPeriod and RedrivePolicy's maxReceiveCount from a
+// GetQueueAttributes answer; attributes that are missing or malformed stay
+// zero. ShutdownTimeout is left for the caller.
+func QueueSettingsFromAttributes(attrs map[string]string) QueueSettings {
+	secs := func(name string) time.Duration {
+		n, err := strconv.ParseInt(attrs[name], 10, 64)
+		if err != nil || n < 0 {
+			return 0
+		}
+		return time.Duration(n) * time.Second
+	}
+	q := QueueSettings{
+		VisibilityTimeout: secs("VisibilityTimeout"),
+		RetentionPeriod:   secs("MessageRetentionPeriod"),
+	}
+	if rp := attrs["RedrivePolicy"]; rp != "" {
+		var p struct {
+			MaxReceiveCount json.RawMessage `json:"maxReceiveCount"`
+		}
+		if json.Unmarshal([]byte(rp), &p) == nil {
+			// SQS accepts the count as a number or a string.
+			n, err := strconv.Atoi(strings.Trim(string(p.MaxReceiveCount), `"`))
+			if err == nil && n > 0 {
+				q.MaxReceiveCount = n
+			}
+		}
+	}
+	return q
+}
+
+// Topic names what a Recommendation is about.
+type Topic string
+
+// The topics of Stats.Advise, in the order it reports them.
+const (
+	TopicData       Topic = "data"               // how much the figures can be trusted
+	TopicVisibility Topic = "visibility_timeout" // the lease to ask for
+	TopicHeartbeat  Topic = "heartbeat"          // whether the tail calls for renewals rather than a bigger lease
+	TopicTimeToDLQ  Topic = "time_to_dlq"        // maxReceiveCount × lease, against retention
+	TopicShutdown   Topic = "shutdown"           // the shutdown budget against the work's duration
+	TopicRedelivery Topic = "redelivery"         // the receive-count distribution and lapsed leases
+	TopicCeiling    Topic = "ceiling"            // work that nears the 12-hour limit
+)
+
+// Recommendation is one finding of Stats.Advise.
+type Recommendation struct {
+	Topic    Topic
+	Severity Severity
+	// Value is the duration the recommendation is about (the suggested
+	// lease, the time to DLQ, ...), 0 when it has none.
+	Value time.Duration
+	// Message says what to do and why, with the figures, in one sentence
+	// or two.
+	Message string
+}
+
+// String formats the recommendation as "warn visibility_timeout: ...".
+func (r Recommendation) String() string {
+	return r.Severity.String() + " " + string(r.Topic) + ": " + r.Message
+}
+
+// Advice is the result of Stats.Advise.
+type Advice struct {
+	// VisibilityTimeout is the recommended lease, whole seconds (0 when
+	// nothing has been processed yet).
+	VisibilityTimeout time.Duration
+	// Heartbeat is true when the tail calls for a lease near p90 with
+	// renewals (which a Consumer always makes) rather than a constant
+	// covering the tail.
+	Heartbeat bool
+	// TimeToDLQ is MaxReceiveCount × VisibilityTimeout: how long a message
+	// whose consumer crashes or times out on every attempt takes to reach
+	// the dead-letter queue at the recommended lease (0 without one).
+	TimeToDLQ time.Duration
+	// Recommendations, most severe first, then by topic order.
+	Recommendations []Recommendation
+}
+
+// Worst returns the highest severity among the recommendations
+// (SeverityInfo when there are none).
+func (a Advice) Worst() Severity {
+	w := SeverityInfo
+	for _, r := range a.Recommendations {
+		w = max(w, r.Severity)
+	}
+	return w
+}
+
+// String formats the advice one recommendation per line.
+func (a Advice) String() string {
+	var b strings.Builder
+	for _, r := range a.Recommendations {
+		b.WriteString(r.String())
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// Advise turns the figures into recommendations, checked against q:
+//
+//   - visibility timeout: p99 × 2, rounded up to a whole second (then to
+//     a round figure: 10 s steps above a minute, minutes above 10 min),
+//     never below MinAdaptiveVisibility;
+//   - heartbeat: when p99.9 is at least AdviceTailRatio × p99 (a long
+//     tail), a lease near p90 (p90 × 1.25, rounded) with renewals instead,
+//     so most messages settle inside the first lease, crashed work is
+//     retried soon, and only the tail pays for renewals;
+//   - time to DLQ: maxReceiveCount × lease, against the retention period
+//     (an error when messages would expire first, a warning above a
+//     quarter of it);
+//   - shutdown: the share of work longer than the shutdown budget, which
+//     a deploy cancels and SQS delivers again;
+//   - redelivery: the receive-count distribution, adoptions and lapsed
+//     leases, the earliest sign that work outruns its lease;
+//   - ceiling: work reaching the 12-hour limit.
+//
+// Advise is pure: it reads s and q only.
+func (s Stats) Advise(q QueueSettings) Advice {
+	var a Advice
+	add := func(t Topic, sev Severity, v time.Duration, format string, args ...any) {
+		a.Recommendations = append(a.Recommendations, Recommendation{Topic: t, Severity: sev, Value: v, Message: fmt.Sprintf(format, args...)})
+	}
+
+	lease := q.VisibilityTimeout // what the time-to-DLQ check falls back on
+	switch {
+	case s.Processed == 0:
+		add(TopicData, SeverityInfo, 0, "no message has been processed yet: no figures to size the lease from")
+	default:
+		if s.Processed < AdviceMinSamples {
+			add(TopicData, SeverityWarn, 0, "only %d messages processed: percentiles are rough until %d (p99) and %d (p99.9)",
+				s.Processed, AdviceMinSamples, AdviceTailSamples)
+		}
+		lease = s.adviseLease(q, &a, add)
+	}
+
+	// Time to DLQ.
+	switch {
+	case q.MaxReceiveCount == 0:
+		add(TopicTimeToDLQ, SeverityWarn, 0, "no redrive policy: a message that always fails is retried until retention (%s) deletes it, with no trace left",
+			orUnknown(q.RetentionPeriod))
+	case lease > 0:
+		n := time.Duration(q.MaxReceiveCount)
+		ttd := n * lease
+		if s.Processed > 0 {
+			a.TimeToDLQ = ttd
+		}
+		// Judge the setting in force when it is known.
+		judged := ttd
+		text := fmt.Sprintf("maxReceiveCount %d × lease %s = %s", q.MaxReceiveCount, fmtDur(lease), fmtDur(ttd))
+		if cur := q.VisibilityTimeout; cur > 0 && cur != lease {
+			judged = n * cur
+			text = fmt.Sprintf("maxReceiveCount %d × the current %s lease = %s (at the recommended %s lease: %s)",
+				q.MaxReceiveCount, fmtDur(cur), fmtDur(judged), fmtDur(lease), fmtDur(ttd))
+		}
+		sev, why := SeverityInfo, ""
+		switch r := q.RetentionPeriod; {
+		case r > 0 && judged >= r:
+			sev, why = SeverityError, fmt.Sprintf("; that is not below retention (%s): messages expire before they reach the DLQ", fmtDur(r))
+		case r > 0 && judged > r/4:
+			sev, why = SeverityWarn, fmt.Sprintf("; that is over a quarter of retention (%s): keep it far below", fmtDur(r))
+		case r > 0:
+			why = fmt.Sprintf(", far below retention (%s)", fmtDur(r))
+		}
+		add(TopicTimeToDLQ, sev, ttd, "a message whose consumer crashes or times out on every attempt reaches the DLQ after %s%s; a handler that hangs is renewed up to the maximum lease duration on each attempt, so bound handlers with WithHandlerTimeout",
+			text, why)
+	}
+
+	if s.Processed > 0 && q.ShutdownTimeout > 0 {
+		share := s.ShareAbove(q.ShutdownTimeout)
+		switch {
+		case q.ShutdownTimeout < s.P90:
+			add(TopicShutdown, SeverityWarn, q.ShutdownTimeout, "shutdown budget %s is below p90 (%s): about %s of messages take longer, so every deploy cancels most long work in flight (ErrShutdown) and SQS delivers it again; raise the budget toward p99 (%s) and the orchestrator's kill timeout with it, or make the work resumable",
+				fmtDur(q.ShutdownTimeout), fmtDur(s.P90), pct(share), fmtDur(s.P99))
+		case q.ShutdownTimeout < s.P99:
+			add(TopicShutdown, SeverityInfo, q.ShutdownTimeout, "shutdown budget %s is below p99 (%s): about %s of messages in flight at a deploy are cut short and delivered again",
+				fmtDur(q.ShutdownTimeout), fmtDur(s.P99), pct(share))
+		default:
+			add(TopicShutdown, SeverityInfo, q.ShutdownTimeout, "shutdown budget %s covers p99 (%s); leases stay renewed while handlers drain, so a budget longer than the lease is fine, but the orchestrator must wait longer than the budget before it kills the process",
+				fmtDur(q.ShutdownTimeout), fmtDur(s.P99))
+		}
+	}
+
+	s.adviseRedelivery(add)
+
+	if s.CeilingHits > 0 {
+		add(TopicCeiling, SeverityWarn, MaxVisibilityTimeout, "%d messages reached the maximum lease duration: work that long cannot be held by an SQS lease; record the job durably, delete the message, and track the work elsewhere",
+			s.CeilingHits)
+	}
+
+	slices.SortStableFunc(a.Recommendations, func(x, y Recommendation) int { return int(y.Severity - x.Severity) })
+	return a
+}
+
+// adviseLease adds the visibility and heartbeat recommendations and
+// returns the recommended lease.
+func (s Stats) adviseLease(q QueueSettings, a *Advice, add func(Topic, Severity, time.Duration, string, ...any)) time.Duration {
+	clamp := func(d time.Duration) time.Duration { return min(max(d, MinAdaptiveVisibility), MaxVisibilityTimeout) }
+	constant := clamp(roundLease(2 * s.P99))
+	lease := constant
+	tail := s.Processed >= AdviceTailSamples && float64(s.P999) >= AdviceTailRatio*float64(s.P99)
+	if near90 := clamp(roundLease(s.P90 + s.P90/4)); tail && near90 < constant {
+		lease = near90
+		a.Heartbeat = true
+		add(TopicHeartbeat, SeverityInfo, lease, "p99.9 (%s) is %.1f× p99 (%s), a long tail: rather than a %s constant (p99 × 2) that leaves a crashed consumer's messages invisible that long, lease %s (near p90, %s) and let renewals every third of the lease carry the tail; about %s of messages outlive the first lease",
+			fmtDur(s.P999), float64(s.P999)/float64(s.P99), fmtDur(s.P99), fmtDur(constant), fmtDur(lease), fmtDur(s.P90), pct(s.ShareAbove(lease)))
+	}
+	a.VisibilityTimeout = lease
+
+	basis := fmt.Sprintf("p99 %s × 2", fmtDur(s.P99))
+	if a.Heartbeat {
+		basis = fmt.Sprintf("p90 %s with headroom, renewals for the tail", fmtDur(s.P90))
+	}
+	cur := q.VisibilityTimeout
+	switch {
+	case cur == 0:
+		add(TopicVisibility, SeverityInfo, lease, "lease %s (%s); a crashed consumer's messages come back after at most that long", fmtDur(lease), basis)
+	case cur > 2*lease:
+		add(TopicVisibility, SeverityWarn, lease, "lease %s is more than twice the %s the work needs (%s): a crashed consumer's messages stay invisible %s and time to DLQ grows with it; use %s",
+			fmtDur(cur), fmtDur(lease), basis, fmtDur(cur), fmtDur(lease))
+	case cur < lease/2 && s.ShareAbove(cur) > 0.10:
+		add(TopicVisibility, SeverityWarn, lease, "lease %s is shorter than %s of the work: those messages live on renewals (%.1f per message), each one a chance to lose the lease; use %s (%s)",
+			fmtDur(cur), pct(s.ShareAbove(cur)), s.RenewalsPerMessage, fmtDur(lease), basis)
+	default:
+		add(TopicVisibility, SeverityInfo, lease, "lease %s is close to the %s recommended (%s)", fmtDur(cur), fmtDur(lease), basis)
+	}
+	if 2*s.P99 > MaxVisibilityTimeout {
+		add(TopicCeiling, SeverityWarn, MaxVisibilityTimeout, "p99 × 2 (%s) exceeds the 12-hour limit of a lease: the slowest work cannot be held by one message; record it as a job and delete the message early",
+			fmtDur(2*s.P99))
+	}
+	return lease
+}
+
+// adviseRedelivery reports the receive-count distribution.
+func (s Stats) adviseRedelivery(add func(Topic, Severity, time.Duration, string, ...any)) {
+	var total int64
+	for _, v := range s.ReceiveCounts {
+		total += v
+	}
+	total += s.Adopted
+	if total == 0 {
+		return
+	}
+	redelivered := s.Redeliveries()
+	lapsed := s.Adopted + s.LeasesLost + s.LeasesExpired
+	dist := fmtCounts(s.ReceiveCounts)
+	switch {
+	case lapsed > 0:
+		add(TopicRedelivery, SeverityWarn, 0, "%d leases lapsed (%d redeliveries adopted while still being handled, %d lost, %d expired): work outran its lease or renewals failed; receive counts %s",
+			lapsed, s.Adopted, s.LeasesLost, s.LeasesExpired, dist)
+	case redelivered > s.Released:
+		add(TopicRedelivery, SeverityWarn, 0, "%s of receives were redeliveries (receive counts %s), more than the %d releases after failures explain: leases ran out before settlement (overrun, a crashed or killed consumer); this is the earliest sign of overrun",
+			pct(float64(redelivered)/float64(total)), dist, s.Released)
+	case redelivered > 0:
+		add(TopicRedelivery, SeverityInfo, 0, "%s of receives were redeliveries (receive counts %s), no more than handler failures and releases explain",
+			pct(float64(redelivered)/float64(total)), dist)
+	default:
+		add(TopicRedelivery, SeverityInfo, 0, "every receive was a first delivery (receive counts %s): no sign of overrun", dist)
+	}
+}
+
+// roundLease rounds d up to a figure a person would configure: whole
+// seconds up to a minute, 10 s steps up to 15 minutes, whole minutes up to
+// two hours, 5-minute steps above.
+func roundLease(d time.Duration) time.Duration {
+	step := time.Second
+	switch {
+	case d > 2*time.Hour:
+		step = 5 * time.Minute
+	case d > 15*time.Minute:
+		step = time.Minute
+	case d > time.Minute:
+		step = 10 * time.Second
+	}
+	if t := d.Truncate(step); t != d {
+		return t + step
+	}
+	return d
+}
+
+// fmtDur formats d compactly: 250ms, 95s, 620s, 2m, 1h30m, 96h.
+func fmtDur(d time.Duration) string {
+	if d < time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	d = d.Round(time.Second)
+	if d%time.Minute != 0 && d < 20*time.Minute {
+		return strconv.FormatInt(int64(d/time.Second), 10) + "s"
+	}
+	s := d.String() // "10m0s", "1h0m0s", "1h30m0s", "1h2m3s"
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+func orUnknown(d time.Duration) string {
+	if d == 0 {
+		return "unknown"
+	}
+	return fmtDur(d)
+}
+
+// pct formats a fraction as a percentage with sensible precision.
+func pct(f float64) string {
+	p := 100 * f
+	switch {
+	case p == 0:
+		return "0%"
+	case p < 0.1:
+		return "<0.1%"
+	case p < 10:
+		return strconv.FormatFloat(math.Round(p*10)/10, 'f', -1, 64) + "%"
+	}
+	return strconv.FormatFloat(math.Round(p), 'f', -1, 64) + "%"
+}
+
+// fmtCounts formats a receive-count distribution as "1:9812 2:31 3:2".
+func fmtCounts(m map[int]int64) string {
+	keys := make([]int, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = strconv.Itoa(k) + ":" + strconv.FormatInt(m[k], 10)
+	}
+	return strings.Join(parts, " ")
+}

@@ -1,0 +1,631 @@
+package sqsconsumer
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+const testQueue = "https://sqs.us-east-1.amazonaws.com/123456789012/work"
+
+func TestAdaptiveVisibility(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name        string
+		p99, lo, hi time.Duration
+		want        time.Duration
+	}{
+		{"no data gives the lower bound", 0, 30 * time.Second, time.Hour, 30 * time.Second},
+		{"negative p99 gives the lower bound", -time.Second, 30 * time.Second, time.Hour, 30 * time.Second},
+		{"twice p99", 5 * time.Minute, 10 * time.Second, time.Hour, 10 * time.Minute},
+		{"rounded up to whole seconds", 7200 * time.Millisecond, 10 * time.Second, time.Hour, 15 * time.Second},
+		{"clamped to hi", 50 * time.Minute, 10 * time.Second, time.Hour, time.Hour},
+		{"clamped to lo", 2 * time.Second, 20 * time.Second, time.Hour, 20 * time.Second},
+		{"fast work meets the floor", 100 * time.Millisecond, 0, time.Hour, MinAdaptiveVisibility},
+		{"lo below the floor is raised", time.Second, 3 * time.Second, time.Hour, MinAdaptiveVisibility},
+		{"fractional lo rounds up", 0, 12500 * time.Millisecond, time.Hour, 13 * time.Second},
+		{"fractional hi rounds down", time.Hour, 10 * time.Second, 90500 * time.Millisecond, 90 * time.Second},
+		{"hi below lo: lo wins", time.Hour, 30 * time.Second, 5 * time.Second, 30 * time.Second},
+		{"hi 0: lo wins", time.Hour, 30 * time.Second, 0, 30 * time.Second},
+		{"hi above 12 h is capped", 20 * time.Hour, 10 * time.Second, 100 * time.Hour, MaxVisibilityTimeout},
+		{"huge p99 does not overflow", time.Duration(math.MaxInt64), 10 * time.Second, 2 * time.Hour, 2 * time.Hour},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := AdaptiveVisibility(tt.p99, tt.lo, tt.hi)
+			require.Equal(t, tt.want, got, "AdaptiveVisibility(%v, %v, %v)", tt.p99, tt.lo, tt.hi)
+			require.Zero(t, got%time.Second, "whole seconds")
+		})
+	}
+}
+
+func TestSeverityText(t *testing.T) {
+	t.Parallel()
+	for _, s := range []Severity{SeverityInfo, SeverityWarn, SeverityError} {
+		b, err := json.Marshal(s)
+		require.NoError(t, err)
+		var back Severity
+		require.NoError(t, json.Unmarshal(b, &back))
+		require.Equal(t, s, back, "round trip of %s", b)
+	}
+	require.Equal(t, `"warn"`, mustJSON(t, SeverityWarn))
+	var s Severity
+	require.NoError(t, s.UnmarshalText([]byte("warning")))
+	require.Equal(t, SeverityWarn, s)
+	require.Error(t, s.UnmarshalText([]byte("fatal")))
+	_, err := Severity(7).MarshalText()
+	require.Error(t, err)
+	require.Equal(t, "severity(7)", Severity(7).String())
+	require.Equal(t, "ERROR", SeverityError.Level().String())
+	require.Equal(t, "INFO", Severity(7).Level().String())
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return string(b)
+}
+
+func TestQueueSettingsFromAttributes(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		attrs map[string]string
+		want  QueueSettings
+	}{
+		{"empty", nil, QueueSettings{}},
+		{"plain", map[string]string{"VisibilityTimeout": "120", "MessageRetentionPeriod": "345600"},
+			QueueSettings{VisibilityTimeout: 2 * time.Minute, RetentionPeriod: 96 * time.Hour}},
+		{"redrive with a number", map[string]string{"RedrivePolicy": `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:1:dlq","maxReceiveCount":3}`},
+			QueueSettings{MaxReceiveCount: 3}},
+		{"redrive with a string", map[string]string{"RedrivePolicy": `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:1:dlq","maxReceiveCount":"42"}`},
+			QueueSettings{MaxReceiveCount: 42}},
+		{"malformed values stay zero", map[string]string{"VisibilityTimeout": "soon", "MessageRetentionPeriod": "-5", "RedrivePolicy": `{"maxReceiveCount":`},
+			QueueSettings{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, QueueSettingsFromAttributes(tt.attrs))
+		})
+	}
+}
+
+// ev makes an event of message id at virtual second sec.
+func ev(kind EventKind, id string, since time.Duration) Event {
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	return Event{Kind: kind, QueueURL: testQueue, MessageID: id, ReceiveCount: 1, Time: base.Add(since), SinceReceive: since}
+}
+
+func TestStatsRecorderLifecycles(t *testing.T) {
+	t.Parallel()
+	s := time.Second
+	tests := []struct {
+		name      string
+		events    []Event
+		processed int64
+		max       time.Duration
+		renewals  float64
+		unstarted int64
+	}{
+		{"success is recorded at the delete", []Event{
+			ev(EventReceived, "a", 0), ev(EventStarted, "a", 2*s), ev(EventSucceeded, "a", 9*s), ev(EventDeleted, "a", 10*s),
+		}, 1, 10 * s, 0, 0},
+		{"failure is recorded at the release", []Event{
+			ev(EventReceived, "a", 0), ev(EventStarted, "a", 0), ev(EventFailed, "a", 4*s), ev(EventReleased, "a", 5*s),
+		}, 1, 5 * s, 0, 0},
+		{"an unstarted release at shutdown is only counted", []Event{
+			ev(EventReceived, "a", 0), ev(EventReleased, "a", 3*s),
+		}, 0, 0, 0, 1},
+		{"a lease lost while the handler runs is recorded at its return", []Event{
+			ev(EventReceived, "a", 0), ev(EventStarted, "a", 0), ev(EventRenewed, "a", 10*s), ev(EventLeaseLost, "a", 20*s), ev(EventFailed, "a", 45*s),
+		}, 1, 45 * s, 1, 0},
+		{"a lease that expires after the handler returned is recorded at once", []Event{
+			ev(EventReceived, "a", 0), ev(EventStarted, "a", 0), ev(EventSucceeded, "a", 5*s), ev(EventLeaseExpired, "a", 30*s),
+		}, 1, 30 * s, 0, 0},
+		{"a lease from NewLease has no receive or start events", []Event{
+			ev(EventRenewed, "a", 10*s), ev(EventRenewed, "a", 20*s), ev(EventDeleted, "a", 25*s),
+		}, 1, 25 * s, 2, 0},
+		{"a lone delete is recorded", []Event{ev(EventDeleted, "a", 3*s)}, 1, 3 * s, 0, 0},
+		{"two messages, renewals per message", []Event{
+			ev(EventReceived, "a", 0), ev(EventReceived, "b", 0), ev(EventStarted, "a", 0), ev(EventStarted, "b", 0),
+			ev(EventRenewed, "a", 10*s), ev(EventRenewed, "a", 20*s), ev(EventRenewed, "a", 30*s),
+			ev(EventSucceeded, "b", 5*s), ev(EventDeleted, "b", 5*s), ev(EventSucceeded, "a", 35*s), ev(EventDeleted, "a", 35*s),
+		}, 2, 35 * s, 1.5, 0},
+		{"the ceiling is counted and the release recorded", []Event{
+			ev(EventReceived, "a", 0), ev(EventStarted, "a", 0), ev(EventCeilingReached, "a", 11*time.Hour), ev(EventFailed, "a", 11*time.Hour+s), ev(EventReleased, "a", 11*time.Hour+2*s),
+		}, 1, 11*time.Hour + 2*s, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := NewStatsRecorder()
+			for _, e := range tt.events {
+				r.Observe(e)
+			}
+			st := r.Stats()
+			require.Equal(t, tt.processed, st.Processed, "processed")
+			require.InEpsilon(t, float64(tt.max+1), float64(st.Max+1), 0.001, "max: got %v, want %v", st.Max, tt.max)
+			require.InDelta(t, tt.renewals, st.RenewalsPerMessage, 1e-9, "renewals per message")
+			require.Equal(t, tt.unstarted, st.ReleasedUnstarted, "unstarted releases")
+			require.Empty(t, r.msgs, "no per-message state left behind")
+		})
+	}
+}
+
+func TestStatsRecorderCounts(t *testing.T) {
+	t.Parallel()
+	r := NewStatsRecorder()
+	kinds := []EventKind{EventReceived, EventAdopted, EventStarted, EventSucceeded, EventFailed, EventRenewed,
+		EventRenewalFailed, EventLeaseLost, EventLeaseExpired, EventCeilingReached, EventDeleted, EventReleased}
+	for i, k := range kinds {
+		for j := range i + 1 {
+			e := ev(k, strconv.Itoa(j), time.Second)
+			e.ReceiveCount = j%3 + 1
+			r.Observe(e)
+		}
+	}
+	st := r.Stats()
+	got := []int64{st.Received, st.Adopted, st.Started, st.Succeeded, st.Failed, st.Renewals,
+		st.RenewalFailures, st.LeasesLost, st.LeasesExpired, st.CeilingHits, st.Deleted, st.Released}
+	for i := range kinds {
+		require.Equal(t, int64(i+1), got[i], "count of %s", kinds[i])
+	}
+	require.Equal(t, map[int]int64{1: 1}, st.ReceiveCounts, "receive counts come from EventReceived")
+	require.Equal(t, int64(2), st.Redeliveries(), "adoptions are redeliveries")
+
+	// A receive count above SQS's maximum maxReceiveCount is counted at 1000.
+	e := ev(EventReceived, "x", 0)
+	e.ReceiveCount = 5000
+	r.Observe(e)
+	require.Equal(t, int64(1), r.Stats().ReceiveCounts[1000])
+}
+
+func TestStatsRecorderForgetsStaleMessages(t *testing.T) {
+	t.Parallel()
+	r := NewStatsRecorder()
+	r.Observe(ev(EventReceived, "stuck", 0)) // its lease is stopped and never settled
+	for i := range 5000 {
+		r.Observe(ev(EventRenewed, "later-"+strconv.Itoa(i%10), 14*time.Hour))
+	}
+	r.mu.Lock()
+	_, ok := r.msgs[msgKey{testQueue, "stuck"}]
+	n := len(r.msgs)
+	r.mu.Unlock()
+	require.False(t, ok, "a message unseen for 13 h is forgotten")
+	require.Equal(t, 10, n)
+}
+
+func TestStatsRecorderBoundsItsState(t *testing.T) {
+	t.Parallel()
+	r := NewStatsRecorder()
+	for i := range maxTrackedMessages + 100 {
+		r.Observe(ev(EventReceived, strconv.Itoa(i), 0))
+	}
+	r.mu.Lock()
+	n := len(r.msgs)
+	r.mu.Unlock()
+	require.Equal(t, maxTrackedMessages, n)
+	require.Equal(t, int64(maxTrackedMessages+100), r.Stats().Received)
+}
+
+func TestStatsRecorderConcurrent(t *testing.T) {
+	t.Parallel()
+	r := NewStatsRecorder()
+	const workers, each = 8, 500
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				id := fmt.Sprintf("%d-%d", w, i)
+				d := time.Duration(i+1) * time.Millisecond
+				r.Observe(ev(EventReceived, id, 0))
+				r.Observe(ev(EventStarted, id, 0))
+				r.Observe(ev(EventRenewed, id, d/2))
+				r.Observe(ev(EventSucceeded, id, d))
+				r.Observe(ev(EventDeleted, id, d))
+				if i%50 == 0 {
+					_ = r.Stats()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	st := r.Stats()
+	require.Equal(t, int64(workers*each), st.Processed)
+	require.InDelta(t, 1.0, st.RenewalsPerMessage, 1e-9)
+	require.InDelta(t, 1.0, st.RenewedShare, 1e-9)
+	require.InEpsilon(t, float64(each*time.Millisecond), float64(st.Max), 0.001)
+	require.InEpsilon(t, float64(250*time.Millisecond), float64(st.P50), 0.04)
+}
+
+// transcoding returns n durations whose p50, p90, p99 and p99.9 are the
+// seed's transcoding service's (22 s, 95 s, 310 s, 540 s): the quantile
+// function is interpolated log-linearly between those points (from 2 s at
+// q=0 to 600 s at q=1) and sampled at evenly spaced q, so the sample's
+// percentiles are those figures by construction.
+func transcoding(n int) []time.Duration {
+	knots := []struct{ q, sec float64 }{{0, 2}, {0.5, 22}, {0.9, 95}, {0.99, 310}, {0.999, 540}, {1, 600}}
+	out := make([]time.Duration, n)
+	for i := range out {
+		u := (float64(i) + 0.5) / float64(n)
+		k := 1
+		for knots[k].q < u {
+			k++
+		}
+		a, b := knots[k-1], knots[k]
+		f := (u - a.q) / (b.q - a.q)
+		sec := math.Exp(math.Log(a.sec) + f*(math.Log(b.sec)-math.Log(a.sec)))
+		out[i] = time.Duration(sec * float64(time.Second))
+	}
+	return out
+}
+
+// TestAdviceTranscoding runs the seed's transcoding workload through a
+// simulated consumer (50 workers, a 120 s lease renewed every 40 s) under
+// synctest and checks the advice: heartbeating with a lease near p90, not a
+// 10-minute constant, and the time to DLQ for maxReceiveCount 3.
+func TestAdviceTranscoding(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		durations := transcoding(10_000)
+		// Interleave long and short jobs the way uploads arrive.
+		for i := range durations {
+			j := (i * 7919) % len(durations)
+			durations[i], durations[j] = durations[j], durations[i]
+		}
+		rec := NewStatsRecorder()
+		const workers, lease = 50, 120 * time.Second
+		jobs := make(chan int)
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(func() {
+				for i := range jobs {
+					id := strconv.Itoa(i)
+					start := time.Now()
+					emit := func(k EventKind) {
+						rec.Observe(Event{Kind: k, QueueURL: testQueue, MessageID: id, ReceiveCount: 1, Time: time.Now(), SinceReceive: time.Since(start)})
+					}
+					emit(EventReceived)
+					emit(EventStarted)
+					end := start.Add(durations[i])
+					for next := start.Add(lease / 3); next.Before(end); next = next.Add(lease / 3) {
+						time.Sleep(time.Until(next))
+						emit(EventRenewed)
+					}
+					time.Sleep(time.Until(end))
+					emit(EventSucceeded)
+					emit(EventDeleted)
+				}
+			})
+		}
+		for i := range durations {
+			jobs <- i
+		}
+		close(jobs)
+		wg.Wait()
+
+		st := rec.Stats()
+		require.Equal(t, int64(len(durations)), st.Processed)
+		for _, c := range []struct {
+			name      string
+			got, want time.Duration
+		}{{"p50", st.P50, 22 * time.Second}, {"p90", st.P90, 95 * time.Second}, {"p99", st.P99, 310 * time.Second}, {"p99.9", st.P999, 540 * time.Second}} {
+			require.InEpsilon(t, float64(c.want), float64(c.got), 0.04, "%s: got %v, want %v", c.name, c.got, c.want)
+		}
+		// Renewals start a third into the lease (40 s): about a third of the
+		// jobs renew at all, and few more than once.
+		require.InDelta(t, st.ShareAbove(40*time.Second), st.RenewedShare, 0.02, "jobs longer than 40 s are renewed")
+		require.Less(t, st.RenewedShare, 0.5, "most jobs never renew")
+		require.Less(t, st.ShareAbove(120*time.Second), 0.10, "about 90 %% finish inside the first lease")
+
+		adv := st.Advise(QueueSettings{
+			VisibilityTimeout: 10 * time.Minute, // attempt 2 of the seed
+			MaxReceiveCount:   3,
+			RetentionPeriod:   4 * 24 * time.Hour,
+			ShutdownTimeout:   DefaultShutdownTimeout,
+		})
+		t.Log("\n" + adv.String())
+
+		require.True(t, adv.Heartbeat, "a long tail calls for heartbeating")
+		require.Equal(t, 120*time.Second, adv.VisibilityTimeout, "a lease near p90 (95 s) with headroom")
+		require.Equal(t, 6*time.Minute, adv.TimeToDLQ, "3 × 120 s")
+
+		hb := find(t, adv, TopicHeartbeat)
+		require.Regexp(t, `rather than a 6[23]0s constant`, hb.Message, "names the constant it avoids: p99 × 2, rounded up to 10 s")
+		require.Equal(t, 120*time.Second, hb.Value)
+
+		vis := find(t, adv, TopicVisibility)
+		require.Equal(t, SeverityWarn, vis.Severity, "a 10-minute lease is too long: %s", vis.Message)
+		require.Equal(t, 120*time.Second, vis.Value)
+
+		dlq := find(t, adv, TopicTimeToDLQ)
+		require.Equal(t, SeverityInfo, dlq.Severity)
+		require.Equal(t, 6*time.Minute, dlq.Value)
+		require.Contains(t, dlq.Message, "maxReceiveCount 3 × the current 10m lease = 30m (at the recommended 2m lease: 6m)")
+
+		sd := find(t, adv, TopicShutdown)
+		require.Equal(t, SeverityWarn, sd.Severity, "a 20 s budget cuts most long transcodes: %s", sd.Message)
+
+		require.Equal(t, SeverityInfo, find(t, adv, TopicRedelivery).Severity)
+		require.Equal(t, SeverityWarn, adv.Worst())
+	})
+}
+
+func find(t *testing.T, a Advice, topic Topic) Recommendation {
+	t.Helper()
+	for _, r := range a.Recommendations {
+		if r.Topic == topic {
+			return r
+		}
+	}
+	require.Failf(t, "no recommendation", "topic %s missing from:\n%s", topic, a)
+	return Recommendation{}
+}
+
+func hasTopic(a Advice, topic Topic) bool {
+	for _, r := range a.Recommendations {
+		if r.Topic == topic {
+			return true
+		}
+	}
+	return false
+}
+
+// statsOf records durations as deleted messages and returns the stats.
+func statsOf(durations ...time.Duration) Stats {
+	r := NewStatsRecorder()
+	for i, d := range durations {
+		id := strconv.Itoa(i)
+		r.Observe(ev(EventReceived, id, 0))
+		r.Observe(ev(EventStarted, id, 0))
+		r.Observe(ev(EventDeleted, id, d))
+	}
+	return r.Stats()
+}
+
+// spread returns n durations evenly spread from lo to hi.
+func spread(n int, lo, hi time.Duration) []time.Duration {
+	out := make([]time.Duration, n)
+	for i := range out {
+		out[i] = lo + time.Duration(float64(hi-lo)*float64(i)/float64(max(n-1, 1)))
+	}
+	return out
+}
+
+func TestAdvise(t *testing.T) {
+	t.Parallel()
+	narrow := statsOf(spread(2000, 5*time.Second, 10*time.Second)...) // p99 ≈ 10 s, no tail
+	// steps: p90 1 s, p99 5 s, p99.9 20 s.
+	steps := statsOf(append(append(spread(900, time.Second, time.Second), spread(90, 5*time.Second, 5*time.Second)...), spread(10, 20*time.Second, 20*time.Second)...)...)
+	day := 24 * time.Hour
+	tests := []struct {
+		name  string
+		stats Stats
+		q     QueueSettings
+		check func(t *testing.T, a Advice)
+	}{
+		{"nothing processed", NewStatsRecorder().Stats(), QueueSettings{VisibilityTimeout: 30 * time.Second, MaxReceiveCount: 5},
+			func(t *testing.T, a Advice) {
+				require.Equal(t, SeverityInfo, find(t, a, TopicData).Severity)
+				require.Zero(t, a.VisibilityTimeout)
+				require.Zero(t, a.TimeToDLQ)
+				require.Equal(t, 150*time.Second, find(t, a, TopicTimeToDLQ).Value, "the current lease still gives a time to DLQ")
+				require.False(t, hasTopic(a, TopicVisibility))
+			}},
+		{"few samples are flagged", statsOf(spread(20, time.Second, 2*time.Second)...), QueueSettings{},
+			func(t *testing.T, a Advice) {
+				require.Equal(t, SeverityWarn, find(t, a, TopicData).Severity)
+			}},
+		{"narrow distribution: p99 × 2, no heartbeat", narrow, QueueSettings{VisibilityTimeout: 20 * time.Second, MaxReceiveCount: 5, RetentionPeriod: 4 * day},
+			func(t *testing.T, a Advice) {
+				require.False(t, a.Heartbeat)
+				require.False(t, hasTopic(a, TopicHeartbeat))
+				require.Equal(t, 20*time.Second, a.VisibilityTimeout)
+				require.Equal(t, SeverityInfo, find(t, a, TopicVisibility).Severity)
+				require.Equal(t, 100*time.Second, a.TimeToDLQ)
+				require.False(t, hasTopic(a, TopicShutdown), "unknown budget: no check")
+			}},
+		{"fast work meets the floor", statsOf(spread(500, time.Millisecond, 50*time.Millisecond)...), QueueSettings{},
+			func(t *testing.T, a Advice) {
+				require.Equal(t, MinAdaptiveVisibility, a.VisibilityTimeout)
+			}},
+		{"a lease far too short", narrow, QueueSettings{VisibilityTimeout: 5 * time.Second},
+			func(t *testing.T, a Advice) {
+				r := find(t, a, TopicVisibility)
+				require.Equal(t, SeverityWarn, r.Severity)
+				require.Contains(t, r.Message, "renewals")
+			}},
+		{"a long lease", narrow, QueueSettings{VisibilityTimeout: 5 * time.Minute},
+			func(t *testing.T, a Advice) {
+				require.Equal(t, SeverityWarn, find(t, a, TopicVisibility).Severity)
+			}},
+		{"no redrive policy", narrow, QueueSettings{VisibilityTimeout: 20 * time.Second},
+			func(t *testing.T, a Advice) {
+				r := find(t, a, TopicTimeToDLQ)
+				require.Equal(t, SeverityWarn, r.Severity)
+				require.Contains(t, r.Message, "no redrive policy")
+			}},
+		{"time to DLQ beyond retention", narrow, QueueSettings{VisibilityTimeout: 12 * time.Hour, MaxReceiveCount: 10, RetentionPeriod: 4 * day},
+			func(t *testing.T, a Advice) {
+				r := find(t, a, TopicTimeToDLQ)
+				require.Equal(t, SeverityError, r.Severity, r.Message)
+				require.Contains(t, r.Message, "expire before they reach the DLQ")
+				require.Equal(t, SeverityError, a.Recommendations[0].Severity, "most severe first")
+			}},
+		{"time to DLQ above a quarter of retention", narrow, QueueSettings{VisibilityTimeout: 3 * time.Hour, MaxReceiveCount: 10, RetentionPeriod: 4 * day},
+			func(t *testing.T, a Advice) {
+				require.Equal(t, SeverityWarn, find(t, a, TopicTimeToDLQ).Severity)
+			}},
+		{"shutdown budget covers p99", narrow, QueueSettings{ShutdownTimeout: 30 * time.Second},
+			func(t *testing.T, a Advice) {
+				require.Equal(t, SeverityInfo, find(t, a, TopicShutdown).Severity)
+			}},
+		{"shutdown budget between p90 and p99", steps, QueueSettings{ShutdownTimeout: 3 * time.Second},
+			func(t *testing.T, a Advice) {
+				r := find(t, a, TopicShutdown)
+				require.Equal(t, SeverityInfo, r.Severity)
+				require.Contains(t, r.Message, "below p99")
+			}},
+		{"ceiling hits", with(narrow, func(s *Stats) { s.CeilingHits = 2 }), QueueSettings{},
+			func(t *testing.T, a Advice) {
+				require.Equal(t, SeverityWarn, find(t, a, TopicCeiling).Severity)
+			}},
+		{"work beyond the ceiling", statsOf(spread(200, 7*time.Hour, 10*time.Hour)...), QueueSettings{},
+			func(t *testing.T, a Advice) {
+				require.Equal(t, MaxVisibilityTimeout, a.VisibilityTimeout)
+				require.Equal(t, SeverityWarn, find(t, a, TopicCeiling).Severity)
+			}},
+		{"first deliveries only", with(narrow, func(s *Stats) { s.ReceiveCounts = map[int]int64{1: 2000} }), QueueSettings{},
+			func(t *testing.T, a Advice) {
+				r := find(t, a, TopicRedelivery)
+				require.Equal(t, SeverityInfo, r.Severity)
+				require.Contains(t, r.Message, "1:2000")
+			}},
+		{"redeliveries explained by releases", with(narrow, func(s *Stats) {
+			s.ReceiveCounts = map[int]int64{1: 1990, 2: 10}
+			s.Released = 12
+		}), QueueSettings{},
+			func(t *testing.T, a Advice) {
+				require.Equal(t, SeverityInfo, find(t, a, TopicRedelivery).Severity)
+			}},
+		{"unexplained redeliveries: the earliest sign of overrun", with(narrow, func(s *Stats) {
+			s.ReceiveCounts = map[int]int64{1: 1960, 2: 38, 3: 2}
+			s.Released = 3
+		}), QueueSettings{},
+			func(t *testing.T, a Advice) {
+				r := find(t, a, TopicRedelivery)
+				require.Equal(t, SeverityWarn, r.Severity)
+				require.Contains(t, r.Message, "2% of receives")
+				require.Contains(t, r.Message, "1:1960 2:38 3:2")
+			}},
+		{"lapsed leases", with(narrow, func(s *Stats) {
+			s.ReceiveCounts = map[int]int64{1: 2000}
+			s.Adopted, s.LeasesLost = 3, 1
+		}), QueueSettings{},
+			func(t *testing.T, a Advice) {
+				r := find(t, a, TopicRedelivery)
+				require.Equal(t, SeverityWarn, r.Severity)
+				require.Contains(t, r.Message, "4 leases lapsed")
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			a := tt.stats.Advise(tt.q)
+			t.Log("\n" + a.String())
+			tt.check(t, a)
+			for _, r := range a.Recommendations {
+				require.NotEmpty(t, r.Message)
+				require.True(t, strings.HasPrefix(r.String(), r.Severity.String()+" "+string(r.Topic)+": "))
+			}
+		})
+	}
+}
+
+func with(s Stats, f func(*Stats)) Stats {
+	f(&s)
+	return s
+}
+
+func TestAdaptiveFollowsShift(t *testing.T) {
+	t.Parallel()
+	r := NewStatsRecorder()
+	const lo, hi, fallback = 15 * time.Second, 30 * time.Minute, 45 * time.Second
+	settle := func(i int, d time.Duration) {
+		id := strconv.Itoa(i)
+		r.Observe(ev(EventReceived, id, 0))
+		r.Observe(ev(EventStarted, id, 0))
+		r.Observe(ev(EventDeleted, id, d))
+	}
+	require.Equal(t, fallback, r.adaptiveVisibility(lo, hi, fallback), "no data: the fallback")
+	require.Equal(t, hi, r.adaptiveVisibility(lo, hi, time.Hour), "the fallback is clamped")
+	i := 0
+	for ; i < adaptiveMinSamples-1; i++ {
+		settle(i, 2*time.Second)
+	}
+	require.Equal(t, fallback, r.adaptiveVisibility(lo, hi, fallback), "too few samples: the fallback")
+	for ; i < 1000; i++ {
+		settle(i, 2*time.Second)
+	}
+	require.Equal(t, lo, r.adaptiveVisibility(lo, hi, fallback), "fast work: the lower bound")
+
+	// The work turns slow: the lease follows within a few messages.
+	n := 0
+	for ; r.adaptiveVisibility(lo, hi, fallback) < 4*time.Minute; n++ {
+		require.Less(t, n, 10, "the lease did not follow slow work")
+		settle(i, 2*time.Minute)
+		i++
+	}
+	require.Equal(t, 4*time.Minute, AdaptiveVisibility(r.Stats().RecentP99, lo, hi))
+	t.Logf("the lease followed slow work after %d messages", n)
+
+	// Fast again: it comes back down within the window (at most 512).
+	n = 0
+	for ; r.adaptiveVisibility(lo, hi, fallback) > lo; n++ {
+		require.Less(t, n, 2*recentHalf, "the lease did not come back down")
+		settle(i, 2*time.Second)
+		i++
+	}
+	t.Logf("the lease came back down after %d messages", n)
+}
+
+func TestFormatting(t *testing.T) {
+	t.Parallel()
+	durs := []struct {
+		d    time.Duration
+		want string
+	}{
+		{250 * time.Millisecond, "250ms"}, {95 * time.Second, "95s"}, {120 * time.Second, "2m"},
+		{10 * time.Minute, "10m"}, {620 * time.Second, "620s"}, {time.Hour, "1h"}, {90 * time.Minute, "1h30m"},
+		{96 * time.Hour, "96h"}, {3723 * time.Second, "1h2m3s"},
+	}
+	for _, tt := range durs {
+		require.Equal(t, tt.want, fmtDur(tt.d), "fmtDur(%v)", tt.d)
+	}
+	rounds := []struct{ d, want time.Duration }{
+		{7300 * time.Millisecond, 8 * time.Second}, {60 * time.Second, time.Minute}, {118750 * time.Millisecond, 120 * time.Second},
+		{620 * time.Second, 620 * time.Second}, {16*time.Minute + time.Second, 17 * time.Minute}, {121 * time.Minute, 125 * time.Minute}, {0, 0},
+	}
+	for _, tt := range rounds {
+		require.Equal(t, tt.want, roundLease(tt.d), "roundLease(%v)", tt.d)
+	}
+	pcts := []struct {
+		f    float64
+		want string
+	}{{0, "0%"}, {0.0004, "<0.1%"}, {0.019, "1.9%"}, {0.5, "50%"}}
+	for _, tt := range pcts {
+		require.Equal(t, tt.want, pct(tt.f))
+	}
+}
+
+func ExampleStats_Advise() {
+	rec := NewStatsRecorder() // give it to New with WithObserver(rec)
+	// Simulate 1,000 messages that each took 4 to 8 s from receive to delete.
+	for i := range 1000 {
+		id := strconv.Itoa(i)
+		since := 4*time.Second + time.Duration(i)*4*time.Millisecond
+		rec.Observe(Event{Kind: EventReceived, MessageID: id, ReceiveCount: 1})
+		rec.Observe(Event{Kind: EventStarted, MessageID: id})
+		rec.Observe(Event{Kind: EventDeleted, MessageID: id, SinceReceive: since})
+	}
+	st := rec.Stats()
+	fmt.Println("p99:", st.P99.Round(100*time.Millisecond))
+	adv := st.Advise(QueueSettings{VisibilityTimeout: 30 * time.Second, MaxReceiveCount: 5, RetentionPeriod: 4 * 24 * time.Hour})
+	fmt.Print(adv)
+	// Output:
+	// p99: 8s
+	// info visibility_timeout: lease 30s is close to the 16s recommended (p99 8s × 2)
+	// info time_to_dlq: a message whose consumer crashes or times out on every attempt reaches the DLQ after maxReceiveCount 5 × the current 30s lease = 150s (at the recommended 16s lease: 80s), far below retention (96h); a handler that hangs is renewed up to the maximum lease duration on each attempt, so bound handlers with WithHandlerTimeout
+	// info redelivery: every receive was a first delivery (receive counts 1:1000): no sign of overrun
+}
