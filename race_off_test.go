@@ -1,0 +1,5 @@
+//go:build !race
+
+package sqsconsumer
+
+const raceEnabled = false
