@@ -13,7 +13,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sqskit/sqsconsumer/sqstest"
@@ -631,5 +633,60 @@ func TestObserverSeesTheLifeOfAMessage(t *testing.T) {
 		require.Equal(t, "received,started,renewed,renewed,succeeded,deleted", strings.Join(kinds, ","))
 		last := rec.events[len(rec.events)-1]
 		require.Equal(t, 25*time.Second+batchWindow, last.SinceReceive)
+	})
+}
+
+// malformed returns a crafted ReceiveMessage answer once, then defers to
+// the real client.
+type malformed struct {
+	Client
+	once sync.Once
+	out  *sqs.ReceiveMessageOutput
+}
+
+func (m *malformed) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, optFns ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	var out *sqs.ReceiveMessageOutput
+	m.once.Do(func() { out = m.out })
+	if out != nil {
+		return out, nil
+	}
+	return m.Client.ReceiveMessage(ctx, in, optFns...)
+}
+
+func TestMalformedReceiveAnswers(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		ids := b.send(t, 1)
+		var logs bytes.Buffer
+		bad := &malformed{Client: b.client, out: &sqs.ReceiveMessageOutput{Messages: []types.Message{
+			{MessageId: aws.String("no-handle")},
+			{ReceiptHandle: aws.String("no-id")},
+			{}, // and more than the one asked for
+		}}}
+		var handled atomic.Int32
+		c, err := New(bad, b.url, HandlerFunc(func(context.Context, *Message) error { handled.Add(1); return nil }),
+			WithVisibilityTimeout(30*time.Second), WithConcurrency(1), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(time.Minute)
+		require.NoError(t, stop())
+		require.Equal(t, int32(1), handled.Load(), "only the real message reached the handler")
+		require.True(t, b.state(t, ids[0]).Deleted)
+		require.Contains(t, logs.String(), "without MessageId or ReceiptHandle")
+		require.Contains(t, logs.String(), "more messages than asked for")
+	})
+}
+
+func TestWarnsWhenShutdownOutlastsLease(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		var logs bytes.Buffer
+		c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error { return nil }),
+			WithVisibilityTimeout(10*time.Second), WithShutdownTimeout(time.Minute), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+		require.NoError(t, err)
+		require.NoError(t, running(t, c)())
+		require.Contains(t, logs.String(), "shutdown timeout is longer than the lease")
 	})
 }
