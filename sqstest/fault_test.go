@@ -206,4 +206,3 @@ func TestHelpers(t *testing.T) {
 		require.NotEmpty(t, st.SequenceNumber)
 	})
 }
-
