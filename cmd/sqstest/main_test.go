@@ -1,0 +1,104 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// TestServe runs the command on a real loopback socket, which is its whole point, so
+// it cannot use synctest: it uses short real timeouts instead (a few seconds at most).
+func TestServe(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-listen", "127.0.0.1:0", "-queue", "jobs", "-queue", "jobs.fifo"}, pw, io.Discard)
+		pw.Close()
+	}()
+
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	require.NoError(t, err)
+	base, ok := strings.CutPrefix(strings.TrimSpace(line), "sqstest listening on ")
+	require.True(t, ok, "first line: %q", line)
+	go io.Copy(io.Discard, pr) //nolint:errcheck // drain until the pipe closes
+
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	c := sqs.New(sqs.Options{
+		HTTPClient:   &http.Client{Transport: tr},
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(base),
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: "x", SecretAccessKey: "y"}, nil
+		}),
+	})
+	callCtx, callCancel := context.WithTimeout(ctx, 5*time.Second)
+	defer callCancel()
+	list, err := c.ListQueues(callCtx, &sqs.ListQueuesInput{})
+	require.NoError(t, err)
+	require.Equal(t, []string{base + "/123456789012/jobs", base + "/123456789012/jobs.fifo"}, list.QueueUrls,
+		"queue URLs use the listen address")
+
+	url := list.QueueUrls[0]
+	_, err = c.SendMessage(callCtx, &sqs.SendMessageInput{QueueUrl: &url, MessageBody: aws.String("over the wire")})
+	require.NoError(t, err)
+	got, err := c.ReceiveMessage(callCtx, &sqs.ReceiveMessageInput{QueueUrl: &url, WaitTimeSeconds: 1})
+	require.NoError(t, err)
+	require.Len(t, got.Messages, 1)
+	require.Equal(t, "over the wire", *got.Messages[0].Body)
+
+	// A long poll in progress ends promptly on shutdown.
+	polled := make(chan error, 1)
+	go func() {
+		_, err := c.ReceiveMessage(callCtx, &sqs.ReceiveMessageInput{QueueUrl: &url, WaitTimeSeconds: 20})
+		polled <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // let the poll start; a wall-clock wait is fine on a real socket
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
+	select {
+	case <-polled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("long poll still open after shutdown")
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+	}{
+		{name: "unknown flag", args: []string{"-nope"}},
+		{name: "stray argument", args: []string{"extra"}},
+		{name: "bad queue name", args: []string{"-listen", "127.0.0.1:0", "-queue", "no spaces"}},
+		{name: "bad address", args: []string{"-listen", "not an address"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Error(t, run(t.Context(), tt.args, io.Discard, io.Discard))
+		})
+	}
+}
