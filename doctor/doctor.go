@@ -132,6 +132,21 @@ type RedrivePolicy struct {
 	MaxReceiveCount     int    `json:"max_receive_count"`
 }
 
+// String describes the queue in one line: its URL, type, visibility
+// timeout, retention, long-poll wait and dead-letter queue.
+func (q Queue) String() string {
+	kind := "standard"
+	if q.FIFO {
+		kind = "FIFO"
+	}
+	dlq := "no DLQ"
+	if q.Redrive != nil {
+		dlq = fmt.Sprintf("DLQ %s after %d receives", arnName(q.Redrive.DeadLetterTargetARN), q.Redrive.MaxReceiveCount)
+	}
+	return fmt.Sprintf("%s (%s; visibility %s, retention %s, wait %s, %s)", q.URL, kind,
+		fmtDur(q.VisibilityTimeout), fmtDur(q.RetentionPeriod), fmtDur(q.ReceiveWaitTime), dlq)
+}
+
 // queueJSON is Queue as the command's JSON prints it: durations in whole
 // seconds, as SQS states them.
 type queueJSON struct {

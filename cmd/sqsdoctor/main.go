@@ -1,0 +1,295 @@
+// Command sqsdoctor checks an SQS queue's settings, and its dead-letter
+// queue's, against the rules that keep messages from being lost or
+// processed twice, and prints what it finds with a severity each. It exits
+// non-zero when it finds an error, so it can guard a deployment in CI.
+//
+// Usage:
+//
+//	sqsdoctor -queue-url URL [-endpoint URL] [-region R] [-json] [-p99 D]
+//	          [-lambda-timeout D] [-batching-window D] [-shutdown D]
+//	          [-heartbeat] [-strict] [-timeout D]
+//
+// Run sqsdoctor -help for the checks, the JSON schema and the exit codes.
+// The checks themselves live in package doctor, for use from Go tests.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sqskit/sqsconsumer"
+	"github.com/sqskit/sqsconsumer/doctor"
+)
+
+// Exit codes.
+const (
+	exitOK       = 0 // no error finding (with -strict: no warning either)
+	exitFindings = 1 // at least one error finding (with -strict: or warning)
+	exitUsage    = 2 // bad or missing flags
+	exitRead     = 3 // the queue could not be read
+)
+
+const usageText = `Usage: sqsdoctor -queue-url URL [flags]
+
+Checks an SQS queue's settings and its dead-letter queue's (found through
+RedrivePolicy) and prints findings, most severe first, each with a
+severity: error (messages are lost or many processed twice), warn (costs
+duplicates, latency or money), info (what was checked, with the figures).
+
+Checks:
+  redrive_policy     the queue has a DLQ and it exists (error on standard
+                     queues without one, warn on FIFO)
+  max_receive_count  maxReceiveCount is not 1 (warn)
+  time_to_dlq        maxReceiveCount x VisibilityTimeout is far below
+                     MessageRetentionPeriod (error when not below it, warn
+                     above a quarter of it)
+  dlq_retention      on standard queues the DLQ keeps messages longer than
+                     the source, since a moved message keeps its enqueue
+                     time (error when not longer)
+  long_polling       ReceiveMessageWaitTimeSeconds is above 0 (warn)
+  visibility_p99     with -p99: VisibilityTimeout >= p99 x 2 (error below
+                     p99, warn below p99 x 2; with -heartbeat, warn below
+                     10s or above twice the recommended lease)
+  lambda_visibility  with -lambda-timeout: VisibilityTimeout >= 6 x the
+                     function timeout + the batching window (error)
+  shutdown           with -shutdown: without -heartbeat, a budget longer
+                     than VisibilityTimeout only duplicates work (warn);
+                     with -p99, a budget below p99 cuts work short (warn)
+
+Flags:
+`
+
+const usageTail = `
+Durations take Go's syntax: 90s, 5m, 1h30m.
+
+Credentials: without -endpoint, the AWS SDK's default chain (environment,
+shared config, SSO, instance role) and region. With -endpoint (a local SQS
+such as sqstest or ElasticMQ), static credentials: AWS_ACCESS_KEY_ID and
+AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) when set, else "test"/"test".
+The region defaults to the one in the queue URL (sqs.REGION.amazonaws.com),
+then AWS_REGION, then us-east-1 with -endpoint.
+
+JSON output (-json) is one object on stdout:
+  {
+    "queue": {                                  the queue checked
+      "url": string,
+      "arn": string,                            omitted when unknown
+      "fifo": bool,
+      "visibility_timeout_seconds": int,
+      "message_retention_period_seconds": int,
+      "receive_message_wait_time_seconds": int,
+      "redrive_policy": {                       omitted without a DLQ
+        "dead_letter_target_arn": string,
+        "max_receive_count": int
+      }
+    },
+    "dlq": { same fields as "queue" },          omitted when there is none
+                                                or it could not be read
+    "findings": [                               most severe first
+      {"check": string,                         one of the checks above
+       "severity": "error" | "warn" | "info",
+       "message": string}
+    ],
+    "counts": {"error": int, "warn": int, "info": int},
+    "exit_code": int
+  }
+
+Exit codes:
+  0  no error finding (with -strict: no warning either)
+  1  at least one error finding (with -strict: or a warning)
+  2  bad or missing flags
+  3  the queue could not be read (network, credentials, permissions, no
+     such queue); the reason goes to stderr and nothing to stdout
+`
+
+// newClientFunc builds the SQS client for an endpoint ("" = AWS) and
+// region ("" = the SDK's default).
+type newClientFunc func(ctx context.Context, endpoint, region string) (doctor.Client, error)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr, newClient))
+}
+
+// run is the whole command minus the process: it parses args, checks the
+// queue, writes the report to stdout (problems to stderr) and returns the
+// exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, mk newClientFunc) int {
+	fs := flag.NewFlagSet("sqsdoctor", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		queueURL   = fs.String("queue-url", "", "URL of the queue to check (required)")
+		endpoint   = fs.String("endpoint", "", "SQS endpoint URL, for a local server; default: AWS")
+		region     = fs.String("region", "", "AWS region; default: from the queue URL, then the SDK's configuration")
+		asJSON     = fs.Bool("json", false, "print the report as JSON (schema below)")
+		p99        = fs.Duration("p99", 0, "measured p99 of receive-to-settle time, in-process queueing included; enables visibility_p99")
+		lambda     = fs.Duration("lambda-timeout", 0, "timeout of a Lambda function consuming the queue; enables lambda_visibility")
+		window     = fs.Duration("batching-window", 0, "the event source mapping's MaximumBatchingWindowInSeconds, with -lambda-timeout")
+		shutdown   = fs.Duration("shutdown", 0, "consumers' shutdown budget (sqsconsumer's WithShutdownTimeout); enables shutdown")
+		heartbeat  = fs.Bool("heartbeat", false, "consumers renew visibility while they work, as sqsconsumer does")
+		strict     = fs.Bool("strict", false, "exit 1 on warnings too")
+		timeout    = fs.Duration("timeout", 30*time.Second, "give up reading the queue after this long")
+		exitStatus = exitOK
+	)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usageText)
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), usageTail)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	var problems []string
+	if *queueURL == "" {
+		problems = append(problems, "-queue-url is required")
+	} else if u, err := url.Parse(*queueURL); err != nil || u.Scheme == "" || u.Host == "" {
+		problems = append(problems, fmt.Sprintf("-queue-url %q is not a URL", *queueURL))
+	}
+	if fs.NArg() > 0 {
+		problems = append(problems, fmt.Sprintf("unexpected arguments: %s", strings.Join(fs.Args(), " ")))
+	}
+	for name, d := range map[string]time.Duration{"-p99": *p99, "-lambda-timeout": *lambda, "-batching-window": *window, "-shutdown": *shutdown} {
+		if d < 0 {
+			problems = append(problems, name+" must not be negative")
+		}
+	}
+	if *timeout <= 0 {
+		problems = append(problems, "-timeout must be positive")
+	}
+	if len(problems) > 0 {
+		slices.Sort(problems)
+		for _, p := range problems {
+			fmt.Fprintln(stderr, "sqsdoctor:", p)
+		}
+		fmt.Fprintln(stderr, "Run sqsdoctor -help for usage.")
+		return exitUsage
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	r := *region
+	if r == "" {
+		r = regionOf(*queueURL)
+	}
+	client, err := mk(ctx, *endpoint, r)
+	if err != nil {
+		fmt.Fprintln(stderr, "sqsdoctor:", err)
+		return exitRead
+	}
+	rep, err := doctor.Check(ctx, client, *queueURL, doctor.Options{
+		P99: *p99, LambdaTimeout: *lambda, BatchingWindow: *window, ShutdownTimeout: *shutdown, Heartbeat: *heartbeat,
+	})
+	if err != nil {
+		fmt.Fprintln(stderr, "sqsdoctor:", err)
+		return exitRead
+	}
+	slices.SortStableFunc(rep.Findings, func(a, b doctor.Finding) int { return int(b.Severity - a.Severity) })
+	switch w := rep.Worst(); {
+	case w == sqsconsumer.SeverityError, *strict && w == sqsconsumer.SeverityWarn:
+		exitStatus = exitFindings
+	}
+
+	if *asJSON {
+		out := struct {
+			*doctor.Report
+			Counts   map[string]int `json:"counts"`
+			ExitCode int            `json:"exit_code"`
+		}{rep, counts(rep), exitStatus}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(out); err != nil {
+			fmt.Fprintln(stderr, "sqsdoctor:", err)
+			return exitRead
+		}
+		return exitStatus
+	}
+	writeText(stdout, rep)
+	return exitStatus
+}
+
+func counts(rep *doctor.Report) map[string]int {
+	return map[string]int{
+		"error": rep.Count(sqsconsumer.SeverityError),
+		"warn":  rep.Count(sqsconsumer.SeverityWarn),
+		"info":  rep.Count(sqsconsumer.SeverityInfo),
+	}
+}
+
+func writeText(w io.Writer, rep *doctor.Report) {
+	fmt.Fprintf(w, "queue  %s\n", rep.Queue)
+	if rep.DLQ != nil {
+		fmt.Fprintf(w, "dlq    %s\n", *rep.DLQ)
+	}
+	fmt.Fprintln(w)
+	for _, f := range rep.Findings {
+		fmt.Fprintf(w, "%-5s  %-17s  %s\n", strings.ToUpper(f.Severity.String()), f.Check, f.Message)
+	}
+	c := counts(rep)
+	fmt.Fprintf(w, "\n%d error(s), %d warning(s), %d info\n", c["error"], c["warn"], c["info"])
+}
+
+var queueURLRegion = regexp.MustCompile(`^sqs(?:-fips)?\.([a-z0-9-]+)\.amazonaws\.com`)
+
+// regionOf returns the region named by an AWS queue URL's host
+// (sqs.REGION.amazonaws.com), "" for any other URL.
+func regionOf(queueURL string) string {
+	u, err := url.Parse(queueURL)
+	if err != nil {
+		return ""
+	}
+	if m := queueURLRegion.FindStringSubmatch(u.Hostname()); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// newClient builds the SQS client. For a custom endpoint it configures the
+// client directly with static credentials: config.LoadDefaultConfig would
+// also read AWS_CA_BUNDLE and the shared files, which a local server does
+// not need and which can break a custom setup.
+func newClient(ctx context.Context, endpoint, region string) (doctor.Client, error) {
+	if endpoint != "" {
+		if region == "" {
+			region = os.Getenv("AWS_REGION")
+		}
+		if region == "" {
+			region = "us-east-1"
+		}
+		id, secret := os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY")
+		token := os.Getenv("AWS_SESSION_TOKEN")
+		if id == "" || secret == "" {
+			id, secret, token = "test", "test", ""
+		}
+		return sqs.New(sqs.Options{
+			Region:       region,
+			BaseEndpoint: aws.String(endpoint),
+			Credentials:  credentials.NewStaticCredentialsProvider(id, secret, token),
+		}), nil
+	}
+	var opts []func(*config.LoadOptions) error
+	if region != "" {
+		opts = append(opts, config.WithRegion(region))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("loading the AWS configuration: %w", err)
+	}
+	return sqs.NewFromConfig(cfg), nil
+}

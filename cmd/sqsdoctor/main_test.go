@@ -1,0 +1,200 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sqskit/sqsconsumer/doctor"
+	"github.com/sqskit/sqsconsumer/sqstest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type bundle struct {
+	srv     *sqstest.Server
+	healthy string // a queue with no warning
+	broken  string // no DLQ, short polling
+	fifo    string // FIFO with no DLQ: a warning only
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	srv := sqstest.New(t)
+	create := func(name string, attrs map[string]string) string {
+		u, err := srv.CreateQueue(name, attrs)
+		require.NoError(t, err)
+		return u
+	}
+	create("ok-dlq", map[string]string{"MessageRetentionPeriod": "1209600"})
+	return bundle{
+		srv: srv,
+		healthy: create("ok", map[string]string{"ReceiveMessageWaitTimeSeconds": "20",
+			"RedrivePolicy": `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:123456789012:ok-dlq","maxReceiveCount":5}`}),
+		broken: create("broken", nil),
+		fifo:   create("lonely.fifo", map[string]string{"ReceiveMessageWaitTimeSeconds": "20"}),
+	}
+}
+
+// inMemory returns a client factory that ignores the endpoint and region
+// and reaches srv in memory.
+func inMemory(srv *sqstest.Server) newClientFunc {
+	return func(context.Context, string, string) (doctor.Client, error) { return srv.Client(), nil }
+}
+
+func runCLI(t *testing.T, mk newClientFunc, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(context.Background(), args, &out, &errb, mk)
+	return code, out.String(), errb.String()
+}
+
+func TestCLIText(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tests := []struct {
+		name     string
+		args     []string
+		code     int
+		contains []string
+	}{
+		{"healthy queue", []string{"-queue-url", b.healthy}, exitOK,
+			[]string{"queue  " + b.healthy + " (standard; visibility 30s, retention 4d, wait 20s, DLQ ok-dlq after 5 receives)", "dlq    ", "INFO   dlq_retention", "0 error(s), 0 warning(s)"}},
+		{"errors exit 1", []string{"-queue-url", b.broken}, exitFindings,
+			[]string{"ERROR  redrive_policy", "WARN   long_polling", "1 error(s), 1 warning(s)"}},
+		{"p99 and shutdown flags run their checks", []string{"-queue-url", b.healthy, "-p99", "1m", "-shutdown", "45s"}, exitFindings,
+			[]string{"ERROR  visibility_p99", "WARN   shutdown"}},
+		{"lambda flags", []string{"-queue-url", b.healthy, "-lambda-timeout", "30s", "-batching-window", "2s"}, exitFindings,
+			[]string{"ERROR  lambda_visibility", "at least 182 seconds"}},
+		{"warnings alone exit 0", []string{"-queue-url", b.fifo}, exitOK, []string{"WARN   redrive_policy"}},
+		{"warnings exit 1 with -strict", []string{"-strict", "-queue-url", b.fifo}, exitFindings, []string{"WARN   redrive_policy"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			code, out, errOut := runCLI(t, inMemory(b.srv), tt.args...)
+			t.Log("\n" + out)
+			require.Equal(t, tt.code, code, "exit code; stderr: %s", errOut)
+			require.Empty(t, errOut)
+			for _, c := range tt.contains {
+				require.Contains(t, out, c)
+			}
+			// Findings come most severe first.
+			rank := map[string]int{"ERROR": 3, "WARN": 2, "INFO": 1}
+			last := 3
+			for _, line := range strings.Split(out, "\n") {
+				if r, ok := rank[strings.Fields(line + " x")[0]]; ok {
+					require.LessOrEqual(t, r, last, "out of order: %s", line)
+					last = r
+				}
+			}
+		})
+	}
+}
+
+func TestCLIJSON(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	code, out, _ := runCLI(t, inMemory(b.srv), "-json", "-queue-url", b.broken)
+	require.Equal(t, exitFindings, code)
+
+	var got struct {
+		Queue    map[string]any   `json:"queue"`
+		DLQ      map[string]any   `json:"dlq"`
+		Findings []map[string]any `json:"findings"`
+		Counts   map[string]int   `json:"counts"`
+		ExitCode int              `json:"exit_code"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+	require.Equal(t, b.broken, got.Queue["url"])
+	require.Equal(t, false, got.Queue["fifo"])
+	require.EqualValues(t, 30, got.Queue["visibility_timeout_seconds"])
+	require.EqualValues(t, 345600, got.Queue["message_retention_period_seconds"])
+	require.EqualValues(t, 0, got.Queue["receive_message_wait_time_seconds"])
+	require.NotContains(t, got.Queue, "redrive_policy")
+	require.Nil(t, got.DLQ)
+	require.Equal(t, map[string]int{"error": 1, "warn": 1, "info": 0}, got.Counts)
+	require.Equal(t, exitFindings, got.ExitCode)
+	require.Len(t, got.Findings, 2)
+	require.Equal(t, map[string]any{"check": "redrive_policy", "severity": "error", "message": got.Findings[0]["message"]}, got.Findings[0])
+	require.Equal(t, "long_polling", got.Findings[1]["check"])
+
+	code, out, _ = runCLI(t, inMemory(b.srv), "-json", "-queue-url", b.healthy)
+	require.Equal(t, exitOK, code)
+	var ok doctor.Report
+	require.NoError(t, json.Unmarshal([]byte(out), &ok))
+	require.NotNil(t, ok.DLQ)
+	require.NotNil(t, ok.Queue.Redrive)
+	require.Equal(t, 5, ok.Queue.Redrive.MaxReceiveCount)
+	require.NoError(t, ok.Err())
+}
+
+func TestCLIUsage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tests := []struct {
+		name     string
+		args     []string
+		code     int
+		contains string
+	}{
+		{"help", []string{"-help"}, exitOK, "Exit codes:"},
+		{"no queue", nil, exitUsage, "-queue-url is required"},
+		{"not a URL", []string{"-queue-url", "orders"}, exitUsage, "is not a URL"},
+		{"bad duration", []string{"-queue-url", b.healthy, "-p99", "soon"}, exitUsage, "invalid value"},
+		{"negative duration", []string{"-queue-url", b.healthy, "-shutdown", "-1s"}, exitUsage, "-shutdown must not be negative"},
+		{"stray argument", []string{"-queue-url", b.healthy, "extra"}, exitUsage, "unexpected arguments: extra"},
+		{"unknown flag", []string{"-queue", b.healthy}, exitUsage, "flag provided but not defined"},
+		{"missing queue", []string{"-queue-url", b.srv.BaseURL() + "/123456789012/nope"}, exitRead, "The specified queue does not exist"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			code, out, errOut := runCLI(t, inMemory(b.srv), tt.args...)
+			require.Equal(t, tt.code, code, "stderr: %s", errOut)
+			require.Empty(t, out, "nothing on stdout")
+			require.Contains(t, errOut, tt.contains)
+		})
+	}
+	_, _, help := runCLI(t, inMemory(b.srv), "-help")
+	for _, want := range []string{`"visibility_timeout_seconds": int`, `"severity": "error" | "warn" | "info"`, "-batching-window duration", "lambda_visibility"} {
+		require.Contains(t, help, want, "the help documents the JSON schema, flags and checks")
+	}
+}
+
+// TestCLIEndpoint runs the real client factory against sqstest served on a
+// loopback socket: it exercises -endpoint with static credentials, the path
+// a local server takes. It needs a real socket, so it is not in a synctest
+// bubble; nothing in it waits on a timer.
+func TestCLIEndpoint(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ts := httptest.NewServer(b.srv.Handler())
+	t.Cleanup(func() {
+		ts.CloseClientConnections()
+		ts.Close()
+	})
+	code, out, errOut := runCLI(t, newClient, "-endpoint", ts.URL, "-queue-url", b.healthy, "-timeout", "10s")
+	require.Equal(t, exitOK, code, "stderr: %s\nstdout: %s", errOut, out)
+	require.Contains(t, out, "DLQ ok-dlq after 5 receives")
+}
+
+func TestRegionOf(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"https://sqs.eu-west-1.amazonaws.com/123456789012/q":     "eu-west-1",
+		"https://sqs-fips.us-gov-west-1.amazonaws.com/1/q":       "us-gov-west-1",
+		"https://sqs.cn-north-1.amazonaws.com.cn/123456789012/q": "cn-north-1",
+		"http://localhost:9324/000000000000/q":                   "",
+		"https://vpce-1.sqs.us-east-1.vpce.amazonaws.com/1/q":    "",
+		"::not a url": "",
+	} {
+		require.Equal(t, want, regionOf(in), "regionOf(%q)", in)
+	}
+}
