@@ -1,0 +1,208 @@
+// Command worker is a production-style SQS worker built on sqsconsumer: the
+// shape of a binary that runs as an ECS task (or a Kubernetes pod, or a
+// systemd unit) and consumes one queue until it is told to stop.
+//
+// Configuration comes from the environment:
+//
+//	SQS_QUEUE_URL              required: the queue to consume
+//	WORKER_CONCURRENCY         handlers at once (default 10)
+//	WORKER_VISIBILITY_TIMEOUT  lease length, e.g. 60s (default: the queue's VisibilityTimeout)
+//	WORKER_STOP_TIMEOUT        the orchestrator's grace between SIGTERM and SIGKILL:
+//	                           ECS's stopTimeout (default 30s)
+//	WORKER_SHUTDOWN_TIMEOUT    how long running handlers may finish after SIGTERM
+//	                           (default WORKER_STOP_TIMEOUT minus 5s; must be below it)
+//	LOG_LEVEL                  debug, info, warn or error (default info)
+//
+// AWS credentials and region come from the default AWS configuration
+// (environment, shared files, the ECS task role).
+//
+// It logs JSON lines to standard error and exits with status 0 after a clean
+// shutdown on SIGTERM or SIGINT, 1 when the consumer stopped on a permanent
+// error (the queue does not exist, access denied), and 2 when the
+// configuration is invalid.
+//
+// # Stopping on ECS
+//
+// When ECS stops a task (a deployment, scale-in, a Spot interruption) it
+// sends SIGTERM to each container, waits the container's stopTimeout (30 s
+// unless the task definition says otherwise; at most 120 s) and then sends
+// SIGKILL. On SIGTERM the worker stops receiving at once, hands back the
+// messages it holds but has not started (they are visible to other workers
+// immediately), and gives running handlers the shutdown timeout to finish
+// while their leases keep being renewed. Handlers still running then are
+// cancelled (context.Cause reports sqsconsumer.ErrShutdown) and their
+// messages handed back too.
+//
+// That timeout must end before SIGKILL does, with room to spare: the
+// hand-back calls, the last deletes and flushing the logs all happen after
+// it. A worker killed in the middle of that loses no message, but the
+// messages it still held stay invisible until their visibility timeout
+// runs out, and handlers cut off half-way must be safe to run again. Hence
+// the default of stopTimeout minus 5 s. Raise the task definition's
+// stopTimeout (and WORKER_STOP_TIMEOUT with it) if handlers need longer.
+//
+// Make sure the signal reaches the process: use the exec form of
+// ENTRYPOINT/CMD in the image (a shell in between does not forward SIGTERM),
+// or enable the task definition's initProcessEnabled.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sqskit/sqsconsumer"
+)
+
+// Exit codes.
+const (
+	exitOK     = 0 // clean shutdown after SIGTERM or SIGINT
+	exitFailed = 1 // the consumer stopped on a permanent error
+	exitConfig = 2 // the configuration is invalid
+)
+
+// Defaults of the environment settings.
+const (
+	defaultConcurrency = 10
+	// defaultStopTimeout is ECS's default stopTimeout: SIGKILL follows
+	// SIGTERM after this long.
+	defaultStopTimeout = 30 * time.Second
+	// shutdownMargin is what the default shutdown timeout leaves of the
+	// stop timeout for handing messages back and flushing logs.
+	shutdownMargin = 5 * time.Second
+)
+
+func main() {
+	// The first SIGTERM or SIGINT cancels ctx and starts the graceful
+	// shutdown; stop() then restores the default behaviour, so a second
+	// Ctrl-C kills the process at once.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	code := run(ctx, os.Getenv, os.Stderr, awsClient)
+	stop()
+	os.Exit(code)
+}
+
+// awsClient builds the SQS client from the default AWS configuration.
+func awsClient(ctx context.Context) (sqsconsumer.Client, error) {
+	cfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("loading the AWS configuration: %w", err)
+	}
+	return sqs.NewFromConfig(cfg), nil
+}
+
+// settings is the worker's configuration, read from the environment.
+type settings struct {
+	queueURL        string
+	concurrency     int
+	visibility      time.Duration // 0: the queue's VisibilityTimeout
+	stopTimeout     time.Duration
+	shutdownTimeout time.Duration
+	logLevel        slog.Level
+}
+
+// loadSettings reads the settings through getenv and reports every invalid
+// or missing value at once.
+func loadSettings(getenv func(string) string) (settings, error) {
+	s := settings{concurrency: defaultConcurrency, stopTimeout: defaultStopTimeout}
+	var errs []error
+	s.queueURL = strings.TrimSpace(getenv("SQS_QUEUE_URL"))
+	if s.queueURL == "" {
+		errs = append(errs, errors.New("SQS_QUEUE_URL is required: the URL of the queue to consume, e.g. https://sqs.us-east-1.amazonaws.com/123456789012/orders"))
+	}
+	if v := getenv("WORKER_CONCURRENCY"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			errs = append(errs, fmt.Errorf("WORKER_CONCURRENCY=%q: want a whole number of at least 1", v))
+		}
+		s.concurrency = n
+	}
+	duration := func(name string, dst *time.Duration) {
+		v := getenv(name)
+		if v == "" {
+			return
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			errs = append(errs, fmt.Errorf("%s=%q: want a positive duration such as 30s", name, v))
+			return
+		}
+		*dst = d
+	}
+	duration("WORKER_VISIBILITY_TIMEOUT", &s.visibility)
+	duration("WORKER_STOP_TIMEOUT", &s.stopTimeout)
+	s.shutdownTimeout = max(s.stopTimeout-shutdownMargin, s.stopTimeout/2)
+	duration("WORKER_SHUTDOWN_TIMEOUT", &s.shutdownTimeout)
+	if s.shutdownTimeout >= s.stopTimeout {
+		errs = append(errs, fmt.Errorf("WORKER_SHUTDOWN_TIMEOUT (%v) must be below WORKER_STOP_TIMEOUT (%v): SIGKILL would cut the shutdown short", s.shutdownTimeout, s.stopTimeout))
+	}
+	if v := getenv("LOG_LEVEL"); v != "" {
+		if err := s.logLevel.UnmarshalText([]byte(v)); err != nil {
+			errs = append(errs, fmt.Errorf("LOG_LEVEL=%q: want debug, info, warn or error", v))
+		}
+	}
+	return s, errors.Join(errs...)
+}
+
+// run is the whole worker: it returns when ctx is cancelled (the signal)
+// and the consumer has shut down, or on a permanent error. newClient makes
+// the SQS client.
+func run(ctx context.Context, getenv func(string) string, stderr io.Writer, newClient func(context.Context) (sqsconsumer.Client, error)) int {
+	return runWith(ctx, getenv, stderr, newClient, 50*time.Millisecond)
+}
+
+// runWith is run with the example handler's work time.
+func runWith(ctx context.Context, getenv func(string) string, stderr io.Writer, newClient func(context.Context) (sqsconsumer.Client, error), work time.Duration) int {
+	s, err := loadSettings(getenv)
+	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: s.logLevel}))
+	if err != nil {
+		logger.Error("invalid configuration", "error", err)
+		return exitConfig
+	}
+	client, err := newClient(ctx)
+	if err != nil {
+		logger.Error("cannot create the SQS client", "error", err)
+		return exitConfig
+	}
+
+	opts := []sqsconsumer.Option{
+		sqsconsumer.WithConcurrency(s.concurrency),
+		sqsconsumer.WithShutdownTimeout(s.shutdownTimeout),
+		// The library logs what needs attention (lost leases, panics,
+		// receive failures); the observer adds one line per message.
+		sqsconsumer.WithLogger(logger),
+		sqsconsumer.WithObserver(logObserver{logger}),
+	}
+	if s.visibility > 0 {
+		opts = append(opts, sqsconsumer.WithVisibilityTimeout(s.visibility))
+	}
+	c, err := sqsconsumer.New(client, s.queueURL, orderHandler{log: logger, work: work}, opts...)
+	if err != nil {
+		logger.Error("invalid consumer options", "error", err)
+		return exitConfig
+	}
+
+	logger.Info("worker started", "queue_url", s.queueURL, "concurrency", s.concurrency,
+		"shutdown_timeout", s.shutdownTimeout.String(), "stop_timeout", s.stopTimeout.String())
+	if err := c.Run(ctx); err != nil {
+		logger.Error("worker stopped on an error", "error", err)
+		return exitFailed
+	}
+	logger.Info("worker stopped cleanly", "cause", fmt.Sprint(context.Cause(ctx)))
+	return exitOK
+}

@@ -1,0 +1,238 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sqskit/sqsconsumer"
+	"github.com/sqskit/sqsconsumer/sqstest"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestLoadSettings(t *testing.T) {
+	t.Parallel()
+	const url = "https://sqs.us-east-1.amazonaws.com/123456789012/orders"
+	tests := []struct {
+		name    string
+		env     map[string]string
+		want    settings
+		wantErr []string
+	}{
+		{
+			name: "defaults",
+			env:  map[string]string{"SQS_QUEUE_URL": url},
+			want: settings{queueURL: url, concurrency: 10, stopTimeout: 30 * time.Second, shutdownTimeout: 25 * time.Second},
+		},
+		{
+			name: "everything set",
+			env: map[string]string{
+				"SQS_QUEUE_URL": url, "WORKER_CONCURRENCY": "40", "WORKER_VISIBILITY_TIMEOUT": "2m",
+				"WORKER_STOP_TIMEOUT": "120s", "WORKER_SHUTDOWN_TIMEOUT": "100s", "LOG_LEVEL": "debug",
+			},
+			want: settings{queueURL: url, concurrency: 40, visibility: 2 * time.Minute, stopTimeout: 120 * time.Second, shutdownTimeout: 100 * time.Second, logLevel: -4},
+		},
+		{
+			name: "shutdown budget follows the stop timeout",
+			env:  map[string]string{"SQS_QUEUE_URL": url, "WORKER_STOP_TIMEOUT": "60s"},
+			want: settings{queueURL: url, concurrency: 10, stopTimeout: time.Minute, shutdownTimeout: 55 * time.Second},
+		},
+		{
+			name: "short stop timeout keeps half for the handlers",
+			env:  map[string]string{"SQS_QUEUE_URL": url, "WORKER_STOP_TIMEOUT": "6s"},
+			want: settings{queueURL: url, concurrency: 10, stopTimeout: 6 * time.Second, shutdownTimeout: 3 * time.Second},
+		},
+		{name: "missing queue URL", env: map[string]string{}, wantErr: []string{"SQS_QUEUE_URL is required"}},
+		{name: "blank queue URL", env: map[string]string{"SQS_QUEUE_URL": "  "}, wantErr: []string{"SQS_QUEUE_URL is required"}},
+		{
+			name:    "budget not below SIGKILL",
+			env:     map[string]string{"SQS_QUEUE_URL": url, "WORKER_SHUTDOWN_TIMEOUT": "30s"},
+			wantErr: []string{"WORKER_SHUTDOWN_TIMEOUT (30s) must be below WORKER_STOP_TIMEOUT (30s)"},
+		},
+		{
+			name: "every bad value reported",
+			env: map[string]string{
+				"WORKER_CONCURRENCY": "0", "WORKER_VISIBILITY_TIMEOUT": "soon", "WORKER_STOP_TIMEOUT": "-1s", "LOG_LEVEL": "loud",
+			},
+			wantErr: []string{"SQS_QUEUE_URL", `WORKER_CONCURRENCY="0"`, `WORKER_VISIBILITY_TIMEOUT="soon"`, `WORKER_STOP_TIMEOUT="-1s"`, `LOG_LEVEL="loud"`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := loadSettings(env(tt.env))
+			if len(tt.wantErr) > 0 {
+				for _, w := range tt.wantErr {
+					require.ErrorContains(t, err, w)
+				}
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// lines decodes the JSON log lines written so far.
+func (s *syncBuffer) lines(t *testing.T) []map[string]any {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []map[string]any
+	sc := bufio.NewScanner(bytes.NewReader(s.b.Bytes()))
+	for sc.Scan() {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &m), "log line %q is not JSON", sc.Text())
+		out = append(out, m)
+	}
+	return out
+}
+
+func messages(lines []map[string]any, msg string) int {
+	n := 0
+	for _, l := range lines {
+		if l["msg"] == msg {
+			n++
+		}
+	}
+	return n
+}
+
+func TestRunConfigErrors(t *testing.T) {
+	t.Parallel()
+	noClient := func(context.Context) (sqsconsumer.Client, error) {
+		t.Error("the client must not be built when the configuration is invalid")
+		return nil, nil
+	}
+	var out syncBuffer
+	code := run(context.Background(), env(nil), &out, noClient)
+	require.Equal(t, exitConfig, code)
+	lines := out.lines(t)
+	require.Len(t, lines, 1)
+	require.Equal(t, "ERROR", lines[0]["level"])
+	require.Contains(t, lines[0]["error"], "SQS_QUEUE_URL is required")
+}
+
+// TestRunShutsDownOnSignal runs the worker against an in-memory SQS: it
+// processes the orders, fails the malformed one, and exits 0 once its
+// context is cancelled as SIGTERM would.
+func TestRunShutsDownOnSignal(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		srv := sqstest.New(t)
+		url, err := srv.CreateQueue("orders", map[string]string{"VisibilityTimeout": "30"})
+		require.NoError(t, err)
+		for _, b := range []string{`{"order_id":"a","amount_cents":100}`, `{"order_id":"b","amount_cents":250}`, `not json`} {
+			_, err := srv.Send(url, b)
+			require.NoError(t, err)
+		}
+
+		ctx, sigterm := context.WithCancel(context.Background())
+		var out syncBuffer
+		done := make(chan int, 1)
+		go func() {
+			done <- run(ctx, env(map[string]string{"SQS_QUEUE_URL": url, "LOG_LEVEL": "debug"}), &out,
+				func(context.Context) (sqsconsumer.Client, error) { return srv.Client(), nil })
+		}()
+		time.Sleep(2 * time.Second) // virtual: ample for three 50 ms handlers, short of the retry backoff
+		sigterm()
+		require.Equal(t, exitOK, <-done)
+
+		var deleted int
+		for _, st := range srv.Messages(url) {
+			require.Equal(t, 1, st.ReceiveCount, "message %q", st.Body)
+			if st.Deleted {
+				deleted++
+			} else {
+				require.Equal(t, "not json", st.Body)
+				require.True(t, st.InFlight, "the malformed order waits out its backoff")
+			}
+		}
+		require.Equal(t, 2, deleted)
+
+		lines := out.lines(t)
+		require.Equal(t, 1, messages(lines, "worker started"))
+		require.Equal(t, 2, messages(lines, "order processed"))
+		require.Equal(t, 1, messages(lines, "message failed"))
+		require.Equal(t, 2, messages(lines, "message deleted"))
+		require.Equal(t, 1, messages(lines, "worker stopped cleanly"))
+		for _, l := range lines {
+			if l["msg"] == "message failed" {
+				require.True(t, strings.HasPrefix(l["error"].(string), "malformed order"), "error %v", l["error"])
+			}
+		}
+	})
+}
+
+// TestRunShutdownBudget checks that a handler still running at SIGTERM
+// gets the shutdown timeout, is then cancelled with ErrShutdown, and its
+// message is handed back at once.
+func TestRunShutdownBudget(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		srv := sqstest.New(t)
+		url, err := srv.CreateQueue("orders", map[string]string{"VisibilityTimeout": "30"})
+		require.NoError(t, err)
+		id, err := srv.Send(url, `{"order_id":"slow"}`)
+		require.NoError(t, err)
+
+		ctx, sigterm := context.WithCancel(context.Background())
+		var out syncBuffer
+		done := make(chan int, 1)
+		slow := func(context.Context) (sqsconsumer.Client, error) { return srv.Client(), nil }
+		go func() {
+			done <- runWith(ctx, env(map[string]string{"SQS_QUEUE_URL": url}), &out, slow, time.Hour)
+		}()
+		time.Sleep(time.Second)
+		sigterm()
+		start := time.Now()
+		require.Equal(t, exitOK, <-done)
+		require.Equal(t, 25*time.Second, time.Since(start).Truncate(time.Second), "default budget")
+
+		st, ok := srv.Message(url, id)
+		require.True(t, ok)
+		require.False(t, st.Deleted)
+		require.False(t, st.InFlight, "handed back at once")
+		lines := out.lines(t)
+		require.Equal(t, 1, messages(lines, "message failed"))
+		for _, l := range lines {
+			if l["msg"] == "message failed" {
+				require.Contains(t, l["error"], sqsconsumer.ErrShutdown.Error())
+			}
+		}
+	})
+}
+
+func TestRunPermanentError(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		srv := sqstest.New(t)
+		var out syncBuffer
+		code := run(context.Background(), env(map[string]string{"SQS_QUEUE_URL": srv.BaseURL() + "/123456789012/missing"}), &out,
+			func(context.Context) (sqsconsumer.Client, error) { return srv.Client(), nil })
+		require.Equal(t, exitFailed, code)
+		require.Equal(t, 1, messages(out.lines(t), "worker stopped on an error"))
+	})
+}
