@@ -1,5 +1,121 @@
-// Package sqstest is an in-memory Amazon SQS server for tests, in the spirit of
-// net/http/httptest: it speaks the AWS JSON 1.0 protocol exactly as the aws-sdk-go-v2
-// sqs client uses it, and its time comes only from time.Now and timers, so inside a
-// testing/synctest bubble hours of virtual time pass in milliseconds.
+// Package sqstest is an in-memory Amazon SQS for tests, in the spirit of
+// net/http/httptest: a [Server] that speaks the AWS JSON 1.0 protocol exactly as the
+// aws-sdk-go-v2 sqs client (v1.53) uses it, with AWS's error shapes, status codes,
+// query codes and texts, correct MD5OfBody and MD5OfMessageAttributes, and the
+// receipt-handle edge cases a consumer has to survive. The facts it follows, with
+// their sources, are in SQS-FACTS.md of the project's shared notes.
+//
+// # Use
+//
+// [New] (or [NewServer]) makes a server; [Server.Client] returns an *sqs.Client wired
+// to it through an in-memory, synchronous [http.RoundTripper] ([Server.Transport]):
+// no socket and no goroutine. [Server.Handler] serves the same thing on a real
+// listener; the command cmd/sqstest does that for other processes and SDKs.
+//
+// All time comes from time.Now and timers, so inside a testing/synctest bubble hours
+// of visibility timeouts, delays and long polls pass in microseconds. Create the
+// server inside the bubble:
+//
+//	func TestLease(t *testing.T) {
+//		synctest.Test(t, func(t *testing.T) {
+//			srv := sqstest.New(t)
+//			c := srv.Client()
+//			url, _ := srv.CreateQueue("jobs", map[string]string{"VisibilityTimeout": "30"})
+//			srv.Send(url, "hello")
+//			out, _ := c.ReceiveMessage(t.Context(), &sqs.ReceiveMessageInput{QueueUrl: &url, WaitTimeSeconds: 20})
+//			time.Sleep(12 * time.Hour) // virtual
+//			st, _ := srv.Message(url, *out.Messages[0].MessageId)
+//			_ = st.Receives // every delivery, visibility change, deletion...
+//		})
+//	}
+//
+// A long poll blocks only on a timer, its own channel and the request's context, so
+// it never stops the bubble's clock; it returns as soon as a message becomes
+// available (sent, released, lease or delay over) and when [Server.Close] is called.
+//
+// For assertions, [Server.Messages] and [Server.Message] give each message's history
+// ([MessageState]); [Server.Calls] counts requests per action. For failure tests,
+// [Server.FailNext] answers the next calls of an action with a [Fault] (ready-made:
+// [FaultThrottled], [FaultInternalError], [FaultServiceUnavailable],
+// [FaultMessageNotInflight], ...), [Server.DelayNext] slows them,
+// [Server.FailNextEntries] fails single entries of batch calls, and [Server.Expire]
+// makes a lease lapse now.
+//
+// # Actions
+//
+// Implemented: CreateQueue, GetQueueUrl, GetQueueAttributes, SetQueueAttributes,
+// ListQueues, DeleteQueue, PurgeQueue, TagQueue, UntagQueue, ListQueueTags,
+// SendMessage, SendMessageBatch, ReceiveMessage, DeleteMessage, DeleteMessageBatch,
+// ChangeMessageVisibility, ChangeMessageVisibilityBatch.
+//
+// AddPermission, RemovePermission, ListDeadLetterSourceQueues, StartMessageMoveTask,
+// CancelMessageMoveTask and ListMessageMoveTasks answer UnsupportedOperation; any other
+// target answers UnknownOperationException.
+//
+// Modelled: long polling (WaitTimeSeconds 0–20, the queue's
+// ReceiveMessageWaitTimeSeconds when omitted, early return); MaxNumberOfMessages
+// 1–10; the receive VisibilityTimeout override; system attributes (All,
+// ApproximateReceiveCount, ApproximateFirstReceiveTimestamp, SentTimestamp, SenderId,
+// MessageGroupId, MessageDeduplicationId, SequenceNumber, AWSTraceHeader,
+// DeadLetterQueueSourceArn) and MessageAttributeNames filtering (All, *, .*, prefix.*);
+// a fresh opaque receipt handle per receive; visibility expiry and
+// ChangeMessageVisibility from now, 0 releasing at once; the 12-hour ceiling counted
+// from the receive that issued the handle; stale handles as SQS-FACTS §2.1 records
+// (never issued → ReceiptHandleIsInvalid; superseded → delete is a no-op, visibility
+// change fails; deleted → delete succeeds, visibility change fails; expired and not
+// received again → standard deletes, FIFO fails "The receipt handle has expired");
+// per-entry failures in batch results; redrive on the receive that would exceed
+// maxReceiveCount with the count continuing in the DLQ; retention (a standard DLQ keeps
+// the original enqueue time, a FIFO DLQ restarts it); queue and per-message delays;
+// FIFO group locking, in-group order, same-group batching, 5-minute deduplication
+// (explicit or content-based, queue or message-group scope), sequence numbers;
+// QueueDeletedRecently for 60 s after DeleteQueue; one PurgeQueue per 60 s; queue
+// attribute validation; every limit with AWS's error (batch size and ids, 1 MiB
+// messages and batches, attribute rules, parameter ranges, missing parameters,
+// unknown queues). Malformed requests get AWS-shaped errors.
+//
+// # Known divergences from AWS
+//
+//   - Short polls (WaitTimeSeconds 0) see every available message; AWS samples a
+//     subset of its servers and may return fewer or none.
+//   - Standard queues deliver in arrival order; AWS orders best-effort and moves a
+//     message received three times to the back of the queue. Fair-queue
+//     de-prioritisation of noisy message groups is not modelled.
+//   - No in-flight limits (OverLimit), no throughput limits: inject them with FailNext.
+//   - ReceiveRequestAttemptId is accepted and ignored (no FIFO receive retry).
+//   - Signatures and credentials are not checked; SenderId is a fixed value.
+//   - PurgeQueue, attribute changes and the Approximate* counters take effect at once
+//     and exactly; AWS takes up to 60 s (15 min for retention) and approximates.
+//   - Receipt handles have no lifetime of their own beyond the rules above; AWS has
+//     been reported to expire very old standard-queue handles (~55,000 s).
+//   - Policy, RedriveAllowPolicy and KMS attributes are stored, not enforced. A
+//     RedrivePolicy naming a queue that does not exist is accepted; until it exists,
+//     messages are not moved. A moved message does not get the DLQ's DelaySeconds.
+//   - Number attribute values are checked for presence only, not for range.
+//   - The host of a QueueUrl is ignored: the account and name in its path route it.
+//   - [Server.CreateQueue] (the helper, not the action) treats a ".fifo" name as
+//     FifoQueue=true; [Server.Send] accepts sub-second delays.
+//   - MessageNotInflight is produced only by fault injection: no real trigger is known.
+//
+// # UNCONFIRMED choices
+//
+// Where AWS's answer is not established the fake makes a choice, each kept in one
+// place (unconfirmed.go) with its source:
+//
+//   - ChangeMessageVisibility with an expired, not re-received standard handle
+//     succeeds and hides the message again.
+//   - A superseded handle's delete on a standard queue deletes nothing.
+//   - On FIFO queues superseded and expired handles both get "The receipt handle has
+//     expired" (InvalidParameterValue; in batches ReceiptHandleIsInvalid), for delete
+//     and for visibility changes.
+//   - Another queue's handle gets ReceiptHandleIsInvalid (in batches with the text
+//     `The receipt handle "<h>" is not valid for this queue.`).
+//   - A deduplicated FIFO send returns the original message's MessageId and
+//     SequenceNumber.
+//   - RedrivePolicy reads back normalised, maxReceiveCount as a JSON number.
+//   - MessageGroupId sent to a standard queue is returned as a system attribute.
+//   - Malformed bodies get SerializationException and unknown targets
+//     UnknownOperationException (__type in com.amazon.coral.service, no query code).
+//   - The texts of EmptyBatchRequest, BatchEntryIdsNotDistinct, several attribute
+//     errors and the range errors of receive VisibilityTimeout and DelaySeconds.
 package sqstest
