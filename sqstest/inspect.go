@@ -162,6 +162,16 @@ func (s *Server) Expire(queueURL, messageID string) error {
 	return nil
 }
 
+// QueueURL returns the URL of the queue with this name, if it exists.
+func (s *Server) QueueURL(name string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if q, ok := s.queues[name]; ok {
+		return q.url, true
+	}
+	return "", false
+}
+
 // CreateQueue creates a queue (or returns the existing one's URL) with the same rules
 // as the CreateQueue action, except that a name ending in ".fifo" implies
 // FifoQueue=true. It is not counted in [Server.Calls].
@@ -208,7 +218,8 @@ func WithStringAttribute(name, value string) SendOption {
 }
 
 // Send enqueues a message with the same rules as SendMessage and returns its id. It is
-// not counted in [Server.Calls]. A FIFO duplicate returns the original's id.
+// not counted in [Server.Calls]. A FIFO duplicate returns the original's id. Errors
+// are [Fault] values, as the action would answer.
 func (s *Server) Send(queueURL, body string, opts ...SendOption) (messageID string, err error) {
 	in := sendInput{MessageBody: &body}
 	for _, o := range opts {

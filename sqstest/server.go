@@ -50,8 +50,12 @@ func WithAccountID(id string) Option { return func(c *config) { c.accountID = id
 // [DefaultRegion].
 func WithRegion(r string) Option { return func(c *config) { c.region = r } }
 
-// Server is an in-memory SQS. It is safe for concurrent use. Create it inside the
-// testing/synctest bubble that uses it, so that its timers run on the bubble's clock.
+// Server is an in-memory SQS. It is safe for concurrent use. The zero value is not
+// usable: make one with [New] or [NewServer].
+//
+// In testing/synctest, use a server from one bubble only (create it inside the
+// bubble): a long poll waits on a channel and a timer of the bubble it runs in, and
+// only goroutines of that bubble may wake it.
 type Server struct {
 	cfg config
 
@@ -339,8 +343,9 @@ func (s *Server) DelayNext(action string, n int, d time.Duration) {
 
 // FailNextEntries makes the next n entries of the batch action
 // (ChangeMessageVisibilityBatch, DeleteMessageBatch or SendMessageBatch) fail in the
-// result's Failed[] with code f.Code() and message f.Message, without effect on their
-// message. Entries that fail validation first do not consume an injected fault.
+// result's Failed[] with code f.Code(), message f.Message and SenderFault when
+// f.Status < 500, without effect on their message. Each entry of a batch that passed
+// the batch-wide checks consumes one pending fault, in entry order, before it runs.
 func (s *Server) FailNextEntries(action string, n int, f Fault) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -349,7 +354,7 @@ func (s *Server) FailNextEntries(action string, n int, f Fault) {
 	}
 }
 
-// takeEntryFault pops an injected per-entry fault for action. s.mu must be held.
+// takeEntryFaultLocked pops an injected per-entry fault for action. s.mu must be held.
 func (s *Server) takeEntryFaultLocked(action string) (Fault, bool) {
 	return popFrontOK(s.entryFaults, action)
 }

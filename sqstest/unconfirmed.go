@@ -61,7 +61,6 @@ const (
 	textAttributeNoType      = "The message attribute '%s' must contain non-empty message attribute type."
 	textAttributeBadType     = "The type of message (user) attribute '%s' is invalid. You must use only the following supported type prefixes: Binary, Number, String."
 	textBadSystemAttribute   = "Message (system) attribute name '%s' is invalid. Only AWSTraceHeader is supported."
-	textReceiveAttemptIDFIFO = "The request include parameter that is not valid for this queue type."
 )
 
 // Decoding failures (malformed JSON, wrong member types, numbers out of int32 range)
