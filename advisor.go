@@ -365,9 +365,10 @@ func (r *StatsRecorder) adaptiveVisibility(lo, hi, fallback time.Duration) time.
 // of the ReceiveMessage request that delivered a message to its settlement
 // (see StatsRecorder); percentiles are within about 3 % (nearest rank).
 // A Stats is a snapshot: it does not change after it is returned, and may
-// be read from many goroutines.
+// be read from many goroutines. The zero value holds no data.
 type Stats struct {
-	// Event counts since the recorder was made.
+	// Counts of events since the recorder was made, one field per kind:
+	// Received counts EventReceived, Adopted EventAdopted, and so on.
 	Received, Adopted, Started, Succeeded, Failed int64
 	Deleted, Released                             int64
 	// ReleasedUnstarted counts releases of messages whose handler never

@@ -212,3 +212,27 @@ func TestObserverConcurrent(t *testing.T) {
 	require.Equal(t, int64(0), sum(t, ms, "sqsconsumer.messages.in_flight"))
 	require.Equal(t, uint64(workers*each), hist(t, ms, "sqsconsumer.handler.duration").Count)
 }
+
+// BenchmarkObserver measures the Observer's cost per message (five events)
+// with the SDK's manual reader behind it.
+func BenchmarkObserver(b *testing.B) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	obs, err := NewObserver(WithMeterProvider(mp))
+	require.NoError(b, err)
+	kinds := []sqsconsumer.EventKind{sqsconsumer.EventReceived, sqsconsumer.EventStarted, sqsconsumer.EventRenewed,
+		sqsconsumer.EventSucceeded, sqsconsumer.EventDeleted}
+	ids := make([]string, 1024)
+	for i := range ids {
+		ids[i] = strconv.Itoa(i)
+	}
+	i := 0
+	for b.Loop() {
+		id := ids[i%len(ids)]
+		for _, k := range kinds {
+			obs.Observe(ev(k, id, time.Duration(i%5000)*time.Millisecond))
+		}
+		i++
+	}
+}
