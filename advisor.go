@@ -445,14 +445,15 @@ func (s Stats) LogValue() slog.Value {
 }
 
 // QueueSettings describes what Stats.Advise checks the figures against.
-// A zero field is unknown and its checks are skipped, except
-// MaxReceiveCount, where 0 means the queue has no redrive policy.
+// A zero field is unknown and the checks that need it are skipped; the
+// zero QueueSettings knows nothing of the queue.
 type QueueSettings struct {
 	// VisibilityTimeout is the lease the consumer asks for now
 	// (WithVisibilityTimeout, or the queue's VisibilityTimeout).
 	VisibilityTimeout time.Duration
-	// MaxReceiveCount is the redrive policy's maxReceiveCount; 0 when the
-	// queue has no dead-letter queue.
+	// MaxReceiveCount is the redrive policy's maxReceiveCount. 0 means the
+	// queue has no dead-letter queue when RetentionPeriod is known (the
+	// attributes were read), unknown otherwise.
 	MaxReceiveCount int
 	// RetentionPeriod is the queue's MessageRetentionPeriod.
 	RetentionPeriod time.Duration
@@ -571,7 +572,7 @@ func (a Advice) String() string {
 //     retried soon, and only the tail pays for renewals;
 //   - time to DLQ: maxReceiveCount × lease, against the retention period
 //     (an error when messages would expire first, a warning above a
-//     quarter of it);
+//     quarter of it, a warning when the queue has no redrive policy);
 //   - shutdown: the share of work longer than the shutdown budget, which
 //     a deploy cancels and SQS delivers again;
 //   - redelivery: the receive-count distribution, adoptions and lapsed
@@ -599,9 +600,11 @@ func (s Stats) Advise(q QueueSettings) Advice {
 
 	// Time to DLQ.
 	switch {
-	case q.MaxReceiveCount == 0:
+	case q.MaxReceiveCount == 0 && q.RetentionPeriod > 0:
 		add(TopicTimeToDLQ, SeverityWarn, 0, "no redrive policy: a message that always fails is retried until retention (%s) deletes it, with no trace left",
-			orUnknown(q.RetentionPeriod))
+			fmtDur(q.RetentionPeriod))
+	case q.MaxReceiveCount == 0:
+		// The queue's attributes are unknown.
 	case lease > 0:
 		n := time.Duration(q.MaxReceiveCount)
 		ttd := n * lease
@@ -758,13 +761,6 @@ func fmtDur(d time.Duration) string {
 		s = strings.TrimSuffix(s, "0m")
 	}
 	return s
-}
-
-func orUnknown(d time.Duration) string {
-	if d == 0 {
-		return "unknown"
-	}
-	return fmtDur(d)
 }
 
 // pct formats a fraction as a percentage with sensible precision.

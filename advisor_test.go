@@ -450,11 +450,16 @@ func TestAdvise(t *testing.T) {
 			func(t *testing.T, a Advice) {
 				require.Equal(t, SeverityWarn, find(t, a, TopicVisibility).Severity)
 			}},
-		{"no redrive policy", narrow, QueueSettings{VisibilityTimeout: 20 * time.Second},
+		{"no redrive policy", narrow, QueueSettings{VisibilityTimeout: 20 * time.Second, RetentionPeriod: 4 * day},
 			func(t *testing.T, a Advice) {
 				r := find(t, a, TopicTimeToDLQ)
 				require.Equal(t, SeverityWarn, r.Severity)
 				require.Contains(t, r.Message, "no redrive policy")
+				require.Contains(t, r.Message, "until retention (96h)")
+			}},
+		{"queue attributes unknown: no DLQ check", narrow, QueueSettings{VisibilityTimeout: 20 * time.Second},
+			func(t *testing.T, a Advice) {
+				require.False(t, hasTopic(a, TopicTimeToDLQ))
 			}},
 		{"time to DLQ beyond retention", narrow, QueueSettings{VisibilityTimeout: 12 * time.Hour, MaxReceiveCount: 10, RetentionPeriod: 4 * day},
 			func(t *testing.T, a Advice) {
