@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqskit/sqsconsumer"
+)
+
+// benchVisibility is the visibility timeout both contenders receive with.
+const benchVisibility = 30 * time.Second
+
+// finishLine records when the n-th message was deleted and then cancels
+// the drain.
+type finishLine struct {
+	n       int64
+	done    atomic.Int64
+	once    sync.Once
+	at      time.Time // set once, before stop is called
+	stop    context.CancelFunc
+	reached chan struct{}
+}
+
+func newFinishLine(n int, stop context.CancelFunc) *finishLine {
+	return &finishLine{n: int64(n), stop: stop, reached: make(chan struct{})}
+}
+
+// add counts k deletes.
+func (f *finishLine) add(k int) {
+	if f.done.Add(int64(k)) >= f.n {
+		f.once.Do(func() {
+			f.at = time.Now()
+			close(f.reached)
+			f.stop()
+		})
+	}
+}
+
+// result reports when the line was reached, or an error if it was not.
+func (f *finishLine) result() (time.Time, error) {
+	select {
+	case <-f.reached:
+		return f.at, nil
+	default:
+		return time.Time{}, fmt.Errorf("stopped after %d of %d messages", f.done.Load(), f.n)
+	}
+}
+
+// contender drains a queue of n messages and reports when the last delete
+// was confirmed.
+type contender struct {
+	name  string
+	drain func(ctx context.Context, client *sqs.Client, url string, n int, cfg benchConfig) (time.Time, error)
+}
+
+func rawLoop() contender { return contender{name: "raw", drain: drainRaw} }
+
+// drainRaw is the baseline: receive up to 10, delete them in one batch,
+// repeat, on b's pollers, with no handler and no lease.
+func drainRaw(ctx context.Context, client *sqs.Client, url string, n int, cfg benchConfig) (time.Time, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	line := newFinishLine(n, cancel)
+	var wg sync.WaitGroup
+	errs := make(chan error, cfg.Pollers)
+	for range cfg.Pollers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				out, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+					QueueUrl:                    aws.String(url),
+					MaxNumberOfMessages:         10,
+					WaitTimeSeconds:             int32(cfg.Wait / time.Second),
+					VisibilityTimeout:           int32(benchVisibility / time.Second),
+					MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
+					MessageAttributeNames:       []string{"All"},
+				})
+				if ctx.Err() != nil {
+					return
+				}
+				if err != nil {
+					errs <- fmt.Errorf("ReceiveMessage: %w", err)
+					cancel()
+					return
+				}
+				if len(out.Messages) == 0 {
+					continue
+				}
+				entries := make([]types.DeleteMessageBatchRequestEntry, len(out.Messages))
+				for i, m := range out.Messages {
+					entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle}
+				}
+				del, err := client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(url), Entries: entries})
+				if err == nil && len(del.Failed) > 0 {
+					err = fmt.Errorf("%d entries failed, e.g. %s", len(del.Failed), aws.ToString(del.Failed[0].Message))
+				}
+				if err != nil {
+					errs <- fmt.Errorf("DeleteMessageBatch: %w", err)
+					cancel()
+					return
+				}
+				line.add(len(del.Successful))
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := errors.Join(collect(errs)...); err != nil {
+		return time.Time{}, err
+	}
+	return line.result()
+}
+
+func collect(errs <-chan error) []error {
+	var out []error
+	for err := range errs {
+		out = append(out, err)
+	}
+	return out
+}
+
+// consumerLoop is a Consumer with the given concurrency.
+func consumerLoop(concurrency int) contender {
+	return contender{
+		name: fmt.Sprintf("consumer c=%d", concurrency),
+		drain: func(ctx context.Context, client *sqs.Client, url string, n int, cfg benchConfig) (time.Time, error) {
+			return drainConsumer(ctx, client, url, n, cfg, concurrency)
+		},
+	}
+}
+
+// drainConsumer runs a Consumer with a no-op handler until n messages are
+// deleted, then shuts it down.
+func drainConsumer(ctx context.Context, client *sqs.Client, url string, n int, cfg benchConfig, concurrency int) (time.Time, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	line := newFinishLine(n, cancel)
+	var failed atomic.Int64
+	c, err := sqsconsumer.New(client, url,
+		sqsconsumer.HandlerFunc(func(context.Context, *sqsconsumer.Message) error { return nil }),
+		sqsconsumer.WithVisibilityTimeout(benchVisibility),
+		sqsconsumer.WithConcurrency(concurrency),
+		sqsconsumer.WithPollers(cfg.Pollers),
+		sqsconsumer.WithWaitTime(cfg.Wait),
+		sqsconsumer.WithObserver(sqsconsumer.ObserverFunc(func(e sqsconsumer.Event) {
+			switch e.Kind {
+			case sqsconsumer.EventDeleted:
+				line.add(1)
+			case sqsconsumer.EventFailed, sqsconsumer.EventLeaseLost, sqsconsumer.EventLeaseExpired:
+				failed.Add(1)
+			}
+		})),
+	)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if err := c.Run(ctx); err != nil {
+		return time.Time{}, err
+	}
+	if f := failed.Load(); f > 0 {
+		return time.Time{}, fmt.Errorf("%d messages failed or lost their lease", f)
+	}
+	return line.result()
+}
+
+// sendBatches sends n messages to url, ten per SendMessageBatch call, from
+// a few goroutines.
+func sendBatches(ctx context.Context, c *sqs.Client, url string, n int) error {
+	const senders = 8
+	batches := make(chan int)
+	errs := make(chan error, senders)
+	var wg sync.WaitGroup
+	for range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for start := range batches {
+				end := min(start+10, n)
+				entries := make([]types.SendMessageBatchRequestEntry, 0, end-start)
+				for i := start; i < end; i++ {
+					entries = append(entries, types.SendMessageBatchRequestEntry{
+						Id:          aws.String(strconv.Itoa(i - start)),
+						MessageBody: aws.String("message " + strconv.Itoa(i)),
+					})
+				}
+				out, err := c.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: entries})
+				if err == nil && len(out.Failed) > 0 {
+					err = fmt.Errorf("%d entries failed, e.g. %s", len(out.Failed), aws.ToString(out.Failed[0].Message))
+				}
+				if err != nil {
+					errs <- fmt.Errorf("SendMessageBatch: %w", err)
+					return
+				}
+			}
+		}()
+	}
+	var err error
+feed:
+	for start := 0; start < n; start += 10 {
+		select {
+		case batches <- start:
+		case err = <-errs:
+			break feed
+		}
+	}
+	close(batches)
+	wg.Wait()
+	close(errs)
+	return errors.Join(append(collect(errs), err)...)
+}

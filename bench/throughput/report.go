@@ -1,0 +1,138 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+)
+
+// measurement is one contender draining a queue once.
+type measurement struct {
+	messages int
+	elapsed  time.Duration
+	calls    map[string]int
+	cpu      time.Duration // process CPU time (client and, in-process, server)
+}
+
+func (m measurement) rate() float64 { return float64(m.messages) / m.elapsed.Seconds() }
+
+func (m measurement) callsPerMessage() float64 {
+	total := 0
+	for _, n := range m.calls {
+		total += n
+	}
+	return float64(total) / float64(m.messages)
+}
+
+func (m measurement) cpuPerMessage() time.Duration {
+	return m.cpu / time.Duration(m.messages)
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// summary is the medians of one contender over the rounds; ratio compares
+// each round with the raw loop's of the same round.
+type summary struct {
+	rate, ratio, calls float64
+	cpu                time.Duration
+}
+
+func summarize(ms, raw []measurement) summary {
+	var rates, ratios, calls, cpus []float64
+	for r, m := range ms {
+		rates = append(rates, m.rate())
+		ratios = append(ratios, m.rate()/raw[r].rate())
+		calls = append(calls, m.callsPerMessage())
+		cpus = append(cpus, float64(m.cpuPerMessage()))
+	}
+	return summary{rate: median(rates), ratio: median(ratios), calls: median(calls), cpu: time.Duration(median(cpus))}
+}
+
+// report writes one row per contender: messages per second in each round,
+// then the medians. results[0] is the raw loop.
+func report(out io.Writer, contenders []contender, results [][]measurement) {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(w, "contender\t")
+	for r := range results[0] {
+		fmt.Fprintf(w, "round %d\t", r+1)
+	}
+	fmt.Fprintln(w, "median msg/s\tvs raw\tcalls/msg\tCPU µs/msg\t")
+	for i, c := range contenders {
+		fmt.Fprintf(w, "%s\t", c.name)
+		for _, m := range results[i] {
+			fmt.Fprintf(w, "%.0f\t", m.rate())
+		}
+		s := summarize(results[i], results[0])
+		fmt.Fprintf(w, "%.0f\t%.3f\t%.3f\t%.1f\t\n", s.rate, s.ratio, s.calls, float64(s.cpu)/float64(time.Microsecond))
+	}
+	w.Flush()
+
+	fmt.Fprintln(out, "\ncalls per message in the last round:")
+	for i, c := range contenders {
+		last := results[i][len(results[i])-1]
+		fmt.Fprintf(out, "  %-16s %s\n", c.name, formatCalls(last.calls, last.messages))
+	}
+	fmt.Fprintln(out, "\ntargets: consumer/raw >= 0.95, consumer calls/msg <= 0.21")
+}
+
+func formatCalls(calls map[string]int, messages int) string {
+	names := make([]string, 0, len(calls))
+	for k := range calls {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, k := range names {
+		parts[i] = fmt.Sprintf("%s %.3f", k, float64(calls[k])/float64(messages))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// callCounter counts HTTP requests by SQS action (the X-Amz-Target header).
+type callCounter struct {
+	mu sync.Mutex // guards n
+	n  map[string]int
+}
+
+func (c *callCounter) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		action := strings.TrimPrefix(req.Header.Get("X-Amz-Target"), "AmazonSQS.")
+		c.mu.Lock()
+		c.n[action]++
+		c.mu.Unlock()
+		return rt.RoundTrip(req)
+	})
+}
+
+func (c *callCounter) reset() {
+	c.mu.Lock()
+	clear(c.n)
+	c.mu.Unlock()
+}
+
+func (c *callCounter) snapshot() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := make(map[string]int, len(c.n))
+	for k, v := range c.n {
+		m[k] = v
+	}
+	return m
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestRun drains small queues with every contender over a real loopback
+// listener: the program under test is about sockets and HTTP, so it cannot
+// run in a synctest bubble. Nothing in it sleeps; a drain ends when its
+// last delete is confirmed, and the 1 s long poll bounds the shutdown.
+func TestRun(t *testing.T) {
+	t.Parallel()
+	cfg := defaultConfig()
+	cfg.Messages, cfg.Warmup, cfg.Rounds, cfg.Pollers = 300, 50, 2, 2
+	cfg.Concurrency = []int{20, 60}
+	cfg.Wait = time.Second
+	var out bytes.Buffer
+	require.NoError(t, run(context.Background(), &out, cfg))
+	t.Log("\n" + out.String())
+	for _, want := range []string{"raw", "consumer c=20", "consumer c=60", "median msg/s", "DeleteMessageBatch"} {
+		require.Contains(t, out.String(), want)
+	}
+}
+
+func TestRunRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		edit func(*benchConfig)
+		want string
+	}{
+		{"no messages", func(c *benchConfig) { c.Messages = 0 }, "-n, -rounds and -pollers"},
+		{"no pollers", func(c *benchConfig) { c.Pollers = 0 }, "-n, -rounds and -pollers"},
+		{"wait too long", func(c *benchConfig) { c.Wait = 21 * time.Second }, "-wait"},
+		{"wait fractional", func(c *benchConfig) { c.Wait = 1500 * time.Millisecond }, "-wait"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := defaultConfig()
+			tt.edit(&cfg)
+			require.ErrorContains(t, run(context.Background(), &bytes.Buffer{}, cfg), tt.want)
+		})
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	t.Parallel()
+	m := func(msgs int, elapsed time.Duration, receives, deletes int) measurement {
+		return measurement{messages: msgs, elapsed: elapsed, calls: map[string]int{"ReceiveMessage": receives, "DeleteMessageBatch": deletes}, cpu: elapsed}
+	}
+	raw := []measurement{m(1000, time.Second, 100, 100), m(1000, 2*time.Second, 100, 100), m(1000, time.Second, 100, 100)}
+	cons := []measurement{m(1000, time.Second, 120, 100), m(1000, 4*time.Second, 150, 100), m(1000, 1250*time.Millisecond, 110, 100)}
+	got := summarize(cons, raw)
+	require.InDelta(t, 800, got.rate, 1e-9, "median of 1000, 250, 800 msg/s")
+	require.InDelta(t, 0.8, got.ratio, 1e-9, "median of 1, 0.5, 0.8")
+	require.InDelta(t, 0.22, got.calls, 1e-9, "median of 0.22, 0.25, 0.21")
+	require.Equal(t, 1250*time.Microsecond, got.cpu)
+	require.InDelta(t, 2.5, median([]float64{4, 1, 3, 2}), 1e-9)
+}
