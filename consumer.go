@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,8 +29,11 @@ type Consumer struct {
 	runOnce sync.Once
 	ran     bool
 
+	stats *StatsRecorder // always on: Stats, Advice, adaptive leases
+
 	// Set up at Run, read-only afterwards.
 	cfg   leaseConfig
+	qs    QueueSettings
 	fifo  bool
 	calls *batchedCalls
 	slots chan struct{} // one token per free handler slot
@@ -86,18 +90,42 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 		_, err := s.leaseConfig(s.visibility)
 		errs = append(errs, err)
 	}
+	if s.adaptiveMax > 0 && s.heartbeat > 0 {
+		errs = append(errs, fmt.Errorf("%w: WithAdaptiveVisibility and WithHeartbeatInterval cannot be combined: the interval follows the adaptive lease", ErrInvalidOption))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	if s.pollers == 0 {
 		s.pollers = min((s.concurrency+MaxBatchSize-1)/MaxBatchSize, 16)
 	}
+	stats := NewStatsRecorder()
+	s.observer = Observers(stats, s.observer)
 	return &Consumer{
 		client:   c,
 		queueURL: queueURL,
 		handler:  Chain(h, s.middleware...),
 		s:        s,
+		stats:    stats,
 	}, nil
+}
+
+// Stats returns what the Consumer has measured so far: receive-to-settle
+// percentiles (in-process queueing included), the receive-count
+// distribution, renewals per message. Safe to call at any time, from any
+// goroutine.
+func (c *Consumer) Stats() Stats { return c.stats.Stats() }
+
+// Advice checks Stats against the queue's settings (read at Run: visibility
+// timeout, retention, redrive policy) and the shutdown timeout, and
+// recommends a visibility timeout (p99 x 2), heartbeating for long tails,
+// and a safe time to the dead-letter queue, each with its reason. Safe for
+// concurrent use; before Run it knows only the figures.
+func (c *Consumer) Advice() Advice {
+	c.mu.Lock()
+	qs := c.qs
+	c.mu.Unlock()
+	return c.stats.Stats().Advise(qs)
 }
 
 // QueueURL returns the URL of the queue the Consumer reads.
@@ -141,24 +169,53 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 	c.shutdown()
 	c.calls.close()
+	c.logAdvice()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.fatal
+}
+
+// logAdvice logs the run's figures and the advice drawn from them, when a
+// logger is set and anything was processed.
+func (c *Consumer) logAdvice() {
+	if c.s.logger == nil {
+		return
+	}
+	st := c.Stats()
+	if st.Processed == 0 {
+		return
+	}
+	c.log(slog.LevelInfo, "sqsconsumer: stats", "stats", st)
+	for _, r := range c.Advice().Recommendations {
+		c.log(r.Severity.Level(), "sqsconsumer: advice", "topic", string(r.Topic), "value", r.Value, "advice", r.Message)
+	}
 }
 
 // setup reads what the options left to the queue, checks the lease
 // options against it, and prepares the run state.
 func (c *Consumer) setup(ctx context.Context) error {
 	lease := c.s.visibility
-	c.fifo = len(c.queueURL) > 5 && c.queueURL[len(c.queueURL)-5:] == ".fifo"
+	c.fifo = strings.HasSuffix(c.queueURL, ".fifo")
+	// The queue's settings feed Advice; its VisibilityTimeout is the lease
+	// when none was given. Without WithVisibilityTimeout a failure here
+	// ends Run; with it, Advice just knows less.
+	out, err := c.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(c.queueURL),
+		AttributeNames: []types.QueueAttributeName{
+			types.QueueAttributeNameVisibilityTimeout, types.QueueAttributeNameFifoQueue,
+			types.QueueAttributeNameMessageRetentionPeriod, types.QueueAttributeNameRedrivePolicy,
+		},
+	})
+	if err != nil && lease == 0 {
+		return fmt.Errorf("sqsconsumer: reading the queue's VisibilityTimeout (set WithVisibilityTimeout to skip this): %w", err)
+	}
+	if err != nil {
+		c.log(slog.LevelDebug, "sqsconsumer: could not read the queue's attributes; advice will know less", "error", err)
+		out = &sqs.GetQueueAttributesOutput{}
+	}
+	c.fifo = c.fifo || out.Attributes[string(types.QueueAttributeNameFifoQueue)] == "true"
+	qs := QueueSettingsFromAttributes(out.Attributes)
 	if lease == 0 {
-		out, err := c.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-			QueueUrl:       aws.String(c.queueURL),
-			AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameVisibilityTimeout, types.QueueAttributeNameFifoQueue},
-		})
-		if err != nil {
-			return fmt.Errorf("sqsconsumer: reading the queue's VisibilityTimeout (set WithVisibilityTimeout to skip this): %w", err)
-		}
 		secs, err := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameVisibilityTimeout)])
 		if err != nil {
 			return fmt.Errorf("sqsconsumer: queue VisibilityTimeout %q is not a number", out.Attributes[string(types.QueueAttributeNameVisibilityTimeout)])
@@ -167,13 +224,16 @@ func (c *Consumer) setup(ctx context.Context) error {
 		if lease < MinVisibilityTimeout {
 			return fmt.Errorf("%w: the queue's VisibilityTimeout (%v) is below %v, too short to renew; set WithVisibilityTimeout", ErrInvalidOption, lease, MinVisibilityTimeout)
 		}
-		c.fifo = c.fifo || out.Attributes[string(types.QueueAttributeNameFifoQueue)] == "true"
 	}
 	cfg, err := c.s.leaseConfig(lease)
 	if err != nil {
 		return err
 	}
 	c.cfg = cfg
+	qs.VisibilityTimeout, qs.ShutdownTimeout = cfg.lease, c.s.shutdownTimeout
+	c.mu.Lock()
+	c.qs = qs
+	c.mu.Unlock()
 	c.calls = newBatchedCalls(c.client, c.queueURL)
 	c.slots = make(chan struct{}, c.s.concurrency)
 	for range c.s.concurrency {
@@ -223,12 +283,13 @@ func (c *Consumer) poll(ctx, base context.Context, stop context.CancelCauseFunc)
 		if n == 0 {
 			return
 		}
+		cfg := c.leaseFor()
 		sent := time.Now()
 		out, err := c.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 			QueueUrl:                    aws.String(c.queueURL),
 			MaxNumberOfMessages:         int32(n),
 			WaitTimeSeconds:             int32(c.s.waitTime / time.Second),
-			VisibilityTimeout:           int32(c.cfg.lease / time.Second),
+			VisibilityTimeout:           int32(cfg.lease / time.Second),
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
 			MessageAttributeNames:       []string{"All"},
 		})
@@ -266,7 +327,7 @@ func (c *Consumer) poll(ctx, base context.Context, stop context.CancelCauseFunc)
 		}
 		c.free(n - len(out.Messages))
 		for _, m := range out.Messages {
-			c.dispatch(base, m, sent)
+			c.dispatch(base, m, sent, cfg)
 		}
 	}
 }
@@ -286,7 +347,7 @@ func receiveBackoff(n int) time.Duration {
 // held here is adopted by its lease; anything else gets a lease at once
 // (so it is renewed while it waits) and a handler when its turn comes.
 // It owns one slot for the message.
-func (c *Consumer) dispatch(base context.Context, raw types.Message, sent time.Time) {
+func (c *Consumer) dispatch(base context.Context, raw types.Message, sent time.Time, cfg leaseConfig) {
 	id, handle := aws.ToString(raw.MessageId), aws.ToString(raw.ReceiptHandle)
 	if id == "" || handle == "" {
 		c.log(slog.LevelError, "sqsconsumer: ReceiveMessage returned a message without MessageId or ReceiptHandle; skipping it", "message_id", id)
@@ -299,9 +360,9 @@ func (c *Consumer) dispatch(base context.Context, raw types.Message, sent time.T
 	if d, ok := c.inflight[id]; ok {
 		c.mu.Unlock()
 		c.free(1)
-		if d.lease.adopt(handle, sent, count) {
+		if d.lease.adopt(handle, sent, count, cfg.lease) {
 			c.log(slog.LevelInfo, "sqsconsumer: message redelivered while still being handled here; the running lease adopted the new receipt handle", "message_id", id, "receive_count", count)
-			c.observe(EventAdopted, d.msg, nil)
+			c.observeCount(EventAdopted, d.msg, count, nil)
 			return
 		}
 		// The old lease is gone but its handler has not returned yet:
@@ -325,7 +386,7 @@ func (c *Consumer) dispatch(base context.Context, raw types.Message, sent time.T
 		GroupID:           raw.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)],
 		ReceivedAt:        sent,
 	}
-	l := newLease(c.calls, c.queueURL, raw, sent, c.cfg)
+	l := newLease(c.calls, c.queueURL, raw, sent, cfg)
 	l.msg = m
 	m.Lease = l
 	lctx := l.Start(base)
@@ -545,7 +606,27 @@ func (c *Consumer) shutdown() {
 	}
 }
 
+// leaseFor is the lease configuration for the next receive: the fixed one,
+// or under WithAdaptiveVisibility twice the recent p99 with a heartbeat at
+// a third of it.
+func (c *Consumer) leaseFor() leaseConfig {
+	cfg := c.cfg
+	if c.s.adaptiveMax == 0 {
+		return cfg
+	}
+	cfg.lease = c.stats.adaptiveVisibility(c.s.adaptiveMin, min(c.s.adaptiveMax, cfg.maxLease), cfg.lease)
+	cfg.interval = cfg.lease / 3
+	if !c.s.ceilingGraceSet {
+		cfg.grace = cfg.interval
+	}
+	return cfg
+}
+
 func (c *Consumer) observe(kind EventKind, m *Message, err error) {
+	c.observeCount(kind, m, m.ReceiveCount, err)
+}
+
+func (c *Consumer) observeCount(kind EventKind, m *Message, count int, err error) {
 	if c.s.observer == nil {
 		return
 	}
@@ -554,7 +635,7 @@ func (c *Consumer) observe(kind EventKind, m *Message, err error) {
 		Kind:         kind,
 		QueueURL:     c.queueURL,
 		MessageID:    m.ID,
-		ReceiveCount: m.ReceiveCount,
+		ReceiveCount: count,
 		GroupID:      m.GroupID,
 		Time:         now,
 		SinceReceive: now.Sub(m.ReceivedAt),

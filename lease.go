@@ -226,6 +226,9 @@ func (l *Lease) Deadline() time.Time {
 // MessageID returns the ID of the leased message.
 func (l *Lease) MessageID() string { return l.messageID }
 
+// QueueURL returns the URL of the queue the message came from.
+func (l *Lease) QueueURL() string { return l.queueURL }
+
 // Err reports why the lease ended: nil while it is active or after a
 // successful Delete or Release; an error matching ErrLeaseLost or
 // ErrLeaseExpired otherwise.
@@ -278,10 +281,11 @@ func (l *Lease) OnDeadline(fn func(deadline time.Time)) (remove func()) {
 // request, which is assumed to have asked for the lease length. A lease
 // that is already lost, expired or settled ignores Adopt.
 func (l *Lease) Adopt(receiptHandle string, receivedAt time.Time) {
-	l.adopt(receiptHandle, receivedAt, 0)
+	l.adopt(receiptHandle, receivedAt, 0, l.cfg.lease)
 }
 
-func (l *Lease) adopt(receiptHandle string, receivedAt time.Time, receiveCount int) bool {
+// adopt is Adopt for a receive that asked for visibility vis.
+func (l *Lease) adopt(receiptHandle string, receivedAt time.Time, receiveCount int, vis time.Duration) bool {
 	l.mu.Lock()
 	if l.state != leaseActive || receiptHandle == "" {
 		l.mu.Unlock()
@@ -293,7 +297,7 @@ func (l *Lease) adopt(receiptHandle string, receivedAt time.Time, receiveCount i
 		l.receiveCount = receiveCount
 	}
 	l.noRenew = false
-	l.deadline = receivedAt.Add(min(l.cfg.lease, l.cfg.maxLease))
+	l.deadline = receivedAt.Add(min(vis, l.cfg.maxLease))
 	l.nextRenew = l.deadline.Add(-(l.cfg.lease - l.cfg.interval))
 	watchers, deadline := l.watchers, l.deadline
 	l.mu.Unlock()

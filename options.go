@@ -307,3 +307,23 @@ func WithReceivedAt(t time.Time) LeaseOption {
 		s.receivedAt = t
 	})
 }
+
+// WithAdaptiveVisibility makes the lease follow the work: each
+// ReceiveMessage asks for twice the p99 receive-to-settle time of recent
+// messages (in-process queueing included), rounded up to whole seconds and
+// clamped to [lo, hi] (see AdaptiveVisibility), and the heartbeat renews
+// at a third of that. Fast work then gets short leases, so a crashed
+// worker's messages come back soon, and the heartbeat covers the tail.
+// Until 20 messages have settled the lease is WithVisibilityTimeout's (or
+// the queue's), clamped the same way. lo is at least MinAdaptiveVisibility
+// (10 s); hi at most 12 h and at least lo. Cannot be combined with
+// WithHeartbeatInterval (the interval follows the lease). Default: off.
+func WithAdaptiveVisibility(lo, hi time.Duration) Option {
+	return option(func(s *settings) {
+		if lo < MinAdaptiveVisibility || hi > MaxVisibilityTimeout || hi < lo {
+			s.fail("WithAdaptiveVisibility(%v, %v): need %v <= lo <= hi <= %v", lo, hi, MinAdaptiveVisibility, MaxVisibilityTimeout)
+			return
+		}
+		s.adaptiveMin, s.adaptiveMax = lo, hi
+	})
+}
