@@ -99,7 +99,9 @@ func TestManyLeasesRenewOnTime(t *testing.T) {
 			h := fmt.Sprintf("handle-%06d", i)
 			m := types.Message{MessageId: aws.String(fmt.Sprintf("id-%06d", i)), ReceiptHandle: aws.String(h)}
 			at := start.Add(time.Duration(i) * 10 * time.Second / time.Duration(n)) // received over 10 s
+			fake.mu.Lock()
 			fake.deadline[h] = at.Add(30 * time.Second)
+			fake.mu.Unlock()
 			leases[i] = newLease(vis, "q", m, at, cfg)
 			leases[i].Start(context.Background())
 		}
