@@ -49,11 +49,10 @@ type Consumer struct {
 
 // delivery is one message this process holds, from receipt to settlement.
 type delivery struct {
-	msg     *Message
-	lease   *Lease
-	ctx     context.Context // the lease's context
-	cancel  context.CancelCauseFunc
-	started bool
+	msg    *Message
+	lease  *Lease
+	ctx    context.Context // the lease's context
+	cancel context.CancelCauseFunc
 }
 
 // New makes a Consumer of the queue at queueURL that calls h for each
@@ -419,7 +418,6 @@ func (c *Consumer) start(d *delivery) {
 func (c *Consumer) handle(d *delivery) {
 	c.mu.Lock()
 	stopping := c.stopping
-	d.started = !stopping
 	c.mu.Unlock()
 	if stopping {
 		c.settle(d, nil, false)
@@ -458,6 +456,13 @@ func (c *Consumer) settle(d *delivery, err error, ran bool) {
 	ctx := context.Background()
 	failed := !ran || err != nil
 	switch {
+	case l.settled():
+		// The handler deleted or released the message itself.
+		if err != nil {
+			c.observe(EventFailed, m, err)
+		} else {
+			c.observe(EventSucceeded, m, nil)
+		}
 	case !ran:
 		if rerr := l.Release(ctx, 0); rerr != nil {
 			c.log(slog.LevelWarn, "sqsconsumer: could not release an unstarted message at shutdown", "message_id", m.ID, "error", rerr)

@@ -690,3 +690,36 @@ func TestWarnsWhenShutdownOutlastsLease(t *testing.T) {
 		require.Contains(t, logs.String(), "shutdown timeout is longer than the lease")
 	})
 }
+
+// A handler may settle its own message (acknowledge early, or release with
+// a visibility of its choosing); the Consumer then leaves it alone.
+func TestHandlerSettlesItself(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		ids := b.send(t, 2)
+		var logs bytes.Buffer
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			if m.Body == "m000" {
+				return m.Lease.Delete(ctx) // acknowledge before the slow part
+			}
+			if m.ReceiveCount == 1 {
+				require.NoError(t, m.Lease.Release(ctx, 3*time.Second))
+				return errors.New("released by hand")
+			}
+			return nil
+		}), WithVisibilityTimeout(30*time.Second), WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(10 * time.Second)
+		require.NoError(t, stop())
+		require.True(t, b.state(t, ids[0]).Deleted)
+		st := b.state(t, ids[1])
+		require.True(t, st.Deleted)
+		require.Equal(t, 2, st.ReceiveCount)
+		require.Equal(t, 3*time.Second, st.VisibilityChanges[0].Timeout, "the handler's own visibility was not overwritten")
+		require.Len(t, st.VisibilityChanges, 1)
+		require.NotContains(t, logs.String(), "could not", "nothing failed to settle")
+		require.NotContains(t, logs.String(), "could not be deleted")
+	})
+}

@@ -197,6 +197,7 @@ func (l *Lease) Start(ctx context.Context) context.Context {
 // Start.
 func (l *Lease) Stop() {
 	l.stopOnce.Do(func() { close(l.stop) })
+	l.bgCancel() // a renewal in flight must not hold Stop up
 	l.mu.Lock()
 	started := l.started
 	l.mu.Unlock()
@@ -204,7 +205,13 @@ func (l *Lease) Stop() {
 		<-l.done
 		l.cancel(ErrLeaseSettled)
 	}
-	l.bgCancel()
+}
+
+// settled reports whether a Delete or Release already succeeded.
+func (l *Lease) settled() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state == leaseDeleted || l.state == leaseReleased
 }
 
 // ReceiptHandle returns the newest receipt handle.

@@ -125,7 +125,7 @@ func TestManyLeasesRenewOnTime(t *testing.T) {
 		t.Logf("%d renewals in 2 virtual minutes, %d batch calls (%.3f per renewal), %d late",
 			renewals, fake.calls.Load(), float64(fake.calls.Load())/float64(renewals), fake.late.Load())
 		require.Zero(t, fake.late.Load(), "every renewal landed before its deadline")
-		require.GreaterOrEqual(t, renewals, int64(n*11), "about 12 renewals per lease in 2 minutes")
+		require.GreaterOrEqual(t, renewals, int64(n*21/2), "11 or 12 renewals per lease in 2 minutes")
 		require.LessOrEqual(t, heapPer, 4096.0, "heap per lease")
 	})
 }
