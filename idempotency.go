@@ -358,6 +358,13 @@ func messageIDKey(m *Message) (string, error) { return m.ID, nil }
 // nil anyway the middleware returns ErrClaimLost rather than completing
 // over the new owner's claim.
 //
+// Handlers must stop when their context is cancelled (ErrLeaseLost,
+// ErrClaimLost, ErrShutdown): once the lease is gone its claim is no longer
+// extended, and when it expires a redelivery may run the handler elsewhere
+// while a handler that ignored its context is still running. Fencing then
+// keeps the late handler from recording a completion, and with
+// pgstore.Store.CompleteInTx from committing its effects at all.
+//
 // The store is reached with the handler's context for the claim, and with
 // a context detached from its cancellation (bounded to 10 s) for the final
 // Complete or Release, so a handler that finished during shutdown is still
@@ -432,7 +439,7 @@ func (h *idempotentHandler) HandleMessage(ctx context.Context, m *Message) error
 	}
 	switch res.Status {
 	case ClaimAcquired:
-		return h.run(ctx, m, key, token)
+		return h.run(ctx, m, key, token, until)
 	case ClaimCompleted:
 		if h.cfg.onDuplicate != nil {
 			return h.cfg.onDuplicate(ctx, m, res.Result)
@@ -470,7 +477,7 @@ func inProgressDelay(now, holderUntil time.Time) time.Duration {
 
 // run calls the handler while holding the claim, then completes or
 // releases it.
-func (h *idempotentHandler) run(ctx context.Context, m *Message, key, token string) (err error) {
+func (h *idempotentHandler) run(ctx context.Context, m *Message, key, token string, until time.Time) (err error) {
 	ic := &idemCtx{Context: ctx, call: idemCall{claim: IdempotencyClaim{Key: key, Token: token, TTL: h.cfg.ttl}, maxResult: h.cfg.maxResult}}
 	call := &ic.call
 	var hctx context.Context = ic
@@ -481,6 +488,9 @@ func (h *idempotentHandler) run(ctx context.Context, m *Message, key, token stri
 		w = &ic.watch
 		w.store, w.ctx, w.cancel, w.key, w.token = h.store, hctx, cancel, key, token
 		w.remove = m.Lease.OnDeadline(w.deadlineChanged)
+		if d := m.Lease.Deadline(); d.After(until) {
+			w.deadlineChanged(d) // renewed between the claim and the registration
+		}
 	}
 	returned := false
 	defer func() {
