@@ -344,11 +344,11 @@ func cases() []testCase {
 			k := e.key("k")
 			e.claim(k, "t1", time.Now().Add(e.tick), "")
 			e.sleep(e.tick / 2)
-			until := time.Now().Add(e.tick)
+			until := time.Now().Add(2 * e.tick)
 			require.NoError(e.t, e.s.Extend(e.ctx, k, "t1", until))
-			e.sleep(e.tick * 3 / 4) // past the first expiry, before the second
+			e.sleep(e.tick) // half a tick past the first expiry, a tick before the second
 			res := e.requireStatus(k, "t2", sqsconsumer.ClaimInProgress)
-			require.WithinDuration(e.t, until, res.Until, e.tick/4+time.Second/2, "Until follows the extension")
+			require.WithinDuration(e.t, until, res.Until, e.tick/2+time.Second/2, "Until follows the extension")
 			require.NoError(e.t, e.s.Complete(e.ctx, k, "t1", nil, time.Hour))
 			e.requireStatus(k, "t2", sqsconsumer.ClaimCompleted)
 		}},
