@@ -370,13 +370,28 @@ func messageIDKey(m *Message) (string, error) { return m.ID, nil }
 // Complete or Release, so a handler that finished during shutdown is still
 // recorded. A message without a Lease is claimed for WithClaimTTL.
 //
-// Idempotent panics if store is nil or an option is invalid (the panic
-// value is an error matching ErrInvalidOption): both are programming
-// errors found at start-up. The returned middleware is safe for
+// Bad input never panics: NewIdempotent returns an error wrapping
+// ErrInvalidOption that names the problem (a nil store, an option out of
+// range). Idempotent, for use inline in WithMiddleware, turns the same
+// error into a middleware that fails every message with it without running
+// the handler, so nothing is processed (or deleted) unguarded; prefer
+// NewIdempotent to find the problem at start-up. The middleware is safe for
 // concurrent use.
 func Idempotent(store IdempotencyStore, opts ...IdempotencyOption) Middleware {
+	mw, err := NewIdempotent(store, opts...)
+	if err != nil {
+		return func(Handler) Handler {
+			return HandlerFunc(func(context.Context, *Message) error { return err })
+		}
+	}
+	return mw
+}
+
+// NewIdempotent is Idempotent that reports a nil store or an invalid
+// option as an error wrapping ErrInvalidOption.
+func NewIdempotent(store IdempotencyStore, opts ...IdempotencyOption) (Middleware, error) {
 	if store == nil {
-		panic(fmt.Errorf("%w: Idempotent: store is nil", ErrInvalidOption))
+		return nil, fmt.Errorf("%w: Idempotent: store is nil", ErrInvalidOption)
 	}
 	cfg := idempotencyConfig{
 		key:       messageIDKey,
@@ -394,12 +409,12 @@ func Idempotent(store IdempotencyStore, opts ...IdempotencyOption) Middleware {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		panic(err)
+		return nil, err
 	}
+	_, local := store.(*MemoryStore)
 	return func(next Handler) Handler {
-		_, local := store.(*MemoryStore)
 		return &idempotentHandler{next: next, store: store, cfg: cfg, local: local}
-	}
+	}, nil
 }
 
 type idempotentHandler struct {

@@ -347,19 +347,24 @@ func TestIdempotentOptionsValidate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			defer func() {
-				v := recover()
-				err, ok := v.(error)
-				require.True(t, ok, "Idempotent should panic with an error, got %v", v)
-				require.ErrorIs(t, err, ErrInvalidOption)
-				require.ErrorContains(t, err, tt.want)
-			}()
-			Idempotent(tt.store, tt.opt)
+			mw, err := NewIdempotent(tt.store, tt.opt)
+			require.Nil(t, mw)
+			require.ErrorIs(t, err, ErrInvalidOption)
+			require.ErrorContains(t, err, tt.want)
+
+			// Inline use fails every message with the same error and never
+			// runs the handler.
+			ran := false
+			h := Idempotent(tt.store, tt.opt)(HandlerFunc(func(context.Context, *Message) error { ran = true; return nil }))
+			err = h.HandleMessage(context.Background(), &Message{ID: "m", Body: "b"})
+			require.ErrorIs(t, err, ErrInvalidOption)
+			require.ErrorContains(t, err, tt.want)
+			require.False(t, ran)
 		})
 	}
-	require.NotPanics(t, func() {
-		Idempotent(NewMemoryStore(), nil, WithIdempotencyTTL(time.Second), WithMaxResultSize(0), WithClaimTTL(MaxVisibilityTimeout))
-	})
+	mw, err := NewIdempotent(NewMemoryStore(), nil, WithIdempotencyTTL(time.Second), WithMaxResultSize(0), WithClaimTTL(MaxVisibilityTimeout))
+	require.NoError(t, err)
+	require.NotNil(t, mw)
 }
 
 // flakyStore fails the first n calls of each named method with a
