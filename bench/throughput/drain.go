@@ -20,8 +20,13 @@ import (
 const benchVisibility = 30 * time.Second
 
 // finishLine records when the n-th message was deleted and then cancels
-// the drain.
+// the drain. It also counts redeliveries: messages received with an
+// ApproximateReceiveCount above 1, which a clean drain never sees.
 type finishLine struct {
+	start       time.Time
+	redelivered atomic.Int64
+	firstSeen   atomic.Int64 // ms from start to the first receive of a redelivered message
+
 	n       int64
 	done    atomic.Int64
 	once    sync.Once
@@ -31,7 +36,18 @@ type finishLine struct {
 }
 
 func newFinishLine(n int, stop context.CancelFunc) *finishLine {
-	return &finishLine{n: int64(n), stop: stop, reached: make(chan struct{})}
+	return &finishLine{start: time.Now(), n: int64(n), stop: stop, reached: make(chan struct{})}
+}
+
+// received notes a message's system attributes.
+func (f *finishLine) received(attrs map[string]string) {
+	if count, _ := strconv.Atoi(attrs[string(types.MessageSystemAttributeNameApproximateReceiveCount)]); count <= 1 {
+		return
+	}
+	if f.redelivered.Add(1) == 1 {
+		ms, _ := strconv.ParseInt(attrs[string(types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp)], 10, 64)
+		f.firstSeen.Store(ms - f.start.UnixMilli())
+	}
 }
 
 // add counts k deletes.
@@ -46,27 +62,39 @@ func (f *finishLine) add(k int) {
 }
 
 // result reports when the line was reached, or an error if it was not.
-func (f *finishLine) result() (time.Time, error) {
+func (f *finishLine) result() (drained, error) {
 	select {
 	case <-f.reached:
-		return f.at, nil
 	default:
-		return time.Time{}, fmt.Errorf("stopped after %d of %d messages", f.done.Load(), f.n)
+		return drained{}, fmt.Errorf("stopped after %d of %d messages", f.done.Load(), f.n)
 	}
+	d := drained{end: f.at, redelivered: int(f.redelivered.Load())}
+	if d.redelivered > 0 {
+		d.note = fmt.Sprintf("%d messages delivered twice; the first had first been received %v after the drain started",
+			d.redelivered, time.Duration(f.firstSeen.Load())*time.Millisecond)
+	}
+	return d, nil
+}
+
+// drained is how one drain went.
+type drained struct {
+	end         time.Time // the last delete confirmed
+	redelivered int
+	note        string
 }
 
 // contender drains a queue of n messages and reports when the last delete
 // was confirmed.
 type contender struct {
 	name  string
-	drain func(ctx context.Context, client *sqs.Client, url string, n int, cfg benchConfig) (time.Time, error)
+	drain func(ctx context.Context, client *sqs.Client, url string, n int, cfg benchConfig) (drained, error)
 }
 
 func rawLoop() contender { return contender{name: "raw", drain: drainRaw} }
 
 // drainRaw is the baseline: receive up to 10, delete them in one batch,
 // repeat, on b's pollers, with no handler and no lease.
-func drainRaw(ctx context.Context, client *sqs.Client, url string, n int, cfg benchConfig) (time.Time, error) {
+func drainRaw(ctx context.Context, client *sqs.Client, url string, n int, cfg benchConfig) (drained, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	line := newFinishLine(n, cancel)
@@ -98,6 +126,7 @@ func drainRaw(ctx context.Context, client *sqs.Client, url string, n int, cfg be
 				}
 				entries := make([]types.DeleteMessageBatchRequestEntry, len(out.Messages))
 				for i, m := range out.Messages {
+					line.received(m.Attributes)
 					entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle}
 				}
 				del, err := client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(url), Entries: entries})
@@ -116,7 +145,7 @@ func drainRaw(ctx context.Context, client *sqs.Client, url string, n int, cfg be
 	wg.Wait()
 	close(errs)
 	if err := errors.Join(collect(errs)...); err != nil {
-		return time.Time{}, err
+		return drained{}, err
 	}
 	return line.result()
 }
@@ -133,7 +162,7 @@ func collect(errs <-chan error) []error {
 func consumerLoop(concurrency int) contender {
 	return contender{
 		name: fmt.Sprintf("consumer c=%d", concurrency),
-		drain: func(ctx context.Context, client *sqs.Client, url string, n int, cfg benchConfig) (time.Time, error) {
+		drain: func(ctx context.Context, client *sqs.Client, url string, n int, cfg benchConfig) (drained, error) {
 			return drainConsumer(ctx, client, url, n, cfg, concurrency)
 		},
 	}
@@ -141,7 +170,7 @@ func consumerLoop(concurrency int) contender {
 
 // drainConsumer runs a Consumer with a no-op handler until n messages are
 // deleted, then shuts it down.
-func drainConsumer(ctx context.Context, client *sqs.Client, url string, n int, cfg benchConfig, concurrency int) (time.Time, error) {
+func drainConsumer(ctx context.Context, client *sqs.Client, url string, n int, cfg benchConfig, concurrency int) (drained, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	line := newFinishLine(n, cancel)
@@ -154,6 +183,8 @@ func drainConsumer(ctx context.Context, client *sqs.Client, url string, n int, c
 		sqsconsumer.WithWaitTime(cfg.Wait),
 		sqsconsumer.WithObserver(sqsconsumer.ObserverFunc(func(e sqsconsumer.Event) {
 			switch e.Kind {
+			case sqsconsumer.EventReceived:
+				line.received(e.Message.Attributes)
 			case sqsconsumer.EventDeleted:
 				line.add(1)
 			case sqsconsumer.EventFailed, sqsconsumer.EventLeaseLost, sqsconsumer.EventLeaseExpired:
@@ -162,13 +193,13 @@ func drainConsumer(ctx context.Context, client *sqs.Client, url string, n int, c
 		})),
 	)
 	if err != nil {
-		return time.Time{}, err
+		return drained{}, err
 	}
 	if err := c.Run(ctx); err != nil {
-		return time.Time{}, err
+		return drained{}, err
 	}
 	if f := failed.Load(); f > 0 {
-		return time.Time{}, fmt.Errorf("%d messages failed or lost their lease", f)
+		return drained{}, fmt.Errorf("%d messages failed or lost their lease", f)
 	}
 	return line.result()
 }

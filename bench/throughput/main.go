@@ -19,8 +19,12 @@
 // Every contender asks for the same message attributes and uses the same
 // HTTP client. The report gives messages per second, the ratio to the raw
 // loop of the same round, API calls per message (HTTP requests counted on
-// the client, so retries would count too) and process CPU time per message
-// (client and, in-process, server).
+// the client, so retries would count too), process CPU time per message
+// (client and, in-process, server), and the messages delivered twice: a
+// clean drain has none, and each one means the drain waited out a 30 s
+// visibility timeout, which wrecks that round's rate. Failed HTTP requests
+// are listed at the end (the long polls cancelled when a drain ends are
+// expected there).
 //
 // The SDK client is built with static credentials and a fixed region, never
 // from the default AWS configuration: this is a benchmark against a local
@@ -158,6 +162,6 @@ func run(ctx context.Context, out io.Writer, cfg benchConfig) error {
 			results[i] = append(results[i], m)
 		}
 	}
-	report(out, contenders, results)
+	report(out, contenders, results, b.counter.failures())
 	return nil
 }

@@ -18,6 +18,10 @@ type measurement struct {
 	elapsed  time.Duration
 	calls    map[string]int
 	cpu      time.Duration // process CPU time (client and, in-process, server)
+	// redelivered counts messages received twice: a stall of the
+	// visibility timeout that note explains.
+	redelivered int
+	note        string
 }
 
 func (m measurement) rate() float64 { return float64(m.messages) / m.elapsed.Seconds() }
@@ -48,44 +52,58 @@ func median(xs []float64) float64 {
 type summary struct {
 	rate, ratio, calls float64
 	cpu                time.Duration
+	redelivered        int // over all rounds
 }
 
 func summarize(ms, raw []measurement) summary {
 	var rates, ratios, calls, cpus []float64
+	redelivered := 0
 	for r, m := range ms {
+		redelivered += m.redelivered
 		rates = append(rates, m.rate())
 		ratios = append(ratios, m.rate()/raw[r].rate())
 		calls = append(calls, m.callsPerMessage())
 		cpus = append(cpus, float64(m.cpuPerMessage()))
 	}
-	return summary{rate: median(rates), ratio: median(ratios), calls: median(calls), cpu: time.Duration(median(cpus))}
+	return summary{rate: median(rates), ratio: median(ratios), calls: median(calls), cpu: time.Duration(median(cpus)), redelivered: redelivered}
 }
 
 // report writes one row per contender: messages per second in each round,
 // then the medians. results[0] is the raw loop.
-func report(out io.Writer, contenders []contender, results [][]measurement) {
+func report(out io.Writer, contenders []contender, results [][]measurement, failures string) {
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(w, "contender\t")
 	for r := range results[0] {
 		fmt.Fprintf(w, "round %d\t", r+1)
 	}
-	fmt.Fprintln(w, "median msg/s\tvs raw\tcalls/msg\tCPU µs/msg\t")
+	fmt.Fprintln(w, "median msg/s\tvs raw\tcalls/msg\tCPU µs/msg\tredelivered\t")
 	for i, c := range contenders {
 		fmt.Fprintf(w, "%s\t", c.name)
 		for _, m := range results[i] {
 			fmt.Fprintf(w, "%.0f\t", m.rate())
 		}
 		s := summarize(results[i], results[0])
-		fmt.Fprintf(w, "%.0f\t%.3f\t%.3f\t%.1f\t\n", s.rate, s.ratio, s.calls, float64(s.cpu)/float64(time.Microsecond))
+		fmt.Fprintf(w, "%.0f\t%.3f\t%.3f\t%.1f\t%d\t\n", s.rate, s.ratio, s.calls, float64(s.cpu)/float64(time.Microsecond), s.redelivered)
 	}
 	w.Flush()
+	for i, c := range contenders {
+		for r, m := range results[i] {
+			if m.note != "" {
+				fmt.Fprintf(out, "  %s, round %d: %s\n", c.name, r+1, m.note)
+			}
+		}
+	}
 
 	fmt.Fprintln(out, "\ncalls per message in the last round:")
 	for i, c := range contenders {
 		last := results[i][len(results[i])-1]
 		fmt.Fprintf(out, "  %-16s %s\n", c.name, formatCalls(last.calls, last.messages))
 	}
-	fmt.Fprintln(out, "\ntargets: consumer/raw >= 0.95, consumer calls/msg <= 0.21")
+	if failures == "" {
+		failures = "none"
+	}
+	fmt.Fprintf(out, "\nfailed HTTP requests during the run: %s\n", failures)
+	fmt.Fprintln(out, "targets: consumer/raw >= 0.95, consumer calls/msg <= 0.21")
 }
 
 func formatCalls(calls map[string]int, messages int) string {
@@ -101,10 +119,18 @@ func formatCalls(calls map[string]int, messages int) string {
 	return strings.Join(parts, ", ")
 }
 
-// callCounter counts HTTP requests by SQS action (the X-Amz-Target header).
+// callCounter counts HTTP requests by SQS action (the X-Amz-Target header),
+// and, over the whole run, the requests that failed (a transport error or a
+// status other than 2xx) with an example of each kind.
 type callCounter struct {
-	mu sync.Mutex // guards n
-	n  map[string]int
+	mu      sync.Mutex // guards the fields below
+	n       map[string]int
+	failed  map[string]int
+	example map[string]string
+}
+
+func newCallCounter() *callCounter {
+	return &callCounter{n: map[string]int{}, failed: map[string]int{}, example: map[string]string{}}
 }
 
 func (c *callCounter) wrap(rt http.RoundTripper) http.RoundTripper {
@@ -113,10 +139,24 @@ func (c *callCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 		c.mu.Lock()
 		c.n[action]++
 		c.mu.Unlock()
-		return rt.RoundTrip(req)
+		resp, err := rt.RoundTrip(req)
+		if err != nil || resp.StatusCode/100 != 2 {
+			what := fmt.Sprint(err)
+			if err == nil {
+				what = resp.Status
+			}
+			c.mu.Lock()
+			c.failed[action]++
+			if _, ok := c.example[action]; !ok {
+				c.example[action] = what
+			}
+			c.mu.Unlock()
+		}
+		return resp, err
 	})
 }
 
+// reset zeroes the request counts (not the failures).
 func (c *callCounter) reset() {
 	c.mu.Lock()
 	clear(c.n)
@@ -131,6 +171,18 @@ func (c *callCounter) snapshot() map[string]int {
 		m[k] = v
 	}
 	return m
+}
+
+// failures describes the failed requests of the run, "" if none failed.
+func (c *callCounter) failures() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var parts []string
+	for a, n := range c.failed {
+		parts = append(parts, fmt.Sprintf("%s %d (e.g. %s)", a, n, c.example[a]))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, "; ")
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)

@@ -41,7 +41,7 @@ type target struct {
 }
 
 func newBench(cfg benchConfig) (*bench, error) {
-	counter := &callCounter{n: map[string]int{}}
+	counter := newCallCounter()
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	// Every poller holds a connection in its long poll and the batch calls
 	// need more: without enough idle connections kept per host, each
@@ -129,9 +129,10 @@ func (b *bench) measure(ctx context.Context, c contender, n int) (measurement, e
 	b.counter.reset()
 	cpu0 := cpuTime()
 	start := time.Now()
-	end, err := c.drain(ctx, t.client, t.url, n, b.cfg)
+	d, err := c.drain(ctx, t.client, t.url, n, b.cfg)
 	if err != nil {
 		return measurement{}, err
 	}
-	return measurement{messages: n, elapsed: end.Sub(start), calls: b.counter.snapshot(), cpu: cpuTime() - cpu0}, nil
+	return measurement{messages: n, elapsed: d.end.Sub(start), calls: b.counter.snapshot(), cpu: cpuTime() - cpu0,
+		redelivered: d.redelivered, note: d.note}, nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -22,9 +23,34 @@ func TestRun(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, run(context.Background(), &out, cfg))
 	t.Log("\n" + out.String())
-	for _, want := range []string{"raw", "consumer c=20", "consumer c=60", "median msg/s", "DeleteMessageBatch"} {
+	for _, want := range []string{"raw", "consumer c=20", "consumer c=60", "median msg/s", "DeleteMessageBatch", "redelivered"} {
 		require.Contains(t, out.String(), want)
 	}
+	require.NotContains(t, out.String(), "delivered twice")
+}
+
+// TestFinishLine checks the drain's bookkeeping: the time of the n-th
+// delete, and redeliveries noticed from the receive count.
+func TestFinishLine(t *testing.T) {
+	t.Parallel()
+	stopped := false
+	f := newFinishLine(20, func() { stopped = true })
+	f.received(map[string]string{"ApproximateReceiveCount": "1"})
+	f.add(10)
+	_, err := f.result()
+	require.ErrorContains(t, err, "stopped after 10 of 20 messages")
+	require.False(t, stopped)
+
+	first := f.start.Add(1500 * time.Millisecond).UnixMilli()
+	f.received(map[string]string{"ApproximateReceiveCount": "2", "ApproximateFirstReceiveTimestamp": strconv.FormatInt(first, 10)})
+	f.received(map[string]string{"ApproximateReceiveCount": "3"})
+	f.add(10)
+	require.True(t, stopped)
+	d, err := f.result()
+	require.NoError(t, err)
+	require.False(t, d.end.IsZero())
+	require.Equal(t, 2, d.redelivered)
+	require.Contains(t, d.note, "2 messages delivered twice; the first had first been received 1.5s after the drain started")
 }
 
 func TestRunRejectsBadConfig(t *testing.T) {
