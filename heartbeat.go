@@ -19,16 +19,10 @@ func (l *Lease) heartbeat() {
 	defer timer.Stop()
 	failures := 0
 	for {
-		now := time.Now()
-		l.mu.Lock()
-		if l.state != leaseActive {
-			l.mu.Unlock()
+		p, handle, ok := l.next(time.Now())
+		if !ok {
 			return
 		}
-		p := plan(now, l.schedLocked())
-		handle := l.handle
-		l.mu.Unlock()
-
 		if p.fireCeiling {
 			l.reachCeiling(nil)
 		}
@@ -37,7 +31,7 @@ func (l *Lease) heartbeat() {
 			return
 		}
 		if !p.renewNow {
-			timer.Reset(p.wake.Sub(now))
+			timer.Reset(p.wake.Sub(time.Now()))
 			select {
 			case <-l.stop:
 				return
@@ -47,48 +41,84 @@ func (l *Lease) heartbeat() {
 			continue
 		}
 
-		// Renew. The call gets half the time left (at most 10 s), so a
-		// hung request leaves room for retries before the deadline.
-		callTimeout := min(p.deadline.Sub(now)/2, 10*time.Second)
-		ctx, cancel := context.WithTimeout(l.bg, callTimeout)
-		err := l.calls.changeVisibility(ctx, handle, int32(p.renewFor/time.Second))
-		cancel()
+		// One call of this lease at a time: wait for a Delete, Release or
+		// Extend in flight, then look again — it may have settled the
+		// lease or moved the deadline.
 		select {
+		case l.calling <- struct{}{}:
 		case <-l.stop:
 			return
-		default:
 		}
-		l.mu.Lock()
-		stale := handle != l.handle || l.state != leaseActive
-		l.mu.Unlock()
-		if stale {
-			continue // adopted or settled meanwhile: this answer no longer matters
-		}
-		if err == nil {
-			failures = 0
-			l.confirmVisibility(now, p.renewFor)
+		now := time.Now()
+		p, handle, ok = l.next(now)
+		if !ok || !p.renewNow {
+			<-l.calling
 			continue
 		}
-		l.emit(EventRenewalFailed, p.renewFor, err)
-		switch classify(err) {
-		case kindLost:
-			l.lose(err)
+		ended := l.renew(now, p, handle, &failures)
+		<-l.calling
+		if ended {
 			return
-		case kindCeiling:
-			// SQS says the message is at its 12-hour limit: our clock and
-			// its disagree. Stop asking; the deadline still stands.
-			l.reachCeiling(err)
-			continue
 		}
-		l.log(slog.LevelDebug, "sqsconsumer: renewal failed; retrying", "error", err, "attempt", failures+1)
-		delay := l.retryDelay(failures)
-		failures++
-		l.mu.Lock()
-		if l.state == leaseActive && handle == l.handle {
-			l.nextRenew = time.Now().Add(delay)
-		}
-		l.mu.Unlock()
 	}
+}
+
+// next plans the heartbeat's step at now; ok is false once the lease is
+// no longer active.
+func (l *Lease) next(now time.Time) (p step, handle string, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != leaseActive {
+		return step{}, "", false
+	}
+	return plan(now, l.schedLocked()), l.handle, true
+}
+
+// renew sends one renewal planned at now and judges its answer; the caller
+// holds l.calling. It reports whether the heartbeat should end.
+func (l *Lease) renew(now time.Time, p step, handle string, failures *int) (ended bool) {
+	// The call gets half the time left (at most 10 s), so a hung request
+	// leaves room for retries before the deadline.
+	callTimeout := min(p.deadline.Sub(now)/2, 10*time.Second)
+	ctx, cancel := context.WithTimeout(l.bg, callTimeout)
+	err := l.calls.changeVisibility(ctx, handle, int32(p.renewFor/time.Second))
+	cancel()
+	select {
+	case <-l.stop:
+		return true
+	default:
+	}
+	l.mu.Lock()
+	stale := handle != l.handle || l.state != leaseActive
+	l.mu.Unlock()
+	if stale {
+		return false // adopted or settled meanwhile: this answer no longer matters
+	}
+	if err == nil {
+		*failures = 0
+		l.confirmVisibility(now, p.renewFor)
+		return false
+	}
+	l.emit(EventRenewalFailed, p.renewFor, err)
+	switch classify(err) {
+	case kindLost:
+		l.lose(err)
+		return true
+	case kindCeiling:
+		// SQS says the message is at its 12-hour limit: our clock and
+		// its disagree. Stop asking; the deadline still stands.
+		l.reachCeiling(err)
+		return false
+	}
+	l.log(slog.LevelDebug, "sqsconsumer: renewal failed; retrying", "error", err, "attempt", *failures+1)
+	delay := l.retryDelay(*failures)
+	*failures++
+	l.mu.Lock()
+	if l.state == leaseActive && handle == l.handle {
+		l.nextRenew = time.Now().Add(delay)
+	}
+	l.mu.Unlock()
+	return false
 }
 
 // reachCeiling cancels the handler's context with ErrLeaseCeiling (once),

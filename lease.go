@@ -86,9 +86,14 @@ type Lease struct {
 	firstAt   time.Time // first receive in this process: the observer's clock
 	msg       *Message  // set by a Consumer before Start; nil for NewLease
 
-	stop     chan struct{} // closed by Stop
-	done     chan struct{} // closed when the heartbeat goroutine returns
-	kick     chan struct{} // wakes the heartbeat when the schedule changed
+	stop chan struct{} // closed by Stop
+	done chan struct{} // closed when the heartbeat goroutine returns
+	kick chan struct{} // wakes the heartbeat when the schedule changed
+	// calling holds a token while an SQS call of this lease is in flight:
+	// one call at a time, so each answer is judged knowing every earlier
+	// one (a renewal refused because our own delete landed first must not
+	// read as a lost lease, and a refused renewal must stop a delete).
+	calling  chan struct{}
 	bg       context.Context
 	bgCancel context.CancelFunc // cancels calls in flight at Stop
 	stopOnce sync.Once
@@ -162,6 +167,7 @@ func newLease(calls sqsCalls, queueURL string, m types.Message, receivedAt time.
 		stop:       make(chan struct{}),
 		done:       make(chan struct{}),
 		kick:       make(chan struct{}, 1),
+		calling:    make(chan struct{}, 1),
 		handle:     aws.ToString(m.ReceiptHandle),
 		receivedAt: receivedAt,
 	}
@@ -460,24 +466,16 @@ func (l *Lease) endSettle(err error, to leaseState, ev EventKind, vis time.Durat
 // answer a stale delete with success and delete nothing).
 func (l *Lease) callWithRetry(ctx context.Context, op string, call func(context.Context, string) error) error {
 	for attempt := 0; ; attempt++ {
-		l.mu.Lock()
-		if err := l.stateErrLocked(false); err != nil {
-			l.mu.Unlock()
+		select {
+		case l.calling <- struct{}{}:
+		case <-ctx.Done():
+			return fmt.Errorf("sqsconsumer: %s: %w", op, context.Cause(ctx))
+		}
+		err, superseded, done := l.attempt(ctx, call)
+		<-l.calling
+		if done {
 			return err
 		}
-		handle, deadline := l.handle, l.deadline
-		l.mu.Unlock()
-		now := time.Now()
-		if !now.Before(deadline) {
-			l.expire(deadline)
-			return ErrLeaseExpired
-		}
-		cctx, cancel := context.WithDeadline(ctx, deadline)
-		err := call(cctx, handle)
-		cancel()
-		l.mu.Lock()
-		superseded := handle != l.handle
-		l.mu.Unlock()
 		if err == nil {
 			if superseded {
 				continue
@@ -504,6 +502,29 @@ func (l *Lease) callWithRetry(ctx context.Context, op string, call func(context.
 			return fmt.Errorf("sqsconsumer: %s: %w (last error: %w)", op, context.Cause(ctx), err)
 		}
 	}
+}
+
+// attempt makes one call of callWithRetry; the caller holds l.calling.
+// done reports that err is final without further judgement.
+func (l *Lease) attempt(ctx context.Context, call func(context.Context, string) error) (err error, superseded, done bool) {
+	l.mu.Lock()
+	if err := l.stateErrLocked(false); err != nil {
+		l.mu.Unlock()
+		return err, false, true
+	}
+	handle, deadline := l.handle, l.deadline
+	l.mu.Unlock()
+	if !time.Now().Before(deadline) {
+		l.expire(deadline)
+		return ErrLeaseExpired, false, true
+	}
+	cctx, cancel := context.WithDeadline(ctx, deadline)
+	err = call(cctx, handle)
+	cancel()
+	l.mu.Lock()
+	superseded = handle != l.handle
+	l.mu.Unlock()
+	return err, superseded, false
 }
 
 // retryDelay is the jittered pause before retry attempt n (0-based) of a
