@@ -175,6 +175,9 @@ type StatsRecorder struct {
 	msgs            map[msgKey]*msgState
 	receiveCounts   map[int]int64
 	events          uint64 // for periodic pruning
+	// direct: a Consumer owns this recorder and reports settlements
+	// itself; Observe only counts.
+	direct bool
 }
 
 type msgKey struct{ queue, id string }
@@ -199,6 +202,10 @@ func NewStatsRecorder() *StatsRecorder {
 
 // Observe implements Observer.
 func (r *StatsRecorder) Observe(e Event) {
+	if r.direct {
+		r.count(e)
+		return
+	}
 	var record bool
 	r.mu.Lock()
 	key := msgKey{e.QueueURL, e.MessageID}
@@ -303,6 +310,62 @@ func (r *StatsRecorder) Observe(e Event) {
 }
 
 // settleLocked counts a recorded message and forgets its state.
+// count is Observe for a recorder fed by its Consumer: counters only; the
+// Consumer reports each message's settlement through settled and
+// unstarted, so no per-message map is needed.
+func (r *StatsRecorder) count(e Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch e.Kind {
+	case EventReceived:
+		r.c.Received++
+		r.receiveCounts[min(max(e.ReceiveCount, 0), maxReceiveCountKey)]++
+	case EventAdopted:
+		r.c.Adopted++
+	case EventStarted:
+		r.c.Started++
+	case EventSucceeded:
+		r.c.Succeeded++
+	case EventFailed:
+		r.c.Failed++
+	case EventRenewed:
+		r.c.Renewals++
+	case EventRenewalFailed:
+		r.c.RenewalFailures++
+	case EventCeilingReached:
+		r.c.CeilingHits++
+	case EventLeaseLost:
+		r.c.LeasesLost++
+	case EventLeaseExpired:
+		r.c.LeasesExpired++
+	case EventDeleted:
+		r.c.Deleted++
+	case EventReleased:
+		r.c.Released++
+	}
+}
+
+// settled records, for a recorder fed by its Consumer, one message whose
+// work ended d after its receive, having been renewed renewals times.
+func (r *StatsRecorder) settled(d time.Duration, renewals int) {
+	r.mu.Lock()
+	r.c.Processed++
+	r.renewalsSettled += int64(renewals)
+	if renewals > 0 {
+		r.renewedSettled++
+	}
+	r.mu.Unlock()
+	r.all.Record(d)
+	r.recent.Record(d)
+}
+
+// unstarted counts a message handed back before its handler started.
+func (r *StatsRecorder) unstarted() {
+	r.mu.Lock()
+	r.c.ReleasedUnstarted++
+	r.mu.Unlock()
+}
+
 func (r *StatsRecorder) settleLocked(key msgKey, st *msgState) {
 	r.c.Processed++
 	if st == nil {

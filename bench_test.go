@@ -2,6 +2,10 @@ package sqsconsumer
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,4 +90,75 @@ func BenchmarkRenewalSDK(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(srv.CallCount("ChangeMessageVisibilityBatch"))/float64(b.N), "calls/renewal")
+}
+
+// instantSQS hands out messages as fast as they are asked for and accepts
+// every delete: what is left is the Consumer's own cost per message.
+type instantSQS struct {
+	Client
+	next    atomic.Int64
+	limit   int64
+	deleted atomic.Int64
+	done    chan struct{}
+	once    sync.Once
+}
+
+func (f *instantSQS) GetQueueAttributes(context.Context, *sqs.GetQueueAttributesInput, ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) {
+	return &sqs.GetQueueAttributesOutput{}, nil
+}
+
+func (f *instantSQS) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, _ ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	out := &sqs.ReceiveMessageOutput{}
+	for range in.MaxNumberOfMessages {
+		i := f.next.Add(1)
+		if i > f.limit {
+			if len(out.Messages) > 0 {
+				return out, nil
+			}
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		id := strconv.FormatInt(i, 10)
+		out.Messages = append(out.Messages, types.Message{MessageId: aws.String(id), ReceiptHandle: aws.String("h" + id), Body: aws.String("x"),
+			Attributes: map[string]string{"ApproximateReceiveCount": "1"}})
+	}
+	return out, nil
+}
+
+func (f *instantSQS) DeleteMessageBatch(_ context.Context, in *sqs.DeleteMessageBatchInput, _ ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
+	out := &sqs.DeleteMessageBatchOutput{}
+	for _, e := range in.Entries {
+		out.Successful = append(out.Successful, types.DeleteMessageBatchResultEntry{Id: e.Id})
+	}
+	if f.deleted.Add(int64(len(in.Entries))) >= f.limit {
+		f.once.Do(func() { close(f.done) })
+	}
+	return out, nil
+}
+
+// BenchmarkConsumerOverhead is the library's CPU per message with a no-op
+// handler and an SQS that answers instantly: leases, goroutines, batching,
+// observers.
+func BenchmarkConsumerOverhead(b *testing.B) {
+	for _, conc := range []int{40, 200} {
+		b.Run(fmt.Sprintf("c=%d", conc), func(b *testing.B) {
+			f := &instantSQS{limit: int64(b.N), done: make(chan struct{})}
+			c, err := New(f, "q", HandlerFunc(func(context.Context, *Message) error { return nil }),
+				WithVisibilityTimeout(30*time.Second), WithConcurrency(conc), WithPollers(4))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error, 1)
+			b.ReportAllocs()
+			b.ResetTimer()
+			go func() { errc <- c.Run(ctx) }()
+			<-f.done
+			b.StopTimer()
+			cancel()
+			if err := <-errc; err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
 }

@@ -36,7 +36,10 @@ type Consumer struct {
 	qs    QueueSettings
 	fifo  bool
 	calls *batchedCalls
-	slots chan struct{} // one token per free handler slot
+
+	slotMu    sync.Mutex    // guards freeSlots and slotFreed
+	freeSlots int           // handler slots not holding a message
+	slotFreed chan struct{} // closed (and replaced) whenever slots free up
 
 	mu       sync.Mutex // guards the fields below
 	inflight map[string]*delivery
@@ -44,7 +47,10 @@ type Consumer struct {
 	stopping bool                   // no new handler may start
 	fatal    error                  // a permanent receive error that ends Run
 
-	handlers sync.WaitGroup // message goroutines
+	handlers sync.WaitGroup // deliveries being handled or settled
+	workers  sync.WaitGroup // worker goroutines, idle or busy
+	work     chan *delivery // hands a delivery to an idle worker
+	quit     chan struct{}  // closed after shutdown: idle workers exit
 }
 
 // delivery is one message this process holds, from receipt to settlement.
@@ -99,6 +105,7 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 		s.pollers = min((s.concurrency+MaxBatchSize-1)/MaxBatchSize, 16)
 	}
 	stats := NewStatsRecorder()
+	stats.direct = true
 	s.observer = Observers(stats, s.observer)
 	return &Consumer{
 		client:   c,
@@ -167,6 +174,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	pollers.Wait()
 
 	c.shutdown()
+	close(c.quit)
+	c.workers.Wait()
 	c.calls.close()
 	c.logAdvice()
 	c.mu.Lock()
@@ -234,11 +243,11 @@ func (c *Consumer) setup(ctx context.Context) error {
 	c.qs = qs
 	c.mu.Unlock()
 	c.calls = newBatchedCalls(c.client, c.queueURL)
-	c.slots = make(chan struct{}, c.s.concurrency)
-	for range c.s.concurrency {
-		c.slots <- struct{}{}
-	}
+	c.freeSlots = c.s.concurrency
+	c.slotFreed = make(chan struct{})
 	c.inflight = make(map[string]*delivery)
+	c.work = make(chan *delivery)
+	c.quit = make(chan struct{})
 	c.groups = make(map[string][]*delivery)
 	if c.s.shutdownTimeout > cfg.lease {
 		c.log(slog.LevelWarn, "sqsconsumer: the shutdown timeout is longer than the lease; if the process is killed before Run returns, messages of unfinished handlers stay invisible until their leases run out",
@@ -247,38 +256,68 @@ func (c *Consumer) setup(ctx context.Context) error {
 	return nil
 }
 
+// receiveGather is how long a poller of a busy queue waits for more handler
+// slots to free up before it receives fewer than a full batch. Slots come
+// back one by one as handlers finish; receiving each as it frees would
+// double the calls per message for no gain in latency that matters.
+const receiveGather = 20 * time.Millisecond
+
 // acquire takes between 1 and n free handler slots, waiting for the first.
-// It returns 0 when ctx ends first.
-func (c *Consumer) acquire(ctx context.Context, n int) int {
-	select {
-	case <-c.slots:
-	case <-ctx.Done():
-		return 0
-	}
-	got := 1
-	for got < n {
+// When gather is set (the last receive came back full: the queue has a
+// backlog) it waits up to receiveGather for n to be free. Slots are taken
+// all at once, so pollers do not split a batch's worth between them. It
+// returns 0 when ctx ends first.
+func (c *Consumer) acquire(ctx context.Context, n int, gather bool) int {
+	var timer *time.Timer
+	var timeout <-chan time.Time
+	timedOut := !gather
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		c.slotMu.Lock()
+		free, freed := c.freeSlots, c.slotFreed
+		if free >= n || (free >= 1 && timedOut) {
+			take := min(free, n)
+			c.freeSlots -= take
+			c.slotMu.Unlock()
+			return take
+		}
+		c.slotMu.Unlock()
+		if free >= 1 && timer == nil {
+			timer = time.NewTimer(receiveGather)
+			timeout = timer.C
+		}
 		select {
-		case <-c.slots:
-			got++
-		default:
-			return got
+		case <-freed:
+		case <-timeout:
+			timedOut = true
+		case <-ctx.Done():
+			return 0
 		}
 	}
-	return got
 }
 
 func (c *Consumer) free(n int) {
-	for range n {
-		c.slots <- struct{}{}
+	if n <= 0 {
+		return
 	}
+	c.slotMu.Lock()
+	c.freeSlots += n
+	close(c.slotFreed)
+	c.slotFreed = make(chan struct{})
+	c.slotMu.Unlock()
 }
 
 // poll is one poller: it reserves free handler slots, long-polls for at
 // most that many messages, and dispatches them.
 func (c *Consumer) poll(ctx, base context.Context, stop context.CancelCauseFunc) {
 	failures := 0
+	full := false // the last receive returned all it asked for
 	for {
-		n := c.acquire(ctx, c.s.batchSize)
+		n := c.acquire(ctx, c.s.batchSize, full)
 		if n == 0 {
 			return
 		}
@@ -315,6 +354,7 @@ func (c *Consumer) poll(ctx, base context.Context, stop context.CancelCauseFunc)
 			continue
 		}
 		failures = 0
+		full = len(out.Messages) >= n
 		if len(out.Messages) > n {
 			// SQS never does this; a misbehaving endpoint must not
 			// break the slot accounting.
@@ -405,12 +445,40 @@ func (c *Consumer) dispatch(base context.Context, raw types.Message, sent time.T
 	}
 }
 
+// workerIdle is how long a worker goroutine waits for another message
+// before it exits. Reusing workers saves growing a fresh goroutine's stack
+// for every message.
+const workerIdle = 30 * time.Second
+
+// start hands d to an idle worker, or to a new one. There are never more
+// workers busy than handler slots.
 func (c *Consumer) start(d *delivery) {
 	c.handlers.Add(1)
-	go func() {
-		defer c.handlers.Done()
+	select {
+	case c.work <- d:
+		return
+	default:
+	}
+	c.workers.Add(1)
+	go c.worker(d)
+}
+
+func (c *Consumer) worker(d *delivery) {
+	defer c.workers.Done()
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
 		c.handle(d)
-	}()
+		c.handlers.Done()
+		idle.Reset(workerIdle)
+		select {
+		case d = <-c.work:
+		case <-idle.C:
+			return
+		case <-c.quit:
+			return
+		}
+	}
 }
 
 // handle runs the handler for one delivery and settles it, then starts the
@@ -497,6 +565,11 @@ func (c *Consumer) settle(d *delivery, err error, ran bool) {
 	}
 	l.Stop()
 	d.cancel(ErrLeaseSettled)
+	if ran {
+		c.stats.settled(time.Since(m.ReceivedAt), l.renewalCount())
+	} else {
+		c.stats.unstarted()
+	}
 
 	var next *delivery
 	var drop []*delivery
@@ -533,6 +606,7 @@ func (c *Consumer) settleUnstarted(d *delivery) {
 	}
 	d.lease.Stop()
 	d.cancel(ErrLeaseSettled)
+	c.stats.unstarted()
 	c.mu.Lock()
 	delete(c.inflight, d.msg.ID)
 	c.mu.Unlock()

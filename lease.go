@@ -109,6 +109,7 @@ type Lease struct {
 	noRenew      bool // SQS refused to go further: the ceiling is reached
 	ceilingFired bool
 	started      bool
+	renewals     int // confirmed renewals and extensions
 	ctx          context.Context
 	cancel       context.CancelCauseFunc
 	watchers     []*func(time.Time)
@@ -211,6 +212,12 @@ func (l *Lease) Stop() {
 		<-l.done
 		l.cancel(ErrLeaseSettled)
 	}
+}
+
+func (l *Lease) renewalCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.renewals
 }
 
 // settled reports whether a Delete or Release already succeeded.
@@ -426,6 +433,7 @@ func (l *Lease) confirmVisibility(sent time.Time, set time.Duration) {
 	}
 	l.deadline = sent.Add(set)
 	l.nextRenew = l.deadline.Add(-(l.cfg.lease - l.cfg.interval))
+	l.renewals++
 	watchers, deadline := l.watchers, l.deadline
 	l.mu.Unlock()
 	l.wake()
