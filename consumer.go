@@ -55,10 +55,9 @@ type Consumer struct {
 
 // delivery is one message this process holds, from receipt to settlement.
 type delivery struct {
-	msg    *Message
-	lease  *Lease
-	ctx    context.Context // the lease's context
-	cancel context.CancelCauseFunc
+	msg   *Message
+	lease *Lease
+	ctx   context.Context // the lease's context: the handler's
 }
 
 // New makes a Consumer of the queue at queueURL that calls h for each
@@ -429,8 +428,7 @@ func (c *Consumer) dispatch(base context.Context, raw types.Message, sent time.T
 	l.msg = m
 	m.Lease = l
 	lctx := l.Start(base)
-	hctx, cancel := context.WithCancelCause(lctx)
-	d := &delivery{msg: m, lease: l, ctx: hctx, cancel: cancel}
+	d := &delivery{msg: m, lease: l, ctx: lctx}
 	c.inflight[id] = d
 	startNow := true
 	if c.fifo && m.GroupID != "" {
@@ -564,7 +562,6 @@ func (c *Consumer) settle(d *delivery, err error, ran bool) {
 		c.log(slog.LevelDebug, "sqsconsumer: handler failed; message released", "message_id", m.ID, "error", err, "retry_after", after)
 	}
 	l.Stop()
-	d.cancel(ErrLeaseSettled)
 	if ran {
 		c.stats.settled(time.Since(m.ReceivedAt), l.renewalCount())
 	} else {
@@ -605,7 +602,6 @@ func (c *Consumer) settleUnstarted(d *delivery) {
 		c.log(slog.LevelWarn, "sqsconsumer: could not release a message", "message_id", d.msg.ID, "error", err)
 	}
 	d.lease.Stop()
-	d.cancel(ErrLeaseSettled)
 	c.stats.unstarted()
 	c.mu.Lock()
 	delete(c.inflight, d.msg.ID)
@@ -667,7 +663,7 @@ func (c *Consumer) shutdown() {
 	c.mu.Unlock()
 	c.log(slog.LevelWarn, "sqsconsumer: shutdown timeout reached; cancelling running handlers", "running", len(running))
 	for _, d := range running {
-		d.cancel(ErrShutdown)
+		d.lease.abort(ErrShutdown)
 	}
 	for {
 		select {

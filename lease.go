@@ -220,6 +220,17 @@ func (l *Lease) renewalCount() int {
 	return l.renewals
 }
 
+// abort cancels the context Start returned with cause, leaving the lease
+// itself alone (the Consumer's shutdown uses it).
+func (l *Lease) abort(cause error) {
+	l.mu.Lock()
+	cancel := l.cancel
+	l.mu.Unlock()
+	if cancel != nil {
+		cancel(cause)
+	}
+}
+
 // settled reports whether a Delete or Release already succeeded.
 func (l *Lease) settled() bool {
 	l.mu.Lock()
