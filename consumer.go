@@ -68,19 +68,7 @@ type delivery struct {
 // longer than the maximum lease duration). Options that depend on the
 // queue's own VisibilityTimeout are checked again at Run.
 func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error) {
-	s := defaultSettings()
-	for _, o := range opts {
-		if o != nil {
-			o.apply(&s)
-		}
-	}
-	var errs []error
-	if c == nil {
-		errs = append(errs, fmt.Errorf("%w: client is nil", ErrInvalidOption))
-	}
-	if queueURL == "" {
-		errs = append(errs, fmt.Errorf("%w: queue URL is empty", ErrInvalidOption))
-	}
+	s, errs := settingsFor(c, queueURL, opts)
 	if h == nil {
 		errs = append(errs, fmt.Errorf("%w: handler is nil", ErrInvalidOption))
 	} else if f, ok := h.(HandlerFunc); ok && f == nil {

@@ -124,19 +124,7 @@ type Lease struct {
 // wrapping ErrInvalidOption for a nil client, an empty queue URL, a message
 // without a receipt handle, or an option out of range.
 func NewLease(c Client, queueURL string, m types.Message, opts ...LeaseOption) (*Lease, error) {
-	s := defaultSettings()
-	for _, o := range opts {
-		if o != nil {
-			o.apply(&s)
-		}
-	}
-	var errs []error
-	if c == nil {
-		errs = append(errs, fmt.Errorf("%w: client is nil", ErrInvalidOption))
-	}
-	if queueURL == "" {
-		errs = append(errs, fmt.Errorf("%w: queue URL is empty", ErrInvalidOption))
-	}
+	s, errs := settingsFor(c, queueURL, opts)
 	if aws.ToString(m.ReceiptHandle) == "" {
 		errs = append(errs, fmt.Errorf("%w: message has no receipt handle", ErrInvalidOption))
 	}

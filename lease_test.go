@@ -59,6 +59,14 @@ func (b bundle) receiveNext(t *testing.T, visibility time.Duration) (types.Messa
 	return out.Messages[0], sent
 }
 
+// lease makes a standalone 30-second Lease for msg, received at sent.
+func (b bundle) lease(t *testing.T, msg types.Message, sent time.Time, opts ...LeaseOption) *Lease {
+	t.Helper()
+	l, err := NewLease(b.client, b.url, msg, append([]LeaseOption{WithVisibilityTimeout(30 * time.Second), WithReceivedAt(sent)}, opts...)...)
+	require.NoError(t, err)
+	return l
+}
+
 func (b bundle) state(t *testing.T, id string) sqstest.MessageState {
 	t.Helper()
 	st, ok := b.srv.Message(b.url, id)
@@ -131,8 +139,7 @@ func TestLeaseRenewsAtAThird(t *testing.T) {
 		b := setup(t, nil)
 		msg, sent := b.receive(t, "hello", 30*time.Second)
 		time.Sleep(4 * time.Second) // the message waited in the process before the lease was made
-		l, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(30*time.Second), WithReceivedAt(sent))
-		require.NoError(t, err)
+		l := b.lease(t, msg, sent)
 		require.Equal(t, sent.Add(30*time.Second), l.Deadline())
 		ctx := l.Start(context.Background())
 		defer l.Stop()
@@ -177,8 +184,7 @@ func TestLeaseRetriesTransientFailures(t *testing.T) {
 				b := setup(t, nil)
 				rec := &recorder{}
 				msg, sent := b.receive(t, "x", 30*time.Second)
-				l, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(30*time.Second), WithReceivedAt(sent), WithObserver(rec))
-				require.NoError(t, err)
+				l := b.lease(t, msg, sent, WithObserver(rec))
 				b.srv.FailNext("ChangeMessageVisibility", 4, f)
 				ctx := l.Start(context.Background())
 				defer l.Stop()
@@ -202,8 +208,7 @@ func TestLeaseExpiresWhenNoRenewalLands(t *testing.T) {
 		b := setup(t, nil)
 		rec := &recorder{}
 		msg, sent := b.receive(t, "x", 30*time.Second)
-		l, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(30*time.Second), WithReceivedAt(sent), WithObserver(rec))
-		require.NoError(t, err)
+		l := b.lease(t, msg, sent, WithObserver(rec))
 		b.srv.FailNext("ChangeMessageVisibility", 1000, sqstest.FaultServiceUnavailable)
 		ctx := l.Start(context.Background())
 		defer l.Stop()
@@ -225,8 +230,7 @@ func TestLeaseRenewalCallTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, nil)
 		msg, sent := b.receive(t, "x", 30*time.Second)
-		l, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(30*time.Second), WithReceivedAt(sent))
-		require.NoError(t, err)
+		l := b.lease(t, msg, sent)
 		b.srv.DelayNext("ChangeMessageVisibility", 1, time.Hour)
 		ctx := l.Start(context.Background())
 		defer l.Stop()
@@ -265,8 +269,7 @@ func TestLeaseLost(t *testing.T) {
 				b := setup(t, nil)
 				rec := &recorder{}
 				msg, sent := b.receive(t, "x", 30*time.Second)
-				l, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(30*time.Second), WithReceivedAt(sent), WithObserver(rec))
-				require.NoError(t, err)
+				l := b.lease(t, msg, sent, WithObserver(rec))
 				ctx := l.Start(context.Background())
 				defer l.Stop()
 				tt.setup(t, b, msg)
@@ -296,8 +299,7 @@ func TestLeaseCeilingAfterTwelveHours(t *testing.T) {
 		b := setup(t, nil)
 		rec := &recorder{}
 		msg, sent := b.receive(t, "long job", 30*time.Second)
-		l, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(30*time.Second), WithReceivedAt(sent), WithObserver(rec))
-		require.NoError(t, err)
+		l := b.lease(t, msg, sent, WithObserver(rec))
 		ctx := l.Start(context.Background())
 		defer l.Stop()
 		<-ctx.Done()
@@ -349,8 +351,7 @@ func TestLeaseAdopt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, nil)
 		msg, sent := b.receive(t, "x", 30*time.Second)
-		l, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(30*time.Second), WithReceivedAt(sent))
-		require.NoError(t, err)
+		l := b.lease(t, msg, sent)
 		ctx := l.Start(context.Background())
 		defer l.Stop()
 		time.Sleep(11*time.Hour + 5*time.Second) // between two renewals
@@ -381,8 +382,7 @@ func TestLeaseDelete(t *testing.T) {
 		b := setup(t, nil)
 		rec := &recorder{}
 		msg, sent := b.receive(t, "x", 30*time.Second)
-		l, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(30*time.Second), WithReceivedAt(sent), WithObserver(rec))
-		require.NoError(t, err)
+		l := b.lease(t, msg, sent, WithObserver(rec))
 		l.Start(context.Background())
 		defer l.Stop()
 		time.Sleep(9 * time.Second)
@@ -408,8 +408,7 @@ func TestLeaseConcurrentDeletesMakeOneCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, nil)
 		msg, sent := b.receive(t, "x", 30*time.Second)
-		l, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(30*time.Second), WithReceivedAt(sent))
-		require.NoError(t, err)
+		l := b.lease(t, msg, sent)
 		l.Start(context.Background())
 		defer l.Stop()
 		b.srv.DelayNext("DeleteMessage", 1, time.Second)
@@ -438,8 +437,7 @@ func TestLeaseReleaseAndExtend(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, nil)
 		msg, sent := b.receive(t, "x", 30*time.Second)
-		l, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(30*time.Second), WithReceivedAt(sent))
-		require.NoError(t, err)
+		l := b.lease(t, msg, sent)
 		ctx := l.Start(context.Background())
 		defer l.Stop()
 
@@ -474,11 +472,9 @@ func TestLeaseStop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, nil)
 		msg, sent := b.receive(t, "x", 30*time.Second)
-		l, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(30*time.Second), WithReceivedAt(sent))
-		require.NoError(t, err)
+		l := b.lease(t, msg, sent)
 		l.Stop() // before Start: fine
-		l2, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(30*time.Second), WithReceivedAt(sent))
-		require.NoError(t, err)
+		l2 := b.lease(t, msg, sent)
 		ctx := l2.Start(context.Background())
 		require.Equal(t, ctx, l2.Start(context.Background()), "Start twice returns the first context")
 		b.srv.DelayNext("ChangeMessageVisibility", 1, time.Hour)
@@ -494,8 +490,7 @@ func TestLeaseOnDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, nil)
 		msg, sent := b.receive(t, "x", 30*time.Second)
-		l, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(30*time.Second), WithReceivedAt(sent))
-		require.NoError(t, err)
+		l := b.lease(t, msg, sent)
 		var mu sync.Mutex
 		var got []time.Time
 		remove := l.OnDeadline(func(d time.Time) { mu.Lock(); got = append(got, d); mu.Unlock() })

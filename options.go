@@ -70,6 +70,26 @@ func defaultSettings() settings {
 	}
 }
 
+// settingsFor applies opts over the defaults and checks what New and
+// NewLease have in common: a client and a queue URL. Option errors stay in
+// the settings' errs, after these.
+func settingsFor[O Option](c Client, queueURL string, opts []O) (settings, []error) {
+	s := defaultSettings()
+	for _, o := range opts {
+		if any(o) != nil {
+			o.apply(&s)
+		}
+	}
+	var errs []error
+	if c == nil {
+		errs = append(errs, fmt.Errorf("%w: client is nil", ErrInvalidOption))
+	}
+	if queueURL == "" {
+		errs = append(errs, fmt.Errorf("%w: queue URL is empty", ErrInvalidOption))
+	}
+	return s, errs
+}
+
 func (s *settings) fail(format string, args ...any) {
 	s.errs = append(s.errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...))
 }
