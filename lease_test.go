@@ -513,3 +513,26 @@ func TestIsLeaseLost(t *testing.T) {
 	require.False(t, IsLeaseLost(errors.New("boom")))
 	require.False(t, IsLeaseLost(&EntryError{Code: "RequestThrottled"}))
 }
+
+// One option value configures a Consumer and a standalone Lease alike.
+func TestLeaseOptionsAreConsumerOptions(t *testing.T) {
+	t.Parallel()
+	shared := []LeaseOption{WithVisibilityTimeout(45 * time.Second), WithHeartbeatInterval(10 * time.Second), WithMaxLeaseDuration(time.Hour)}
+	msg := types.Message{MessageId: aws.String("m"), ReceiptHandle: aws.String("h")}
+	l, err := NewLease(&sqs.Client{}, "u", msg, shared...)
+	require.NoError(t, err)
+	require.Equal(t, 45*time.Second, l.cfg.lease)
+	require.Equal(t, 10*time.Second, l.cfg.interval)
+	require.Equal(t, time.Hour, l.cfg.maxLease)
+	opts := make([]Option, len(shared))
+	for i, o := range shared {
+		opts[i] = o
+	}
+	c, err := New(&sqs.Client{}, "u", HandlerFunc(func(context.Context, *Message) error { return nil }), opts...)
+	require.NoError(t, err)
+	cfg, err := c.s.leaseConfig(c.s.visibility)
+	require.NoError(t, err)
+	require.Equal(t, l.cfg.lease, cfg.lease)
+	require.Equal(t, l.cfg.interval, cfg.interval)
+	require.Equal(t, l.cfg.maxLease, cfg.maxLease)
+}
