@@ -83,7 +83,9 @@ func (s *Server) withQueue(url string, f func(q *queue, now time.Time) (any, err
 	if err != nil {
 		return nil, err
 	}
-	return f(q, time.Now())
+	now := time.Now()
+	s.advanceLocked(q, now)
+	return f(q, now)
 }
 
 type queueURLOut struct {
@@ -550,8 +552,7 @@ func (s *Server) deleteLocked(q *queue, h string, batch bool, now time.Time) err
 			return fifoStaleHandle(h, batch)
 		}
 	}
-	m.gone, m.goneAt = goneDeleted, now
-	s.sweepLocked(q, now)
+	s.goneLocked(q, m, goneDeleted, now)
 	s.notifyLocked() // a FIFO group may be unlocked
 	return nil
 }
@@ -603,6 +604,7 @@ func (s *Server) applyVisibilityLocked(ref *handleRef, h string, timeout int64, 
 		return errCeiling(timeout)
 	}
 	m.visibleAt = until
+	s.reindexLocked(m.q, m, now)
 	s.notifyLocked()
 	return nil
 }

@@ -96,7 +96,8 @@ func (m *message) state(now time.Time) MessageState {
 }
 
 // Messages returns a snapshot of every message ever sent to (or moved into) the queue,
-// in arrival order, deleted ones included. It returns nil for an unknown queue.
+// in arrival order, deleted ones included (but for those forgotten under
+// [WithHistoryLimit]). It returns nil for an unknown queue.
 func (s *Server) Messages(queueURL string) []MessageState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -105,10 +106,12 @@ func (s *Server) Messages(queueURL string) []MessageState {
 		return nil
 	}
 	now := time.Now()
-	s.sweepLocked(q, now)
+	s.advanceLocked(q, now)
 	out := make([]MessageState, 0, len(q.msgs))
 	for _, m := range q.msgs {
-		out = append(out, m.state(now))
+		if !m.evicted {
+			out = append(out, m.state(now))
+		}
 	}
 	return out
 }
@@ -122,20 +125,11 @@ func (s *Server) Message(queueURL, messageID string) (MessageState, bool) {
 		return MessageState{}, false
 	}
 	now := time.Now()
-	s.sweepLocked(q, now)
-	if m := q.find(messageID); m != nil {
+	s.advanceLocked(q, now)
+	if m := q.byID[messageID]; m != nil {
 		return m.state(now), true
 	}
 	return MessageState{}, false
-}
-
-func (q *queue) find(id string) *message {
-	for i := len(q.msgs) - 1; i >= 0; i-- {
-		if q.msgs[i].id == id {
-			return q.msgs[i]
-		}
-	}
-	return nil
 }
 
 // Expire makes the message's visibility lapse now, as if its lease ran out: it
@@ -149,8 +143,8 @@ func (s *Server) Expire(queueURL, messageID string) error {
 		return err
 	}
 	now := time.Now()
-	s.sweepLocked(q, now)
-	m := q.find(messageID)
+	s.advanceLocked(q, now)
+	m := q.byID[messageID]
 	if m == nil {
 		return fmt.Errorf("sqstest: no message %s in %s", messageID, queueURL)
 	}
@@ -158,6 +152,7 @@ func (s *Server) Expire(queueURL, messageID string) error {
 		return fmt.Errorf("sqstest: message %s is not in flight", messageID)
 	}
 	m.visibleAt = now
+	s.reindexLocked(q, m, now)
 	s.notifyLocked()
 	return nil
 }
@@ -234,7 +229,9 @@ func (s *Server) Send(queueURL, body string, opts ...SendOption) (messageID stri
 	if q.fifo && in.delay != nil {
 		return "", invalidValue(in.delay.Seconds(), "DelaySeconds", "The request include parameter that is not valid for this queue type.")
 	}
-	r, err := s.sendLocked(q, in, false, time.Now())
+	now := time.Now()
+	s.advanceLocked(q, now)
+	r, err := s.sendLocked(q, in, false, now)
 	if err != nil {
 		return "", err
 	}

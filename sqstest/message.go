@@ -1,6 +1,7 @@
 package sqstest
 
 import (
+	"container/heap"
 	"crypto/md5"
 	"crypto/rand"
 	"crypto/sha256"
@@ -53,6 +54,16 @@ type message struct {
 	gone    goneReason
 	goneAt  time.Time
 	movedTo string // DLQ URL when gone == goneMoved
+
+	// Index state (index.go), as of the queue's last advanceLocked.
+	order                      uint64    // arrival position in q
+	wakeAt                     time.Time // key in q.timers: max(availableAt, visibleAt)
+	readyIdx, timerIdx, retIdx int       // heap positions, -1 when absent
+	ready                      bool      // receivable
+	leased                     bool      // in flight
+	group                      *fifoGroup
+	gprev, gnext               *message // neighbours in the FIFO group
+	evicted                    bool     // dropped from the history (WithHistoryLimit)
 }
 
 func (m *message) inFlight(now time.Time) bool {
@@ -347,12 +358,11 @@ func (s *Server) sendLocked(q *queue, in sendInput, batch bool, now time.Time) (
 	}
 	if q.fifo {
 		m.seq = q.nextSeq()
-		q.dedup[dedupKey] = dedupEntry{at: now, msg: m}
+		q.recordDedupLocked(dedupKey, m, now)
 		res.SequenceNumber = m.seq
 	}
 	res.MessageID = m.id
-	q.msgs = append(q.msgs, m)
-	q.live = append(q.live, m)
+	s.enqueueLocked(q, m, now)
 	s.notifyLocked()
 	return res, nil
 }
@@ -364,106 +374,49 @@ func (q *queue) nextSeq() string {
 	return fmt.Sprintf("1%019d", q.seq<<12)
 }
 
-// sweepLocked drops messages whose retention period ended and compacts q.live.
-func (s *Server) sweepLocked(q *queue, now time.Time) {
-	retention := time.Duration(q.intAttr("MessageRetentionPeriod")) * time.Second
-	live := q.live[:0]
-	for _, m := range q.live {
-		if m.gone == present && !now.Before(m.enqueuedAt.Add(retention)) {
-			m.gone, m.goneAt = goneExpired, m.enqueuedAt.Add(retention)
-		}
-		if m.gone == present {
-			live = append(live, m)
-		}
-	}
-	clear(q.live[len(live):])
-	q.live = live
-	for k, e := range q.dedup {
-		if now.Sub(e.at) >= dedupWindow {
-			delete(q.dedup, k)
-		}
-	}
-}
-
-// nextEventLocked is the earliest future time a message of q becomes available
-// (lease end or delay end), or zero.
-func nextEventLocked(q *queue, now time.Time) time.Time {
-	var next time.Time
-	consider := func(t time.Time) {
-		if t.After(now) && (next.IsZero() || t.Before(next)) {
-			next = t
-		}
-	}
-	for _, m := range q.live {
-		if m.gone != present {
-			continue
-		}
-		consider(m.visibleAt)
-		consider(m.availableAt)
-	}
-	return next
-}
-
 // collectLocked picks up to max messages for one receive and marks them received.
 // Messages over the redrive limit move to the dead-letter queue instead (SQS-FACTS §5:
-// on the receive that would deliver them).
+// on the receive that would deliver them). Standard queues deliver the oldest
+// receivable messages; FIFO queues the leading receivable messages of the groups with
+// none in flight, as many of one group as possible before the next group, groups in
+// the order of their first message. Each message is returned at most once per receive.
 func (s *Server) collectLocked(q *queue, max int, vt time.Duration, now time.Time) []*message {
-	s.sweepLocked(q, now)
+	s.advanceLocked(q, now)
 	var picked []*message
-	take := func(m *message) bool { // reports whether m was taken (false: moved away)
-		if s.redriveLocked(q, m, now) {
-			return false
-		}
-		picked = append(picked, m)
-		return true
-	}
 	if !q.fifo {
-		for _, m := range q.live {
-			if len(picked) == max {
+		for len(picked) < max {
+			m := q.ready.pop()
+			if m == nil {
 				break
 			}
-			if m.available(now) {
-				take(m)
+			if !s.redriveLocked(q, m, now) {
+				picked = append(picked, m)
 			}
 		}
-	} else {
-		// Group lock: a group with a message in flight yields nothing. Otherwise the
-		// group's leading available messages, in order, and as many of one group as
-		// possible before the next group.
-		var order []string
-		heads := map[string][]*message{}
-		blocked := map[string]bool{}
-		for _, m := range q.live {
-			g := m.groupID
-			if blocked[g] {
-				continue
-			}
-			if m.inFlight(now) || !m.available(now) {
-				blocked[g] = true
-				if m.inFlight(now) {
-					delete(heads, g)
-				}
-				continue
-			}
-			if _, seen := heads[g]; !seen {
-				order = append(order, g)
-			}
-			heads[g] = append(heads[g], m)
+		for _, m := range picked {
+			s.deliverLocked(q, m, vt, now)
 		}
-		for _, g := range order {
-			for _, m := range heads[g] {
-				if len(picked) == max {
-					break
-				}
-				take(m)
+		return picked
+	}
+	q.collecting = true
+	var touched []*fifoGroup
+	for len(picked) < max && q.readyGroups.Len() > 0 {
+		g := heap.Pop(&q.readyGroups).(*fifoGroup)
+		touched = append(touched, g)
+		for m := g.head; m != nil && m.ready && len(picked) < max; {
+			next := m.gnext
+			if !s.redriveLocked(q, m, now) {
+				picked = append(picked, m)
 			}
+			m = next
 		}
 	}
 	for _, m := range picked {
 		s.deliverLocked(q, m, vt, now)
 	}
-	if len(picked) > 0 || q.redrive != nil {
-		s.sweepLocked(q, now)
+	q.collecting = false
+	for _, g := range touched {
+		q.fixGroup(g)
 	}
 	return picked
 }
@@ -477,6 +430,7 @@ func (s *Server) deliverLocked(q *queue, m *message, vt time.Duration, now time.
 	m.visibleAt = now.Add(vt)
 	m.receives = append(m.receives, Receive{At: now, ReceiptHandle: h, VisibilityTimeout: vt})
 	s.handles[h] = &handleRef{q: q, m: m, idx: len(m.receives) - 1}
+	s.reindexLocked(q, m, now)
 }
 
 // redriveLocked moves m to q's dead-letter queue if its receive count has reached
@@ -492,7 +446,6 @@ func (s *Server) redriveLocked(q *queue, m *message, now time.Time) bool {
 		return false
 	}
 	nm := &message{
-		q:            dlq,
 		id:           m.id,
 		body:         m.body,
 		attrs:        m.attrs,
@@ -511,9 +464,10 @@ func (s *Server) redriveLocked(q *queue, m *message, now time.Time) bool {
 		nm.enqueuedAt = now
 		nm.seq = dlq.nextSeq()
 	}
-	m.gone, m.goneAt, m.movedTo = goneMoved, now, dlq.url
-	dlq.msgs = append(dlq.msgs, nm)
-	dlq.live = append(dlq.live, nm)
+	m.movedTo = dlq.url
+	s.goneLocked(q, m, goneMoved, now)
+	s.advanceLocked(dlq, now)
+	s.enqueueLocked(dlq, nm, now)
 	s.notifyLocked()
 	return true
 }

@@ -34,14 +34,17 @@ type queue struct {
 	created        time.Time
 	modified       time.Time
 	// attrs holds the settable attributes as they read back (normalised strings).
-	attrs    map[string]string
-	redrive  *redrivePolicy
-	tags     map[string]string
-	msgs     []*message // every message that ever arrived, in arrival order
-	live     []*message // messages still in the queue, in arrival order
+	attrs   map[string]string
+	redrive *redrivePolicy
+	tags    map[string]string
+	// msgs is the history: every message that arrived, in arrival order, but for
+	// those evicted by WithHistoryLimit. byID indexes it by MessageId.
+	msgs     []*message
+	byID     map[string]*message
 	dedup    map[string]dedupEntry
 	seq      uint64
 	purgedAt time.Time
+	queueIndex
 }
 
 type redrivePolicy struct {
@@ -282,8 +285,10 @@ func (s *Server) createQueueLocked(name string, attrs map[string]string, tags ma
 		attrs:    map[string]string{},
 		tags:     map[string]string{},
 		dedup:    map[string]dedupEntry{},
+		byID:     map[string]*message{},
 		redrive:  rp,
 	}
+	q.queueIndex.init()
 	for k, spec := range attrSpecs {
 		if spec.def != "" && (!spec.fifoOnly || fifo) {
 			q.attrs[k] = spec.def
@@ -335,18 +340,9 @@ func (s *Server) getQueueAttributesLocked(q *queue, names []string, now time.Tim
 		want[n] = true
 	}
 	out := map[string]string{}
-	s.sweepLocked(q, now)
-	var visible, inflight, delayed int
-	for _, m := range q.live {
-		switch {
-		case m.inFlight(now):
-			inflight++
-		case now.Before(m.availableAt):
-			delayed++
-		default:
-			visible++
-		}
-	}
+	s.advanceLocked(q, now)
+	visible, inflight := q.nReady, q.nLeased
+	delayed := q.present() - visible - inflight
 	computed := map[string]string{
 		"ApproximateNumberOfMessages":           itoa(int64(visible)),
 		"ApproximateNumberOfMessagesNotVisible": itoa(int64(inflight)),
@@ -380,13 +376,23 @@ func contains(l []string, s string) bool {
 	return false
 }
 
+// deleteQueueLocked deletes q. Its messages and their receipt handles are forgotten
+// with it: nothing can reach them any more, and a long-running server must not keep
+// them. (A handle of the deleted queue used on a re-created queue of the same name
+// therefore answers as never issued.)
 func (s *Server) deleteQueueLocked(q *queue, now time.Time) {
 	delete(s.queues, q.name)
-	s.deletedAt[q.name] = now
-	for _, m := range q.live {
-		m.gone, m.goneAt = goneQueueDeleted, now
+	for name, at := range s.deletedAt {
+		if now.Sub(at) >= queueNameReuseInterval {
+			delete(s.deletedAt, name)
+		}
 	}
-	q.live = nil
+	s.deletedAt[q.name] = now
+	s.removeAllLocked(q, goneQueueDeleted, now)
+	for _, m := range q.msgs {
+		s.forgetLocked(q, m)
+	}
+	q.msgs, q.departed = nil, nil
 	s.notifyLocked()
 }
 
@@ -395,12 +401,9 @@ func (s *Server) purgeLocked(q *queue, now time.Time) error {
 		return errPurgeInProgress.withMessage("Only one PurgeQueue operation on %s is allowed every 60 seconds.", q.name)
 	}
 	q.purgedAt = now
-	for _, m := range q.live {
-		m.gone, m.goneAt = gonePurged, now
-	}
-	q.live = nil
+	s.removeAllLocked(q, gonePurged, now)
 	if q.fifo {
-		clear(q.dedup)
+		q.clearDedupLocked()
 	}
 	s.notifyLocked()
 	return nil

@@ -28,9 +28,10 @@ const (
 const maxRequestBytes = 8 << 20
 
 type config struct {
-	baseURL   string
-	accountID string
-	region    string
+	baseURL      string
+	accountID    string
+	region       string
+	historyLimit int
 }
 
 // Option configures a [Server].
@@ -50,6 +51,19 @@ func WithAccountID(id string) Option { return func(c *config) { c.accountID = id
 // [DefaultRegion].
 func WithRegion(r string) Option { return func(c *config) { c.region = r } }
 
+// WithHistoryLimit bounds the history the server keeps for inspection: per queue, at
+// most n messages that have left it (deleted, moved to a dead-letter queue, expired
+// or purged); older ones are forgotten. A forgotten message no longer appears in
+// [Server.Messages] or [Server.Message], and its receipt handles answer as never
+// issued (ReceiptHandleIsInvalid) instead of as SQS-FACTS §2.1 says for a deleted
+// message (a delete succeeds, a visibility change fails). Messages still in the queue
+// and all their handles are always kept.
+//
+// The default, n <= 0, keeps everything for the server's lifetime, which is what
+// tests want; a long-running server (cmd/sqstest) should set a limit so that its
+// memory stays bounded.
+func WithHistoryLimit(n int) Option { return func(c *config) { c.historyLimit = n } }
+
 // Server is an in-memory SQS. It is safe for concurrent use. The zero value is not
 // usable: make one with [New] or [NewServer].
 //
@@ -64,7 +78,8 @@ type Server struct {
 	queues map[string]*queue
 	// deletedAt remembers when a queue name was deleted (QueueDeletedRecently).
 	deletedAt map[string]time.Time
-	// handles maps every receipt handle ever issued to its receive.
+	// handles maps every receipt handle issued to its receive, except those of
+	// messages forgotten (WithHistoryLimit, DeleteQueue).
 	handles     map[string]*handleRef
 	calls       map[string]int
 	faults      map[string][]Fault // per action, consumed front first

@@ -8,6 +8,13 @@
 // SIGINT or SIGTERM. Queue URLs use the listen address as their base (or -base-url), so
 // clients can call them directly. Point a client at it with endpoint URL = that base,
 // any region and any credentials (signatures are not checked).
+//
+// The server is meant to run for a long time, so unlike an sqstest.Server in a test
+// it does not keep every message forever: per queue it remembers the last -history
+// messages that left the queue (default 10,000; sqstest.WithHistoryLimit). A receipt
+// handle of a deleted message is answered as SQS answers it (a repeated delete
+// succeeds) until the message falls out of that history, and as never issued after.
+// Deleting a queue forgets its messages and handles at once.
 package main
 
 import (
@@ -36,6 +43,11 @@ func main() {
 	}
 }
 
+// defaultHistory is the default of -history: enough for a client to repeat a delete
+// (a retry after a lost answer) long after the message went, small enough to bound
+// memory at a few MB per queue.
+const defaultHistory = 10_000
+
 type queueFlags []string
 
 func (q *queueFlags) String() string     { return strings.Join(*q, ",") }
@@ -49,6 +61,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	baseURL := fs.String("base-url", "", "prefix of queue URLs (default: http://<listen address>)")
 	account := fs.String("account", sqstest.DefaultAccountID, "account id in queue URLs and ARNs")
 	region := fs.String("region", sqstest.DefaultRegion, "region in queue ARNs")
+	history := fs.Int("history", defaultHistory, "messages remembered per queue after they leave it (deleted, moved, expired, purged); 0 remembers all, and memory grows without bound")
 	var queues queueFlags
 	fs.Var(&queues, "queue", "create this queue at start (repeatable; a name ending in .fifo makes a FIFO queue)")
 	if err := fs.Parse(args); err != nil {
@@ -56,6 +69,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if *history < 0 {
+		return fmt.Errorf("-history %d: must be 0 or more", *history)
 	}
 
 	ln, err := net.Listen("tcp", *listen)
@@ -66,7 +82,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if base == "" {
 		base = "http://" + ln.Addr().String()
 	}
-	srv := sqstest.NewServer(sqstest.WithBaseURL(base), sqstest.WithAccountID(*account), sqstest.WithRegion(*region))
+	srv := sqstest.NewServer(sqstest.WithBaseURL(base), sqstest.WithAccountID(*account), sqstest.WithRegion(*region),
+		sqstest.WithHistoryLimit(*history))
 	for _, q := range queues {
 		if _, err := srv.CreateQueue(q, nil); err != nil {
 			ln.Close()

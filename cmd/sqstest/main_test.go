@@ -5,12 +5,14 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -95,6 +97,7 @@ func TestBadFlags(t *testing.T) {
 		{name: "stray argument", args: []string{"extra"}},
 		{name: "bad queue name", args: []string{"-listen", "127.0.0.1:0", "-queue", "no spaces"}},
 		{name: "bad address", args: []string{"-listen", "not an address"}},
+		{name: "negative history", args: []string{"-listen", "127.0.0.1:0", "-history", "-1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -102,4 +105,60 @@ func TestBadFlags(t *testing.T) {
 			require.Error(t, run(t.Context(), tt.args, io.Discard, io.Discard))
 		})
 	}
+}
+
+// TestHistoryFlag checks that -history bounds what the server remembers of deleted
+// messages: with -history 1 a repeated delete with the handle of the last deleted
+// message still succeeds (SQS-FACTS §2.1), one with the handle of an earlier one is
+// answered as never issued. Real loopback socket, so real time: every call has a 5 s
+// ceiling and nothing waits (no long poll).
+func TestHistoryFlag(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-listen", "127.0.0.1:0", "-queue", "jobs", "-history", "1"}, pw, io.Discard)
+		pw.Close()
+	}()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	require.NoError(t, err)
+	base := strings.TrimPrefix(strings.TrimSpace(line), "sqstest listening on ")
+	go io.Copy(io.Discard, pr) //nolint:errcheck // drain until the pipe closes
+
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	c := sqs.New(sqs.Options{
+		HTTPClient:   &http.Client{Transport: tr},
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(base),
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: "x", SecretAccessKey: "y"}, nil
+		}),
+		RetryMaxAttempts: 1,
+	})
+	callCtx, callCancel := context.WithTimeout(ctx, 5*time.Second)
+	defer callCancel()
+	url := base + "/123456789012/jobs"
+	var handles []string
+	for i := range 2 {
+		_, err := c.SendMessage(callCtx, &sqs.SendMessageInput{QueueUrl: &url, MessageBody: aws.String(strconv.Itoa(i))})
+		require.NoError(t, err)
+		got, err := c.ReceiveMessage(callCtx, &sqs.ReceiveMessageInput{QueueUrl: &url})
+		require.NoError(t, err)
+		require.Len(t, got.Messages, 1)
+		handles = append(handles, *got.Messages[0].ReceiptHandle)
+		_, err = c.DeleteMessage(callCtx, &sqs.DeleteMessageInput{QueueUrl: &url, ReceiptHandle: &handles[i]})
+		require.NoError(t, err)
+	}
+	_, err = c.DeleteMessage(callCtx, &sqs.DeleteMessageInput{QueueUrl: &url, ReceiptHandle: &handles[1]})
+	require.NoError(t, err, "the last deleted message is remembered: deleting it again succeeds")
+	_, err = c.DeleteMessage(callCtx, &sqs.DeleteMessageInput{QueueUrl: &url, ReceiptHandle: &handles[0]})
+	var invalid *types.ReceiptHandleIsInvalid
+	require.ErrorAs(t, err, &invalid, "the first one is forgotten")
 }
