@@ -52,6 +52,23 @@
 // [WithHistoryLimit] bounds that history per queue (cmd/sqstest uses it), and
 // DeleteQueue forgets the queue's messages and handles at once.
 //
+// # Over a real socket
+//
+// A receive that collected messages answers even if its caller has gone: as in SQS,
+// messages whose answer never reaches the client stay in flight until their
+// visibility timeout ends. A client that loses an answer and retries therefore sees
+// the first answer's messages only after that timeout. aws-sdk-go-v2 can do this on
+// its own against a fast local server (seen with smithy-go v1.28.9 and Go 1.26):
+// smithy-go closes its request body as soon as the response arrives, and the closed
+// body's WriteTo returns io.EOF; net/http's connection writer reads the body once more
+// after sending it, and if that happens only now it takes the io.EOF for a write error
+// and closes the connection under the response being read; the SDK retries the "use
+// of closed network connection" silently. It needs the answer to arrive before that
+// writer has finished, a window of microseconds (wider on a busy machine), so it shows
+// against cmd/sqstest on loopback and never through [Server.Transport], which has no
+// connection. Re-buffering the request body in the HTTP client (a RoundTripper that
+// reads it into memory and sends a copy) avoids it.
+//
 // # Actions
 //
 // Implemented: CreateQueue, GetQueueUrl, GetQueueAttributes, SetQueueAttributes,

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,4 +61,27 @@ func TestHandlerOverHTTP(t *testing.T) {
 func srvDelete(ctx context.Context, c *sqs.Client, url, h string) error {
 	_, err := c.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: &url, ReceiptHandle: &h})
 	return err
+}
+
+// Every answer over HTTP carries its Content-Length, as AWS's do, so a client knows
+// where the body ends without waiting for more from the connection.
+func TestHandlerSetsContentLength(t *testing.T) {
+	t.Parallel()
+	srv := sqstest.NewServer()
+	defer srv.Close()
+	url, err := srv.CreateQueue("q", nil)
+	require.NoError(t, err)
+	_, err = srv.Send(url, strings.Repeat("x", 5000)) // an answer larger than net/http's 2 KiB buffer
+	require.NoError(t, err)
+	for _, c := range []struct{ action, body string }{
+		{"ReceiveMessage", `{"QueueUrl":"` + url + `","MessageSystemAttributeNames":["All"]}`},
+		{"ReceiveMessage", `{"QueueUrl":"` + url + `"}`}, // empty
+		{"DeleteMessage", `{"QueueUrl":"` + url + `","ReceiptHandle":"garbage"}`},
+	} {
+		req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(c.body))
+		req.Header.Set("X-Amz-Target", "AmazonSQS."+c.action)
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, req)
+		require.Equal(t, strconv.Itoa(rec.Body.Len()), rec.Header().Get("Content-Length"), "%s %s", c.action, rec.Body)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -194,6 +195,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, req *http.Request) {
 	for k, v := range ans.header {
 		w.Header()[k] = v
 	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(ans.body)))
 	w.WriteHeader(ans.status)
 	_, _ = w.Write(ans.body)
 }

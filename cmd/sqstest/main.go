@@ -15,6 +15,11 @@
 // handle of a deleted message is answered as SQS answers it (a repeated delete
 // succeeds) until the message falls out of that history, and as never issued after.
 // Deleting a queue forgets its messages and handles at once.
+//
+// A Go client (aws-sdk-go-v2) on the same machine can lose an answer to a race of its
+// own and retry, leaving the first answer's messages in flight until their visibility
+// timeout; package sqstest's documentation ("Over a real socket") explains it and how
+// to avoid it.
 package main
 
 import (
