@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -48,7 +50,7 @@ func newBench(cfg benchConfig) (*bench, error) {
 	// request would open (and leave in TIME_WAIT) a new one.
 	tr.MaxIdleConns = 0
 	tr.MaxIdleConnsPerHost = 4*cfg.Pollers + 32
-	httpClient := &http.Client{Transport: counter.wrap(tr)}
+	httpClient := &http.Client{Transport: counter.wrap(ownBody{next: tr})}
 	newClient := func(endpoint string) *sqs.Client {
 		return sqs.New(sqs.Options{
 			Region:       "us-east-1",
@@ -135,4 +137,30 @@ func (b *bench) measure(ctx context.Context, c contender, n int) (measurement, e
 	}
 	return measurement{messages: n, elapsed: d.end.Sub(start), calls: b.counter.snapshot(), cpu: cpuTime() - cpu0,
 		redelivered: d.redelivered, note: d.note}, nil
+}
+
+// ownBody hands net/http its own copy of each request body. smithy-go closes
+// the request body as soon as the response arrives; if net/http's connection
+// writer reads that body once more (it does when descheduled on a busy
+// machine) it takes WriteTo's io.EOF for a write error and closes the
+// connection while the response is read. The SDK then retries, and the first
+// answer's messages stay in flight for the visibility timeout: the stalls
+// sqstest's documentation describes. A private copy makes the race
+// impossible.
+type ownBody struct{ next http.RoundTripper }
+
+func (o ownBody) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return o.next.RoundTrip(req)
+	}
+	b, err := io.ReadAll(req.Body)
+	req.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	own := req.Clone(req.Context())
+	own.Body = io.NopCloser(bytes.NewReader(b))
+	own.ContentLength = int64(len(b))
+	own.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+	return o.next.RoundTrip(own)
 }
