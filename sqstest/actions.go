@@ -642,23 +642,33 @@ func (s *Server) actDeleteMessageBatch(_ context.Context, body []byte) (any, err
 		for i, e := range in.Entries {
 			ids[i] = e.ID
 		}
-		if err := checkBatch(ids, "DeleteMessageBatchRequestEntry"); err != nil {
-			return nil, err
-		}
-		res := newBatchResult[idOnly]()
-		for _, e := range in.Entries {
-			if f, ok := s.takeEntryFaultLocked("DeleteMessageBatch"); ok {
-				res.fail(*e.ID, f)
-				continue
-			}
-			if err := s.deleteLocked(q, e.ReceiptHandle, true, now); err != nil {
-				res.fail(*e.ID, err)
-				continue
-			}
-			res.Successful = append(res.Successful, idOnly{*e.ID})
-		}
-		return res, nil
+		return s.idBatchLocked("DeleteMessageBatch", ids, func(i int) error {
+			return s.deleteLocked(q, in.Entries[i].ReceiptHandle, true, now)
+		})
 	})
+}
+
+// idBatchLocked runs the entries of a batch action whose results carry only
+// the entry Id (DeleteMessageBatch, ChangeMessageVisibilityBatch): it applies
+// the shared batch rules to ids, then, entry by entry, reports an injected
+// entry fault if one is due, else the outcome of apply(i).
+func (s *Server) idBatchLocked(action string, ids []*string, apply func(i int) error) (any, error) {
+	if err := checkBatch(ids, action+"RequestEntry"); err != nil {
+		return nil, err
+	}
+	res := newBatchResult[idOnly]()
+	for i, id := range ids {
+		if f, ok := s.takeEntryFaultLocked(action); ok {
+			res.fail(*id, f)
+			continue
+		}
+		if err := apply(i); err != nil {
+			res.fail(*id, err)
+			continue
+		}
+		res.Successful = append(res.Successful, idOnly{*id})
+	}
+	return res, nil
 }
 
 func (s *Server) actChangeMessageVisibility(_ context.Context, body []byte) (any, error) {
@@ -698,31 +708,17 @@ func (s *Server) actChangeMessageVisibilityBatch(_ context.Context, body []byte)
 		for i, e := range in.Entries {
 			ids[i] = e.ID
 		}
-		if err := checkBatch(ids, "ChangeMessageVisibilityBatchRequestEntry"); err != nil {
-			return nil, err
-		}
-		res := newBatchResult[idOnly]()
-		for _, e := range in.Entries {
-			if f, ok := s.takeEntryFaultLocked("ChangeMessageVisibilityBatch"); ok {
-				res.fail(*e.ID, f)
-				continue
-			}
-			var err error
+		return s.idBatchLocked("ChangeMessageVisibilityBatch", ids, func(i int) error {
+			e := in.Entries[i]
 			switch {
 			case e.ReceiptHandle == "":
-				err = missingParam("ReceiptHandle")
+				return missingParam("ReceiptHandle")
 			case e.VisibilityTimeout == nil:
-				err = missingParam("VisibilityTimeout")
+				return missingParam("VisibilityTimeout")
 			default:
-				err = s.changeVisibilityLocked(q, e.ReceiptHandle, int64(*e.VisibilityTimeout), true, now)
+				return s.changeVisibilityLocked(q, e.ReceiptHandle, int64(*e.VisibilityTimeout), true, now)
 			}
-			if err != nil {
-				res.fail(*e.ID, err)
-				continue
-			}
-			res.Successful = append(res.Successful, idOnly{*e.ID})
-		}
-		return res, nil
+		})
 	})
 }
 
