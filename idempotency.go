@@ -250,13 +250,7 @@ func WithIdempotencyKey(f func(*Message) (string, error)) IdempotencyOption {
 // duplicate can take to arrive (the queue's retention period, at most 14
 // days, is the safe choice).
 func WithIdempotencyTTL(d time.Duration) IdempotencyOption {
-	return func(c *idempotencyConfig) error {
-		if d < time.Second || d > MaxIdempotencyTTL {
-			return fmt.Errorf("WithIdempotencyTTL(%v): must be from 1s to %v", d, MaxIdempotencyTTL)
-		}
-		c.ttl = d
-		return nil
-	}
+	return durationOption("WithIdempotencyTTL", d, MaxIdempotencyTTL, func(c *idempotencyConfig) { c.ttl = d })
 }
 
 // WithClaimTTL sets how long a claim lasts for a message without a Lease
@@ -264,13 +258,7 @@ func WithIdempotencyTTL(d time.Duration) IdempotencyOption {
 // Lease are claimed until the lease's deadline and extended with it, and
 // ignore this. Range 1 s to 12 h; default DefaultClaimTTL (5 min).
 func WithClaimTTL(d time.Duration) IdempotencyOption {
-	return func(c *idempotencyConfig) error {
-		if d < time.Second || d > MaxVisibilityTimeout {
-			return fmt.Errorf("WithClaimTTL(%v): must be from 1s to %v", d, MaxVisibilityTimeout)
-		}
-		c.claimTTL = d
-		return nil
-	}
+	return durationOption("WithClaimTTL", d, MaxVisibilityTimeout, func(c *idempotencyConfig) { c.claimTTL = d })
 }
 
 // WithInProgressRetry sets the visibility given to a message whose key
@@ -279,11 +267,17 @@ func WithClaimTTL(d time.Duration) IdempotencyOption {
 // at most 12 h), so the retry finds the key completed, still extended, or
 // free. Range 1 s to 12 h.
 func WithInProgressRetry(d time.Duration) IdempotencyOption {
+	return durationOption("WithInProgressRetry", d, MaxVisibilityTimeout, func(c *idempotencyConfig) { c.inProgressRetry = d })
+}
+
+// durationOption is the shared shape of the duration options: it rejects d
+// outside 1 s to limit with an error naming the option, else applies set.
+func durationOption(name string, d, limit time.Duration, set func(*idempotencyConfig)) IdempotencyOption {
 	return func(c *idempotencyConfig) error {
-		if d < time.Second || d > MaxVisibilityTimeout {
-			return fmt.Errorf("WithInProgressRetry(%v): must be from 1s to %v", d, MaxVisibilityTimeout)
+		if d < time.Second || d > limit {
+			return fmt.Errorf("%s(%v): must be from 1s to %v", name, d, limit)
 		}
-		c.inProgressRetry = d
+		set(c)
 		return nil
 	}
 }
