@@ -7,7 +7,9 @@ import (
 	"time"
 )
 
-// heartbeat is the lease's goroutine. It renews visibility to the lease
+// heartbeat is the lease's goroutine, started by a timer when it first has
+// something to do (usually the first renewal, a third into the lease), so a
+// message settled sooner never costs a goroutine. It renews visibility to the lease
 // length whenever the time left falls to lease-interval (every interval when
 // renewals succeed on time), retries transient failures with jittered
 // backoff while the deadline allows, cancels the handler's context a grace
@@ -15,6 +17,9 @@ import (
 // expired or stopped. The schedule maths is in plan, a pure function.
 func (l *Lease) heartbeat() {
 	defer close(l.done)
+	l.mu.Lock()
+	l.hbRunning = true
+	l.mu.Unlock()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	failures := 0

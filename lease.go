@@ -109,7 +109,9 @@ type Lease struct {
 	noRenew      bool // SQS refused to go further: the ceiling is reached
 	ceilingFired bool
 	started      bool
-	renewals     int // confirmed renewals and extensions
+	hb           *time.Timer // starts the heartbeat when it first has work
+	hbRunning    bool        // the heartbeat goroutine has begun
+	renewals     int         // confirmed renewals and extensions
 	ctx          context.Context
 	cancel       context.CancelCauseFunc
 	watchers     []*func(time.Time)
@@ -181,7 +183,9 @@ func (l *Lease) Start(ctx context.Context) context.Context {
 	}
 	l.started = true
 	l.ctx, l.cancel = context.WithCancelCause(ctx)
-	go l.heartbeat()
+	// Most messages are settled before their first renewal is due, so the
+	// heartbeat goroutine starts only then, from a timer.
+	l.hb = time.AfterFunc(l.firstWakeLocked(time.Now()), l.heartbeat)
 	return l.ctx
 }
 
@@ -195,6 +199,7 @@ func (l *Lease) Stop() {
 	l.bgCancel() // a renewal in flight must not hold Stop up
 	l.mu.Lock()
 	started := l.started
+	l.cancelPendingLocked()
 	l.mu.Unlock()
 	if started {
 		<-l.done
@@ -216,6 +221,24 @@ func (l *Lease) abort(cause error) {
 	l.mu.Unlock()
 	if cancel != nil {
 		cancel(cause)
+	}
+}
+
+// firstWakeLocked is how long until the heartbeat has anything to do.
+func (l *Lease) firstWakeLocked(now time.Time) time.Duration {
+	p := plan(now, l.schedLocked())
+	if p.renewNow || p.expired || p.fireCeiling {
+		return 0
+	}
+	return p.wake.Sub(now)
+}
+
+// cancelPendingLocked stops a heartbeat that has not started yet and marks
+// it done. It does nothing once the heartbeat runs.
+func (l *Lease) cancelPendingLocked() {
+	if l.hb != nil && !l.hbRunning && l.hb.Stop() {
+		l.hb = nil
+		close(l.done)
 	}
 }
 
@@ -332,6 +355,20 @@ func notify(watchers []*func(time.Time), d time.Time) {
 }
 
 func (l *Lease) wake() {
+	l.mu.Lock()
+	if l.hb != nil && !l.hbRunning {
+		// Not started yet: move (or cancel) the timer instead. Stop
+		// returning false means it fired and the heartbeat is starting;
+		// it will read the new state itself.
+		if l.state != leaseActive {
+			l.cancelPendingLocked()
+		} else if l.hb.Stop() {
+			l.hb.Reset(l.firstWakeLocked(time.Now()))
+		}
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
 	select {
 	case l.kick <- struct{}{}:
 	default:
