@@ -27,7 +27,6 @@ type Consumer struct {
 	s        settings
 
 	runOnce sync.Once
-	ran     bool
 
 	stats *StatsRecorder // always on: Stats, Advice, adaptive leases
 

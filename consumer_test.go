@@ -26,8 +26,6 @@ type spy struct {
 	Client
 	mu   sync.Mutex
 	maxN []int32
-	busy func() int // handler slots in use when a receive is sent
-	over atomic.Int32
 }
 
 func (s *spy) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, optFns ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {

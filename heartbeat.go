@@ -24,7 +24,7 @@ func (l *Lease) heartbeat() {
 	defer timer.Stop()
 	failures := 0
 	for {
-		p, handle, ok := l.next(time.Now())
+		p, _, ok := l.next(time.Now())
 		if !ok {
 			return
 		}
@@ -36,7 +36,7 @@ func (l *Lease) heartbeat() {
 			return
 		}
 		if !p.renewNow {
-			timer.Reset(p.wake.Sub(time.Now()))
+			timer.Reset(time.Until(p.wake))
 			select {
 			case <-l.stop:
 				return
@@ -55,7 +55,7 @@ func (l *Lease) heartbeat() {
 			return
 		}
 		now := time.Now()
-		p, handle, ok = l.next(now)
+		p, handle, ok := l.next(now)
 		if !ok || !p.renewNow {
 			<-l.calling
 			continue

@@ -660,7 +660,7 @@ func TestIdempotentCrashedWorkerClaimExpiresWithLease(t *testing.T) {
 		require.Equal(t, mA.ReceivedAt.Add(40*time.Second), mA.Lease.Deadline())
 		mA.Lease.Stop() // the process froze: no more renewals
 
-		time.Sleep(mA.Lease.Deadline().Sub(time.Now()) + time.Second)
+		time.Sleep(time.Until(mA.Lease.Deadline()) + time.Second)
 		mB, ctxB := b.idemLease(t)
 		require.Equal(t, id, mB.ID)
 		require.NoError(t, h.HandleMessage(ctxB, mB), "the next delivery runs the handler")

@@ -515,7 +515,7 @@ func (l *Lease) callWithRetry(ctx context.Context, op string, call func(context.
 		case <-ctx.Done():
 			return fmt.Errorf("sqsconsumer: %s: %w", op, context.Cause(ctx))
 		}
-		err, superseded, done := l.attempt(ctx, call)
+		superseded, done, err := l.attempt(ctx, call)
 		<-l.calling
 		if done {
 			return err
@@ -550,17 +550,17 @@ func (l *Lease) callWithRetry(ctx context.Context, op string, call func(context.
 
 // attempt makes one call of callWithRetry; the caller holds l.calling.
 // done reports that err is final without further judgement.
-func (l *Lease) attempt(ctx context.Context, call func(context.Context, string) error) (err error, superseded, done bool) {
+func (l *Lease) attempt(ctx context.Context, call func(context.Context, string) error) (superseded, done bool, err error) {
 	l.mu.Lock()
 	if err := l.stateErrLocked(false); err != nil {
 		l.mu.Unlock()
-		return err, false, true
+		return false, true, err
 	}
 	handle, deadline := l.handle, l.deadline
 	l.mu.Unlock()
 	if !time.Now().Before(deadline) {
 		l.expire(deadline)
-		return ErrLeaseExpired, false, true
+		return false, true, ErrLeaseExpired
 	}
 	cctx, cancel := context.WithDeadline(ctx, deadline)
 	err = call(cctx, handle)
@@ -568,7 +568,7 @@ func (l *Lease) attempt(ctx context.Context, call func(context.Context, string) 
 	l.mu.Lock()
 	superseded = handle != l.handle
 	l.mu.Unlock()
-	return err, superseded, false
+	return superseded, false, err
 }
 
 // retryDelay is the jittered pause before retry attempt n (0-based) of a

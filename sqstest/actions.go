@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"regexp"
-	"sort"
 	"strings"
 	"time"
 )
@@ -720,16 +719,4 @@ func (s *Server) actChangeMessageVisibilityBatch(_ context.Context, body []byte)
 			}
 		})
 	})
-}
-
-// actionNames lists the implemented actions, sorted (for docs and tests).
-func actionNames() []string {
-	var out []string
-	for n := range actions {
-		if !unsupportedActions[n] {
-			out = append(out, n)
-		}
-	}
-	sort.Strings(out)
-	return out
 }

@@ -472,13 +472,6 @@ func (s *Server) redriveLocked(q *queue, m *message, now time.Time) bool {
 	return true
 }
 
-// systemAttrNames are the message system attributes a receive can return.
-var systemAttrNames = []string{
-	"AWSTraceHeader", "ApproximateFirstReceiveTimestamp", "ApproximateReceiveCount",
-	"DeadLetterQueueSourceArn", "MessageDeduplicationId", "MessageGroupId",
-	"SenderId", "SentTimestamp", "SequenceNumber",
-}
-
 func (m *message) systemAttributes(want map[string]bool) map[string]string {
 	if len(want) == 0 {
 		return nil

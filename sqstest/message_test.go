@@ -155,7 +155,8 @@ func TestReceiveSystemAttributes(t *testing.T) {
 
 		time.Sleep(5 * time.Second)
 		got = b.receive(t, url, func(in *sqs.ReceiveMessageInput) {
-			in.AttributeNames = []types.QueueAttributeName{"ApproximateReceiveCount", "ApproximateFirstReceiveTimestamp"} //nolint:staticcheck // deprecated member still honoured
+			//lint:ignore SA1019 the deprecated member is still honoured by SQS, and tested here
+			in.AttributeNames = []types.QueueAttributeName{"ApproximateReceiveCount", "ApproximateFirstReceiveTimestamp"}
 		})
 		require.Len(t, got, 1)
 		require.Equal(t, map[string]string{

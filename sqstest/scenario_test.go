@@ -45,7 +45,7 @@ func TestHeartbeatHitsTwelveHourCeiling(t *testing.T) {
 		// A shorter extension up to exactly the ceiling still works.
 		require.NoError(t, b.changeVisibility(url, h, 20))
 		require.Empty(t, b.receive(t, url))
-		time.Sleep(received.Add(12 * time.Hour).Sub(time.Now()))
+		time.Sleep(time.Until(received.Add(12 * time.Hour)))
 		again := b.receive(t, url, withAllAttributes)
 		require.Len(t, again, 1, "visible again at the ceiling")
 		require.Equal(t, "2", again[0].Attributes["ApproximateReceiveCount"])
@@ -105,7 +105,7 @@ func TestRedrive(t *testing.T) {
 			Attributes: map[string]string{"MessageRetentionPeriod": "60"}})
 		require.NoError(t, err)
 		require.NoError(t, b.changeVisibility(dlq, *m.ReceiptHandle, 0))
-		time.Sleep(sentAt.Add(60 * time.Second).Sub(time.Now()))
+		time.Sleep(time.Until(sentAt.Add(60 * time.Second)))
 		require.Empty(t, b.receive(t, dlq), "expired 60 s after the original send")
 		dst, _ := b.srv.Message(dlq, id)
 		require.True(t, dst.Expired)
