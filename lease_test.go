@@ -59,7 +59,8 @@ func (b bundle) receiveNext(t *testing.T, visibility time.Duration) (types.Messa
 	return out.Messages[0], sent
 }
 
-// lease makes a standalone 30-second Lease for msg, received at sent.
+// lease makes a standalone 30-second Lease for msg, received at sent;
+// opts come after those defaults and may override them.
 func (b bundle) lease(t *testing.T, msg types.Message, sent time.Time, opts ...LeaseOption) *Lease {
 	t.Helper()
 	l, err := NewLease(b.client, b.url, msg, append([]LeaseOption{WithVisibilityTimeout(30 * time.Second), WithReceivedAt(sent)}, opts...)...)
@@ -165,8 +166,7 @@ func TestLeaseHeartbeatIntervalOption(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, nil)
 		msg, sent := b.receive(t, "x", 60*time.Second)
-		l, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(60*time.Second), WithHeartbeatInterval(5*time.Second), WithReceivedAt(sent))
-		require.NoError(t, err)
+		l := b.lease(t, msg, sent, WithVisibilityTimeout(60*time.Second), WithHeartbeatInterval(5*time.Second))
 		l.Start(context.Background())
 		time.Sleep(21 * time.Second)
 		l.Stop()
@@ -329,9 +329,7 @@ func TestLeaseMaxLeaseDuration(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, nil)
 		msg, sent := b.receive(t, "x", 30*time.Second)
-		l, err := NewLease(b.client, b.url, msg, WithVisibilityTimeout(30*time.Second), WithReceivedAt(sent),
-			WithMaxLeaseDuration(5*time.Minute), WithCeilingGrace(30*time.Second))
-		require.NoError(t, err)
+		l := b.lease(t, msg, sent, WithMaxLeaseDuration(5*time.Minute), WithCeilingGrace(30*time.Second))
 		ctx := l.Start(context.Background())
 		defer l.Stop()
 		<-ctx.Done()
