@@ -4,17 +4,28 @@
 // SQS charges and throttles per call, and its batch calls take ten entries.
 // A Batcher collects entries for a short window (or until a batch is full),
 // makes one call, and answers every caller with its own entry's error.
+//
+// The hot path is cheap on purpose: adding an entry takes a mutex, never a
+// goroutine hand-off, and batch calls run on flusher goroutines that are
+// reused (a fresh goroutine per call would grow its stack through the SDK's
+// deep middleware every time). Submit does not wait at all: its callback
+// runs on the flusher when the call returns.
 package batch
 
 import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// ErrClosed is returned by Do after Close.
+// ErrClosed is returned by Do and Submit after Close.
 var ErrClosed = errors.New("batch: batcher closed")
+
+// flusherIdle is how long an idle flusher goroutine waits for another
+// batch before it exits.
+const flusherIdle = 30 * time.Second
 
 // Flush makes one batch call for entries and returns one error per entry,
 // in order (nil for an entry that succeeded). It must return a slice of the
@@ -22,124 +33,205 @@ var ErrClosed = errors.New("batch: batcher closed")
 type Flush[E any] func(ctx context.Context, entries []E) []error
 
 type request[E any] struct {
-	entry E
-	ctx   context.Context
-	done  chan error // buffered: the flusher never blocks on a caller that left
+	entry    E
+	ctx      context.Context // nil: never cancelled
+	deadline time.Time       // zero: none
+	done     func(arg any, err error)
+	arg      any
 }
 
 // Batcher coalesces entries into calls of at most max entries. The zero
-// value is not usable; make one with New. Do is safe for concurrent use.
+// value is not usable; make one with New. Do, Submit and Close are safe for
+// concurrent use.
 type Batcher[E any] struct {
 	max    int
 	window time.Duration
 	flush  Flush[E]
 
-	in      chan *request[E]
-	closing chan struct{}
-	loopEnd chan struct{}
-	once    sync.Once
-	calls   sync.WaitGroup // in-flight flushes
+	mu      sync.Mutex // guards the fields below
+	pending []request[E]
+	gen     uint64      // counts cut batches: a window timer only flushes its own
+	timer   *time.Timer // the window of the pending batch, while armed
+	closed  bool
+
+	idle     chan []request[E] // hands a batch to an idle flusher
+	quit     chan struct{}     // closed by Close: idle flushers exit
+	work     sync.WaitGroup    // batches cut and not yet answered, and armed window timers
+	flushers sync.WaitGroup    // flusher goroutines
+	spawned  atomic.Int64      // flusher goroutines started, for tests
 }
 
-// New starts a Batcher whose goroutine runs until Close. A batch is sent
-// when it holds max entries or window after its first entry arrived.
+// New makes a Batcher. A batch is sent when it holds max entries, or window
+// after its first entry arrived. It starts no goroutine until the first
+// batch is sent; Close ends them all.
 func New[E any](max int, window time.Duration, flush Flush[E]) *Batcher[E] {
 	if max < 1 {
 		max = 1
 	}
-	b := &Batcher[E]{
-		max:     max,
-		window:  window,
-		flush:   flush,
-		in:      make(chan *request[E]),
-		closing: make(chan struct{}),
-		loopEnd: make(chan struct{}),
+	return &Batcher[E]{
+		max:    max,
+		window: window,
+		flush:  flush,
+		idle:   make(chan []request[E]),
+		quit:   make(chan struct{}),
 	}
-	go b.loop()
-	return b
 }
 
 // Do adds e to the next batch and waits for its result. If ctx ends first,
 // Do returns ctx's error; the entry may still have been sent. The batch
-// call's own deadline is the earliest deadline of its entries' contexts.
+// call's deadline is the earliest deadline of its entries' contexts, and an
+// entry whose context has ended by the time its batch is sent is left out.
 func (b *Batcher[E]) Do(ctx context.Context, e E) error {
-	r := &request[E]{entry: e, ctx: ctx, done: make(chan error, 1)}
-	select {
-	case b.in <- r:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-b.closing:
-		return ErrClosed
+	res := make(chan error, 1)
+	deadline, _ := ctx.Deadline()
+	if err := b.submit(request[E]{entry: e, ctx: ctx, deadline: deadline, done: sendResult, arg: res}); err != nil {
+		return err
 	}
 	select {
-	case err := <-r.done:
+	case err := <-res:
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-// Close sends what is pending, waits for every in-flight call to return,
-// and stops the goroutine. Later calls to Do return ErrClosed.
-func (b *Batcher[E]) Close() {
-	b.once.Do(func() { close(b.closing) })
-	<-b.loopEnd
-	b.calls.Wait()
+func sendResult(res any, err error) { res.(chan error) <- err }
+
+// Submit adds e to the next batch without waiting. done(arg, err) is called
+// exactly once with the entry's result, on a flusher goroutine, unless
+// Submit returns an error (ErrClosed), in which case it is never called.
+// done must not block for long: it delays the other entries' callbacks.
+// deadline (zero for none) bounds the batch call like a Do context's
+// deadline. Passing a top-level func and a pointer as arg keeps Submit free
+// of allocations.
+func (b *Batcher[E]) Submit(e E, deadline time.Time, done func(arg any, err error), arg any) error {
+	return b.submit(request[E]{entry: e, deadline: deadline, done: done, arg: arg})
 }
 
-func (b *Batcher[E]) loop() {
-	defer close(b.loopEnd)
-	var (
-		pending []*request[E]
-		timer   *time.Timer
-		fire    <-chan time.Time
-	)
-	send := func() {
-		if timer != nil {
-			timer.Stop()
-			timer, fire = nil, nil
-		}
-		if len(pending) == 0 {
-			return
-		}
-		batch := pending
-		pending = nil
-		b.calls.Add(1)
-		go func() {
-			defer b.calls.Done()
-			b.run(batch)
-		}()
+func (b *Batcher[E]) submit(r request[E]) error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return ErrClosed
 	}
+	if b.pending == nil {
+		b.pending = make([]request[E], 0, b.max)
+	}
+	b.pending = append(b.pending, r)
+	var full []request[E]
+	switch {
+	case len(b.pending) >= b.max:
+		full = b.cutLocked()
+	case len(b.pending) == 1:
+		gen := b.gen
+		b.work.Add(1)
+		b.timer = time.AfterFunc(b.window, func() {
+			defer b.work.Done()
+			b.fire(gen)
+		})
+	}
+	b.mu.Unlock()
+	if full != nil {
+		b.dispatch(full)
+	}
+	return nil
+}
+
+// cutLocked takes the pending batch, counts it as work and disarms its
+// window timer.
+func (b *Batcher[E]) cutLocked() []request[E] {
+	batch := b.pending
+	b.pending = nil
+	b.gen++
+	if b.timer != nil {
+		if b.timer.Stop() {
+			b.work.Done() // the timer's function will not run
+		}
+		b.timer = nil
+	}
+	b.work.Add(1)
+	return batch
+}
+
+// fire sends the partial batch of generation gen when its window ends.
+func (b *Batcher[E]) fire(gen uint64) {
+	b.mu.Lock()
+	if b.gen != gen || len(b.pending) == 0 {
+		b.mu.Unlock()
+		return // that batch was sent full, or by Close
+	}
+	b.timer = nil // fired: nothing to stop
+	batch := b.cutLocked()
+	b.mu.Unlock()
+	b.dispatch(batch)
+}
+
+// dispatch hands a cut batch to an idle flusher, or to a new one.
+func (b *Batcher[E]) dispatch(batch []request[E]) {
+	select {
+	case b.idle <- batch:
+	default:
+		b.flushers.Add(1)
+		b.spawned.Add(1)
+		go b.flusher(batch)
+	}
+}
+
+func (b *Batcher[E]) flusher(batch []request[E]) {
+	defer b.flushers.Done()
+	idle := time.NewTimer(flusherIdle)
+	defer idle.Stop()
 	for {
+		b.run(batch)
+		b.work.Done()
+		idle.Reset(flusherIdle)
 		select {
-		case r := <-b.in:
-			pending = append(pending, r)
-			if len(pending) >= b.max {
-				send()
-			} else if timer == nil {
-				timer = time.NewTimer(b.window)
-				fire = timer.C
-			}
-		case <-fire:
-			timer, fire = nil, nil
-			send()
-		case <-b.closing:
-			send()
+		case batch = <-b.idle:
+		case <-idle.C:
+			return
+		case <-b.quit:
 			return
 		}
 	}
 }
 
-func (b *Batcher[E]) run(batch []*request[E]) {
-	live := batch[:0:0]
+// Close sends what is pending, waits for every batch call and callback to
+// return, and ends the flusher goroutines. Later calls to Do and Submit
+// return ErrClosed.
+func (b *Batcher[E]) Close() {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		b.work.Wait()
+		b.flushers.Wait()
+		return
+	}
+	b.closed = true
+	var last []request[E]
+	if len(b.pending) > 0 {
+		last = b.cutLocked()
+	}
+	b.mu.Unlock()
+	if last != nil {
+		b.dispatch(last)
+	}
+	// Every batch was cut (and every flusher started) before closed was
+	// set or just above, so these Waits see all of them.
+	b.work.Wait()
+	close(b.quit)
+	b.flushers.Wait()
+}
+
+func (b *Batcher[E]) run(batch []request[E]) {
+	live := batch[:0]
 	var deadline time.Time
 	for _, r := range batch {
-		if r.ctx.Err() != nil {
-			r.done <- r.ctx.Err()
+		if r.ctx != nil && r.ctx.Err() != nil {
+			r.done(r.arg, r.ctx.Err())
 			continue
 		}
-		if d, ok := r.ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
-			deadline = d
+		if !r.deadline.IsZero() && (deadline.IsZero() || r.deadline.Before(deadline)) {
+			deadline = r.deadline
 		}
 		live = append(live, r)
 	}
@@ -164,6 +256,6 @@ func (b *Batcher[E]) run(batch []*request[E]) {
 		} else {
 			err = errors.New("batch: flush returned no result for this entry")
 		}
-		r.done <- err
+		r.done(r.arg, err)
 	}
 }

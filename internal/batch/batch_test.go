@@ -124,3 +124,122 @@ func TestBatcherShortResultSlice(t *testing.T) {
 		require.ErrorContains(t, b.Do(context.Background(), 1), "no result")
 	})
 }
+
+func TestBatcherSubmitCallsBackOnceWithoutWaiting(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		b := New(3, 25*time.Millisecond, func(ctx context.Context, es []int) []error {
+			<-release
+			errs := make([]error, len(es))
+			errs[1] = errors.New("second failed")
+			return errs
+		})
+		defer b.Close()
+		var mu sync.Mutex
+		got := map[int][]error{}
+		for i := range 3 {
+			require.NoError(t, b.Submit(i, time.Time{}, func(arg any, err error) {
+				mu.Lock()
+				got[arg.(int)] = append(got[arg.(int)], err)
+				mu.Unlock()
+			}, i))
+		}
+		synctest.Wait()
+		mu.Lock()
+		require.Empty(t, got, "no callback before the call returns; Submit did not wait for it")
+		mu.Unlock()
+		close(release)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, map[int][]error{0: {nil}, 1: {errors.New("second failed")}, 2: {nil}}, got)
+	})
+}
+
+func TestBatcherSubmitDeadlineBoundsTheCall(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var got time.Time
+		b := New(2, time.Second, func(ctx context.Context, es []int) []error {
+			got, _ = ctx.Deadline()
+			return make([]error, len(es))
+		})
+		defer b.Close()
+		start := time.Now()
+		done := make(chan error, 2)
+		send := func(_ any, err error) { done <- err }
+		require.NoError(t, b.Submit(1, start.Add(7*time.Second), send, nil))
+		require.NoError(t, b.Submit(2, start.Add(4*time.Second), send, nil))
+		require.NoError(t, <-done)
+		require.NoError(t, <-done)
+		require.Equal(t, start.Add(4*time.Second), got)
+	})
+}
+
+func TestBatcherCloseSendsPendingAtOnce(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var sentAt time.Time
+		b := New(10, time.Hour, func(ctx context.Context, es []int) []error {
+			sentAt = time.Now()
+			return make([]error, len(es))
+		})
+		start := time.Now()
+		var result error = errors.New("not called")
+		require.NoError(t, b.Submit(1, time.Time{}, func(_ any, err error) { result = err }, nil))
+		b.Close()
+		require.NoError(t, result, "Close waits for the pending entry's callback")
+		require.Equal(t, start, sentAt, "Close does not wait out the window")
+		require.ErrorIs(t, b.Submit(2, time.Time{}, func(any, error) { t.Error("callback after ErrClosed") }, nil), ErrClosed)
+	})
+}
+
+func TestBatcherReusesFlushers(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := New(1, time.Second, func(ctx context.Context, es []int) []error { return make([]error, len(es)) })
+		defer b.Close()
+		for i := range 100 {
+			require.NoError(t, b.Do(context.Background(), i))
+			synctest.Wait() // the flusher is idle again
+		}
+		require.Equal(t, int64(1), b.spawned.Load(), "100 sequential calls, one flusher goroutine")
+
+		time.Sleep(flusherIdle + time.Second) // virtual
+		synctest.Wait()
+		require.NoError(t, b.Do(context.Background(), 100))
+		require.Equal(t, int64(2), b.spawned.Load(), "an idle flusher exits; the next call starts another")
+	})
+}
+
+func TestBatcherPartialBatchTimerDoesNotCutALaterBatch(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var sizes []int
+		b := New(2, 25*time.Millisecond, func(ctx context.Context, es []int) []error {
+			mu.Lock()
+			sizes = append(sizes, len(es))
+			mu.Unlock()
+			return make([]error, len(es))
+		})
+		defer b.Close()
+		noop := func(any, error) {}
+		require.NoError(t, b.Submit(1, time.Time{}, noop, nil))
+		time.Sleep(10 * time.Millisecond)
+		require.NoError(t, b.Submit(2, time.Time{}, noop, nil)) // full: sent now, first window disarmed
+		time.Sleep(10 * time.Millisecond)
+		require.NoError(t, b.Submit(3, time.Time{}, noop, nil)) // a new window, ending at +45 ms
+		time.Sleep(10 * time.Millisecond)                       // +30 ms: the first window would have ended
+		synctest.Wait()
+		mu.Lock()
+		require.Equal(t, []int{2}, sizes, "the third entry waits for its own window")
+		mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+		synctest.Wait()
+		mu.Lock()
+		require.Equal(t, []int{2, 1}, sizes)
+		mu.Unlock()
+	})
+}
