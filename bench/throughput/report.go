@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 )
@@ -18,6 +21,7 @@ type measurement struct {
 	elapsed  time.Duration
 	calls    map[string]int
 	cpu      time.Duration // process CPU time (client and, in-process, server)
+	dials    int           // TCP connections opened
 	// redelivered counts messages received twice: a stall of the
 	// visibility timeout that note explains.
 	redelivered int
@@ -53,19 +57,21 @@ type summary struct {
 	rate, ratio, calls float64
 	cpu                time.Duration
 	redelivered        int // over all rounds
+	dials              int // over all rounds
 }
 
 func summarize(ms, raw []measurement) summary {
 	var rates, ratios, calls, cpus []float64
-	redelivered := 0
+	redelivered, dials := 0, 0
 	for r, m := range ms {
 		redelivered += m.redelivered
+		dials += m.dials
 		rates = append(rates, m.rate())
 		ratios = append(ratios, m.rate()/raw[r].rate())
 		calls = append(calls, m.callsPerMessage())
 		cpus = append(cpus, float64(m.cpuPerMessage()))
 	}
-	return summary{rate: median(rates), ratio: median(ratios), calls: median(calls), cpu: time.Duration(median(cpus)), redelivered: redelivered}
+	return summary{rate: median(rates), ratio: median(ratios), calls: median(calls), cpu: time.Duration(median(cpus)), redelivered: redelivered, dials: dials}
 }
 
 // report writes one row per contender: messages per second in each round,
@@ -76,14 +82,14 @@ func report(out io.Writer, contenders []contender, results [][]measurement, fail
 	for r := range results[0] {
 		fmt.Fprintf(w, "round %d\t", r+1)
 	}
-	fmt.Fprintln(w, "median msg/s\tvs raw\tcalls/msg\tCPU µs/msg\tredelivered\t")
+	fmt.Fprintln(w, "median msg/s\tvs raw\tcalls/msg\tCPU µs/msg\tconns\tredelivered\t")
 	for i, c := range contenders {
 		fmt.Fprintf(w, "%s\t", c.name)
 		for _, m := range results[i] {
 			fmt.Fprintf(w, "%.0f\t", m.rate())
 		}
 		s := summarize(results[i], results[0])
-		fmt.Fprintf(w, "%.0f\t%.3f\t%.3f\t%.1f\t%d\t\n", s.rate, s.ratio, s.calls, float64(s.cpu)/float64(time.Microsecond), s.redelivered)
+		fmt.Fprintf(w, "%.0f\t%.3f\t%.3f\t%.1f\t%d\t%d\t\n", s.rate, s.ratio, s.calls, float64(s.cpu)/float64(time.Microsecond), s.dials, s.redelivered)
 	}
 	w.Flush()
 	for i, c := range contenders {
@@ -123,6 +129,8 @@ func formatCalls(calls map[string]int, messages int) string {
 // and, over the whole run, the requests that failed (a transport error or a
 // status other than 2xx) with an example of each kind.
 type callCounter struct {
+	dials atomic.Int64 // connections opened since the last reset
+
 	mu      sync.Mutex // guards the fields below
 	n       map[string]int
 	failed  map[string]int
@@ -131,6 +139,14 @@ type callCounter struct {
 
 func newCallCounter() *callCounter {
 	return &callCounter{n: map[string]int{}, failed: map[string]int{}, example: map[string]string{}}
+}
+
+// dial counts the connections dial opens.
+func (c *callCounter) dial(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c.dials.Add(1)
+		return dial(ctx, network, addr)
+	}
 }
 
 func (c *callCounter) wrap(rt http.RoundTripper) http.RoundTripper {
@@ -158,6 +174,7 @@ func (c *callCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 
 // reset zeroes the request counts (not the failures).
 func (c *callCounter) reset() {
+	c.dials.Store(0)
 	c.mu.Lock()
 	clear(c.n)
 	c.mu.Unlock()
