@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sqskit/sqsconsumer/internal/latency"
@@ -176,8 +177,20 @@ type StatsRecorder struct {
 	receiveCounts   map[int]int64
 	events          uint64 // for periodic pruning
 	// direct: a Consumer owns this recorder and reports settlements
-	// itself; Observe only counts.
+	// itself; Observe only counts, into the atomics below (no mutex on
+	// the per-message path).
 	direct bool
+	dc     directCounts
+}
+
+// directCounts are a Consumer-owned recorder's counters.
+type directCounts struct {
+	kinds             [len(eventNames)]atomic.Int64 // by EventKind
+	receiveCounts     [maxReceiveCountKey + 1]atomic.Int64
+	processed         atomic.Int64
+	renewalsSettled   atomic.Int64
+	renewedSettled    atomic.Int64
+	releasedUnstarted atomic.Int64
 }
 
 type msgKey struct{ queue, id string }
@@ -313,57 +326,49 @@ func (r *StatsRecorder) Observe(e Event) {
 // count is Observe for a recorder fed by its Consumer: counters only; the
 // Consumer reports each message's settlement through settled and
 // unstarted, so no per-message map is needed.
-func (r *StatsRecorder) count(e Event) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	switch e.Kind {
-	case EventReceived:
-		r.c.Received++
-		r.receiveCounts[min(max(e.ReceiveCount, 0), maxReceiveCountKey)]++
-	case EventAdopted:
-		r.c.Adopted++
-	case EventStarted:
-		r.c.Started++
-	case EventSucceeded:
-		r.c.Succeeded++
-	case EventFailed:
-		r.c.Failed++
-	case EventRenewed:
-		r.c.Renewals++
-	case EventRenewalFailed:
-		r.c.RenewalFailures++
-	case EventCeilingReached:
-		r.c.CeilingHits++
-	case EventLeaseLost:
-		r.c.LeasesLost++
-	case EventLeaseExpired:
-		r.c.LeasesExpired++
-	case EventDeleted:
-		r.c.Deleted++
-	case EventReleased:
-		r.c.Released++
+func (r *StatsRecorder) count(e Event) { r.countKind(e.Kind, e.ReceiveCount) }
+
+// countKind counts one event of a Consumer-owned recorder.
+func (r *StatsRecorder) countKind(kind EventKind, receiveCount int) {
+	if kind <= 0 || int(kind) >= len(r.dc.kinds) {
+		return
+	}
+	r.dc.kinds[kind].Add(1)
+	if kind == EventReceived {
+		r.dc.receiveCounts[min(max(receiveCount, 0), maxReceiveCountKey)].Add(1)
 	}
 }
 
 // settled records, for a recorder fed by its Consumer, one message whose
 // work ended d after its receive, having been renewed renewals times.
 func (r *StatsRecorder) settled(d time.Duration, renewals int) {
-	r.mu.Lock()
-	r.c.Processed++
-	r.renewalsSettled += int64(renewals)
+	r.dc.processed.Add(1)
 	if renewals > 0 {
-		r.renewedSettled++
+		r.dc.renewalsSettled.Add(int64(renewals))
+		r.dc.renewedSettled.Add(1)
 	}
-	r.mu.Unlock()
 	r.all.Record(d)
 	r.recent.Record(d)
 }
 
 // unstarted counts a message handed back before its handler started.
-func (r *StatsRecorder) unstarted() {
-	r.mu.Lock()
-	r.c.ReleasedUnstarted++
-	r.mu.Unlock()
+func (r *StatsRecorder) unstarted() { r.dc.releasedUnstarted.Add(1) }
+
+// directStatsLocked fills s from the direct counters.
+func (r *StatsRecorder) directStatsLocked(s *Stats) {
+	k := &r.dc.kinds
+	s.Received, s.Adopted, s.Started = k[EventReceived].Load(), k[EventAdopted].Load(), k[EventStarted].Load()
+	s.Succeeded, s.Failed, s.Renewals = k[EventSucceeded].Load(), k[EventFailed].Load(), k[EventRenewed].Load()
+	s.RenewalFailures, s.CeilingHits = k[EventRenewalFailed].Load(), k[EventCeilingReached].Load()
+	s.LeasesLost, s.LeasesExpired = k[EventLeaseLost].Load(), k[EventLeaseExpired].Load()
+	s.Deleted, s.Released = k[EventDeleted].Load(), k[EventReleased].Load()
+	s.Processed, s.ReleasedUnstarted = r.dc.processed.Load(), r.dc.releasedUnstarted.Load()
+	r.renewalsSettled, r.renewedSettled = r.dc.renewalsSettled.Load(), r.dc.renewedSettled.Load()
+	for i := range r.dc.receiveCounts {
+		if n := r.dc.receiveCounts[i].Load(); n > 0 {
+			r.receiveCounts[i] = n
+		}
+	}
 }
 
 func (r *StatsRecorder) settleLocked(key msgKey, st *msgState) {
@@ -393,6 +398,9 @@ func (r *StatsRecorder) pruneLocked(now time.Time) {
 func (r *StatsRecorder) Stats() Stats {
 	r.mu.Lock()
 	s := r.c
+	if r.direct {
+		r.directStatsLocked(&s)
+	}
 	s.ReceiveCounts = make(map[int]int64, len(r.receiveCounts))
 	for k, v := range r.receiveCounts {
 		s.ReceiveCounts[k] = v

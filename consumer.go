@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -36,27 +37,34 @@ type Consumer struct {
 	fifo  bool
 	calls *batchedCalls
 
-	slotMu    sync.Mutex    // guards freeSlots and slotFreed
-	freeSlots int           // handler slots not holding a message
-	slotFreed chan struct{} // closed (and replaced) whenever slots free up
+	slotMu    sync.Mutex // guards freeSlots, slotFreed and settling
+	freeSlots int        // handler slots not holding a message
+	// settling counts messages whose handler succeeded and gave its slot
+	// back before SQS confirmed the delete; at most the concurrency.
+	settling int
+	// slotFreed is made by a poller that waits for slots, and closed (and
+	// cleared) when slots free up.
+	slotFreed chan struct{}
 
-	mu       sync.Mutex // guards the fields below
-	inflight map[string]*delivery
-	groups   map[string][]*delivery // FIFO: messages waiting behind a running one, in order
-	stopping bool                   // no new handler may start
-	fatal    error                  // a permanent receive error that ends Run
+	// afterDelete is c.deleted as a func value made once: a lease's
+	// asynchronous delete reports to it without allocating.
+	afterDelete func(*Lease, error)
+
+	mu sync.Mutex // guards the fields below
+	// inflight holds every message this process holds, from receipt to
+	// settlement, by ID. Its Lease is the delivery: the message (l.msg)
+	// and the handler's context (l.ctx) hang off it.
+	inflight map[string]*Lease
+	groups   map[string][]*Lease // FIFO: messages waiting behind a running one, in order
+	// stopping is set (under mu) at shutdown: no new handler may start.
+	// Atomic so a worker can check it without the lock.
+	stopping atomic.Bool
+	fatal    error // a permanent receive error that ends Run
 
 	handlers sync.WaitGroup // deliveries being handled or settled
 	workers  sync.WaitGroup // worker goroutines, idle or busy
-	work     chan *delivery // hands a delivery to an idle worker
+	work     chan *Lease    // hands a delivery to an idle worker
 	quit     chan struct{}  // closed after shutdown: idle workers exit
-}
-
-// delivery is one message this process holds, from receipt to settlement.
-type delivery struct {
-	msg   *Message
-	lease *Lease
-	ctx   context.Context // the lease's context: the handler's
 }
 
 // New makes a Consumer of the queue at queueURL that calls h for each
@@ -92,7 +100,7 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 	}
 	stats := NewStatsRecorder()
 	stats.direct = true
-	s.observer = Observers(stats, s.observer)
+	s.stats = stats
 	return &Consumer{
 		client:   c,
 		queueURL: queueURL,
@@ -144,9 +152,6 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err := c.setup(ctx); err != nil {
 		return err
 	}
-	base, cancelBase := context.WithCancelCause(context.Background())
-	defer cancelBase(ErrShutdown)
-
 	pollCtx, stopPolling := context.WithCancelCause(ctx)
 	defer stopPolling(nil)
 	var pollers sync.WaitGroup
@@ -154,7 +159,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		pollers.Add(1)
 		go func() {
 			defer pollers.Done()
-			c.poll(pollCtx, base, stopPolling)
+			c.poll(pollCtx, stopPolling)
 		}()
 	}
 	pollers.Wait()
@@ -230,11 +235,11 @@ func (c *Consumer) setup(ctx context.Context) error {
 	c.mu.Unlock()
 	c.calls = newBatchedCalls(c.client, c.queueURL)
 	c.freeSlots = c.s.concurrency
-	c.slotFreed = make(chan struct{})
-	c.inflight = make(map[string]*delivery)
-	c.work = make(chan *delivery)
+	c.inflight = make(map[string]*Lease)
+	c.work = make(chan *Lease)
 	c.quit = make(chan struct{})
-	c.groups = make(map[string][]*delivery)
+	c.groups = make(map[string][]*Lease)
+	c.afterDelete = c.deleted
 	if c.s.shutdownTimeout > cfg.lease {
 		c.log(slog.LevelWarn, "sqsconsumer: the shutdown timeout is longer than the lease; if the process is killed before Run returns, messages of unfinished handlers stay invisible until their leases run out",
 			"shutdown_timeout", c.s.shutdownTimeout, "lease", cfg.lease)
@@ -264,13 +269,17 @@ func (c *Consumer) acquire(ctx context.Context, n int, gather bool) int {
 	}()
 	for {
 		c.slotMu.Lock()
-		free, freed := c.freeSlots, c.slotFreed
+		free := c.freeSlots
 		if free >= n || (free >= 1 && timedOut) {
 			take := min(free, n)
 			c.freeSlots -= take
 			c.slotMu.Unlock()
 			return take
 		}
+		if c.slotFreed == nil {
+			c.slotFreed = make(chan struct{})
+		}
+		freed := c.slotFreed
 		c.slotMu.Unlock()
 		if free >= 1 && timer == nil {
 			timer = time.NewTimer(receiveGather)
@@ -292,14 +301,34 @@ func (c *Consumer) free(n int) {
 	}
 	c.slotMu.Lock()
 	c.freeSlots += n
-	close(c.slotFreed)
-	c.slotFreed = make(chan struct{})
+	if c.slotFreed != nil {
+		close(c.slotFreed)
+		c.slotFreed = nil
+	}
+	c.slotMu.Unlock()
+}
+
+// takeSettleSlot reserves room for one more message that has given its
+// handler slot back before its delete was confirmed.
+func (c *Consumer) takeSettleSlot() bool {
+	c.slotMu.Lock()
+	defer c.slotMu.Unlock()
+	if c.settling >= c.s.concurrency {
+		return false
+	}
+	c.settling++
+	return true
+}
+
+func (c *Consumer) giveSettleSlot() {
+	c.slotMu.Lock()
+	c.settling--
 	c.slotMu.Unlock()
 }
 
 // poll is one poller: it reserves free handler slots, long-polls for at
 // most that many messages, and dispatches them.
-func (c *Consumer) poll(ctx, base context.Context, stop context.CancelCauseFunc) {
+func (c *Consumer) poll(ctx context.Context, stop context.CancelCauseFunc) {
 	failures := 0
 	full := false // the last receive returned all it asked for
 	for {
@@ -352,7 +381,7 @@ func (c *Consumer) poll(ctx, base context.Context, stop context.CancelCauseFunc)
 		}
 		c.free(n - len(out.Messages))
 		for _, m := range out.Messages {
-			c.dispatch(base, m, sent, cfg)
+			c.dispatch(m, sent, cfg)
 		}
 	}
 }
@@ -372,7 +401,7 @@ func receiveBackoff(n int) time.Duration {
 // held here is adopted by its lease; anything else gets a lease at once
 // (so it is renewed while it waits) and a handler when its turn comes.
 // It owns one slot for the message.
-func (c *Consumer) dispatch(base context.Context, raw types.Message, sent time.Time, cfg leaseConfig) {
+func (c *Consumer) dispatch(raw types.Message, sent time.Time, cfg leaseConfig) {
 	id, handle := aws.ToString(raw.MessageId), aws.ToString(raw.ReceiptHandle)
 	if id == "" || handle == "" {
 		c.log(slog.LevelError, "sqsconsumer: ReceiveMessage returned a message without MessageId or ReceiptHandle; skipping it", "message_id", id)
@@ -385,7 +414,7 @@ func (c *Consumer) dispatch(base context.Context, raw types.Message, sent time.T
 	if d, ok := c.inflight[id]; ok {
 		c.mu.Unlock()
 		c.free(1)
-		if d.lease.adopt(handle, sent, count, cfg.lease) {
+		if d.adopt(handle, sent, count, cfg.lease) {
 			c.log(slog.LevelInfo, "sqsconsumer: message redelivered while still being handled here; the running lease adopted the new receipt handle", "message_id", id, "receive_count", count)
 			c.observeCount(EventAdopted, d.msg, count, nil)
 			return
@@ -396,7 +425,7 @@ func (c *Consumer) dispatch(base context.Context, raw types.Message, sent time.T
 		c.releaseRaw(raw, DefaultBackoff(count))
 		return
 	}
-	if c.stopping {
+	if c.stopping.Load() {
 		c.mu.Unlock()
 		c.free(1)
 		c.releaseRaw(raw, 0)
@@ -414,19 +443,21 @@ func (c *Consumer) dispatch(base context.Context, raw types.Message, sent time.T
 	l := newLease(c.calls, c.queueURL, raw, sent, cfg)
 	l.msg = m
 	m.Lease = l
-	lctx := l.Start(base)
-	d := &delivery{msg: m, lease: l, ctx: lctx}
-	c.inflight[id] = d
+	// Not a child of any Run-scoped context: cancelling Run's context
+	// must not interrupt handlers (shutdown cancels each one itself), and
+	// a parent would take a shared lock for every message.
+	l.Start(context.Background())
+	c.inflight[id] = l
 	startNow := true
 	if c.fifo && m.GroupID != "" {
 		q, busy := c.groups[m.GroupID]
-		c.groups[m.GroupID] = append(q, d)
+		c.groups[m.GroupID] = append(q, l)
 		startNow = !busy
 	}
 	c.mu.Unlock()
 	c.observe(EventReceived, m, nil)
 	if startNow {
-		c.start(d)
+		c.start(l)
 	}
 }
 
@@ -437,7 +468,7 @@ const workerIdle = 30 * time.Second
 
 // start hands d to an idle worker, or to a new one. There are never more
 // workers busy than handler slots.
-func (c *Consumer) start(d *delivery) {
+func (c *Consumer) start(d *Lease) {
 	c.handlers.Add(1)
 	select {
 	case c.work <- d:
@@ -448,13 +479,12 @@ func (c *Consumer) start(d *delivery) {
 	go c.worker(d)
 }
 
-func (c *Consumer) worker(d *delivery) {
+func (c *Consumer) worker(d *Lease) {
 	defer c.workers.Done()
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {
 		c.handle(d)
-		c.handlers.Done()
 		idle.Reset(workerIdle)
 		select {
 		case d = <-c.work:
@@ -468,11 +498,8 @@ func (c *Consumer) worker(d *delivery) {
 
 // handle runs the handler for one delivery and settles it, then starts the
 // next message of its FIFO group, if any.
-func (c *Consumer) handle(d *delivery) {
-	c.mu.Lock()
-	stopping := c.stopping
-	c.mu.Unlock()
-	if stopping {
+func (c *Consumer) handle(d *Lease) {
+	if c.stopping.Load() {
 		c.settle(d, nil, false)
 		return
 	}
@@ -500,10 +527,12 @@ func (c *Consumer) call(ctx context.Context, m *Message) (err error) {
 }
 
 // settle deletes or releases a delivery's message after its handler
-// returned (ran) or instead of running it (!ran: shutdown), ends its lease,
-// frees its slot and moves its FIFO group on.
-func (c *Consumer) settle(d *delivery, err error, ran bool) {
-	m, l := d.msg, d.lease
+// returned (ran) or instead of running it (!ran: shutdown); finish then
+// ends its lease, frees its slot and moves its FIFO group on. A successful
+// handler's delete is batched without the worker waiting for it: finish
+// runs when SQS has answered.
+func (c *Consumer) settle(l *Lease, err error, ran bool) {
+	m := l.msg
 	// Settling uses its own context: the handler's may be cancelled, and
 	// the lease's deadline bounds every call anyway.
 	ctx := context.Background()
@@ -522,10 +551,22 @@ func (c *Consumer) settle(d *delivery, err error, ran bool) {
 		}
 	case err == nil:
 		c.observe(EventSucceeded, m, nil)
-		if derr := l.Delete(ctx); derr != nil {
-			failed = true
-			c.log(slog.LevelError, "sqsconsumer: handler succeeded but the message could not be deleted; it will be delivered again", "message_id", m.ID, "error", derr)
+		// While SQS confirms the delete the handler slot can take the
+		// next message: the lease keeps renewing until then. At most
+		// the concurrency of such messages are held at once.
+		l.slotEarly = c.takeSettleSlot()
+		if l.deleteAsync(c.afterDelete) {
+			if l.slotEarly {
+				c.free(1)
+			}
+			return // c.deleted finishes
 		}
+		if l.slotEarly {
+			l.slotEarly = false
+			c.giveSettleSlot()
+		}
+		c.deleted(l, l.Delete(ctx))
+		return
 	default:
 		c.observe(EventFailed, m, err)
 		if l.Err() != nil {
@@ -536,7 +577,7 @@ func (c *Consumer) settle(d *delivery, err error, ran bool) {
 			after = c.s.backoff(m.ReceiveCount)
 			after = max(after, time.Second)
 		}
-		if errors.Is(context.Cause(d.ctx), ErrShutdown) {
+		if errors.Is(context.Cause(l.ctx), ErrShutdown) {
 			after = 0
 		}
 		after = min(after, MaxVisibilityTimeout)
@@ -548,6 +589,24 @@ func (c *Consumer) settle(d *delivery, err error, ran bool) {
 		}
 		c.log(slog.LevelDebug, "sqsconsumer: handler failed; message released", "message_id", m.ID, "error", err, "retry_after", after)
 	}
+	c.finish(l, failed, ran)
+}
+
+// deleted finishes a succeeded handler's message once its delete returned
+// err, logging a failure.
+func (c *Consumer) deleted(l *Lease, err error) {
+	if err != nil {
+		c.log(slog.LevelError, "sqsconsumer: handler succeeded but the message could not be deleted; it will be delivered again", "message_id", l.msg.ID, "error", err)
+	}
+	c.finish(l, err != nil, true)
+}
+
+// finish ends a settled delivery: it stops the lease, records the figures,
+// frees the slot, moves the FIFO group on (handing the rest of the group
+// back when this one failed) and marks the delivery handled.
+func (c *Consumer) finish(l *Lease, failed, ran bool) {
+	defer c.handlers.Done()
+	m := l.msg
 	l.Stop()
 	if ran {
 		c.stats.settled(time.Since(m.ReceivedAt), l.renewalCount())
@@ -555,8 +614,8 @@ func (c *Consumer) settle(d *delivery, err error, ran bool) {
 		c.stats.unstarted()
 	}
 
-	var next *delivery
-	var drop []*delivery
+	var next *Lease
+	var drop []*Lease
 	c.mu.Lock()
 	delete(c.inflight, m.ID)
 	if c.fifo && m.GroupID != "" {
@@ -573,7 +632,11 @@ func (c *Consumer) settle(d *delivery, err error, ran bool) {
 		}
 	}
 	c.mu.Unlock()
-	c.free(1)
+	if l.slotEarly {
+		c.giveSettleSlot()
+	} else {
+		c.free(1)
+	}
 	for _, n := range drop {
 		c.settleUnstarted(n)
 	}
@@ -584,11 +647,11 @@ func (c *Consumer) settle(d *delivery, err error, ran bool) {
 
 // settleUnstarted hands a message that never reached its handler back to
 // SQS (visibility 0) and frees its slot.
-func (c *Consumer) settleUnstarted(d *delivery) {
-	if err := d.lease.Release(context.Background(), 0); err != nil {
+func (c *Consumer) settleUnstarted(d *Lease) {
+	if err := d.Release(context.Background(), 0); err != nil {
 		c.log(slog.LevelWarn, "sqsconsumer: could not release a message", "message_id", d.msg.ID, "error", err)
 	}
-	d.lease.Stop()
+	d.Stop()
 	c.stats.unstarted()
 	c.mu.Lock()
 	delete(c.inflight, d.msg.ID)
@@ -611,8 +674,8 @@ func (c *Consumer) releaseRaw(m types.Message, after time.Duration) {
 // cancels them with ErrShutdown and waits for them to return.
 func (c *Consumer) shutdown() {
 	c.mu.Lock()
-	c.stopping = true
-	var waiting []*delivery
+	c.stopping.Store(true)
+	var waiting []*Lease
 	for g, q := range c.groups {
 		if len(q) > 1 {
 			waiting = append(waiting, q[1:]...)
@@ -643,14 +706,14 @@ func (c *Consumer) shutdown() {
 	case <-timer.C:
 	}
 	c.mu.Lock()
-	running := make([]*delivery, 0, len(c.inflight))
+	running := make([]*Lease, 0, len(c.inflight))
 	for _, d := range c.inflight {
 		running = append(running, d)
 	}
 	c.mu.Unlock()
 	c.log(slog.LevelWarn, "sqsconsumer: shutdown timeout reached; cancelling running handlers", "running", len(running))
 	for _, d := range running {
-		d.lease.abort(ErrShutdown)
+		d.abort(ErrShutdown)
 	}
 	for {
 		select {
@@ -689,6 +752,7 @@ func (c *Consumer) observe(kind EventKind, m *Message, err error) {
 }
 
 func (c *Consumer) observeCount(kind EventKind, m *Message, count int, err error) {
+	c.stats.countKind(kind, count)
 	if c.s.observer == nil {
 		return
 	}

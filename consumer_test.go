@@ -749,3 +749,59 @@ func TestDeleteRacingRenewal(t *testing.T) {
 		})
 	}
 }
+
+// A handler that succeeded gives its slot back while SQS confirms the
+// delete: the next message can start, the message being deleted stays
+// leased, and no more than the concurrency of such messages are held.
+func TestSucceededHandlerFreesSlotBeforeDeleteConfirms(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		ids := b.send(t, 12)
+		s := &spy{Client: b.client}
+		var mu sync.Mutex
+		held, peakHeld, active, peakActive := 0, 0, 0, 0
+		obs := ObserverFunc(func(e Event) {
+			mu.Lock()
+			defer mu.Unlock()
+			switch e.Kind {
+			case EventReceived:
+				held++
+				peakHeld = max(peakHeld, held)
+			case EventDeleted, EventReleased:
+				held--
+			}
+		})
+		c, err := New(s, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			mu.Lock()
+			active++
+			peakActive = max(peakActive, active)
+			mu.Unlock()
+			time.Sleep(time.Second)
+			mu.Lock()
+			active--
+			mu.Unlock()
+			return nil
+		}), WithVisibilityTimeout(30*time.Second), WithConcurrency(2), WithWaitTime(time.Second), WithObserver(obs))
+		require.NoError(t, err)
+		b.srv.DelayNext("DeleteMessageBatch", 100, 5*time.Second) // every delete takes 5 s to confirm
+		stop := running(t, c)
+		time.Sleep(2 * time.Minute)
+		require.NoError(t, stop())
+
+		mu.Lock()
+		require.Equal(t, 2, peakActive, "never more handlers than the concurrency")
+		require.Equal(t, 4, peakHeld, "2 handlers plus 2 messages waiting for their delete")
+		mu.Unlock()
+		s.mu.Lock()
+		for i, n := range s.maxN {
+			require.LessOrEqual(t, n, int32(2), "receive %d asked for %d", i, n)
+		}
+		s.mu.Unlock()
+		for _, id := range ids {
+			st := b.state(t, id)
+			require.True(t, st.Deleted, id)
+			require.Equal(t, 1, st.ReceiveCount, "%s stayed leased while its delete was confirmed", id)
+		}
+	})
+}

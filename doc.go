@@ -25,7 +25,8 @@
 // The handler runs in its own goroutine with a context that derives from
 // the lease, not from Run's context. When it returns nil the message is
 // deleted (batched) with the newest receipt handle, and the heartbeat keeps
-// running until SQS confirms. When it returns an error or panics, the
+// running until SQS confirms; meanwhile its handler slot already takes the
+// next message (see [WithConcurrency]). When it returns an error or panics, the
 // message's visibility is set to a backoff for its receive count
 // ([DefaultBackoff], [WithBackoff]) — never 0 — or to the delay given with
 // [RetryAfter]. If SQS redelivers a message this process is still handling,

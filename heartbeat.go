@@ -16,10 +16,20 @@ import (
 // period before the ceiling, and ends when the lease is settled, lost,
 // expired or stopped. The schedule maths is in plan, a pure function.
 func (l *Lease) heartbeat() {
-	defer close(l.done)
+	defer l.hbWG.Done()
 	l.mu.Lock()
+	if l.stopped {
+		l.mu.Unlock()
+		return
+	}
 	l.hbRunning = true
+	bg, cancel := context.WithCancel(context.Background())
+	l.bgCancel = cancel
+	kick := make(chan struct{}, 1)
+	l.kick = kick
 	l.mu.Unlock()
+	defer cancel()
+	stop := bg.Done()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	failures := 0
@@ -38,9 +48,9 @@ func (l *Lease) heartbeat() {
 		if !p.renewNow {
 			timer.Reset(time.Until(p.wake))
 			select {
-			case <-l.stop:
+			case <-stop:
 				return
-			case <-l.kick:
+			case <-kick:
 			case <-timer.C:
 			}
 			continue
@@ -51,7 +61,7 @@ func (l *Lease) heartbeat() {
 		// lease or moved the deadline.
 		select {
 		case l.calling <- struct{}{}:
-		case <-l.stop:
+		case <-stop:
 			return
 		}
 		now := time.Now()
@@ -60,7 +70,7 @@ func (l *Lease) heartbeat() {
 			<-l.calling
 			continue
 		}
-		ended := l.renew(now, p, handle, &failures)
+		ended := l.renew(bg, now, p, handle, &failures)
 		<-l.calling
 		if ended {
 			return
@@ -81,17 +91,15 @@ func (l *Lease) next(now time.Time) (p step, handle string, ok bool) {
 
 // renew sends one renewal planned at now and judges its answer; the caller
 // holds l.calling. It reports whether the heartbeat should end.
-func (l *Lease) renew(now time.Time, p step, handle string, failures *int) (ended bool) {
+func (l *Lease) renew(bg context.Context, now time.Time, p step, handle string, failures *int) (ended bool) {
 	// The call gets half the time left (at most 10 s), so a hung request
 	// leaves room for retries before the deadline.
 	callTimeout := min(p.deadline.Sub(now)/2, 10*time.Second)
-	ctx, cancel := context.WithTimeout(l.bg, callTimeout)
+	ctx, cancel := context.WithTimeout(bg, callTimeout)
 	err := l.calls.changeVisibility(ctx, handle, int32(p.renewFor/time.Second))
 	cancel()
-	select {
-	case <-l.stop:
-		return true
-	default:
+	if bg.Err() != nil {
+		return true // stopped
 	}
 	l.mu.Lock()
 	stale := handle != l.handle || l.state != leaseActive

@@ -26,11 +26,12 @@ type leaseConfig struct {
 	maxLease time.Duration // ceiling, from the latest receive
 	grace    time.Duration // cancel the handler this long before the ceiling
 	observer Observer
+	stats    *StatsRecorder // a Consumer's: counts every event
 	logger   *slog.Logger
 }
 
 func (s *settings) leaseConfig(lease time.Duration) (leaseConfig, error) {
-	c := leaseConfig{lease: lease, interval: s.heartbeat, maxLease: s.maxLease, grace: s.ceilingGrace, observer: s.observer, logger: s.logger}
+	c := leaseConfig{lease: lease, interval: s.heartbeat, maxLease: s.maxLease, grace: s.ceilingGrace, observer: s.observer, stats: s.stats, logger: s.logger}
 	if c.interval == 0 {
 		c.interval = lease / 3
 	}
@@ -86,17 +87,23 @@ type Lease struct {
 	firstAt   time.Time // first receive in this process: the observer's clock
 	msg       *Message  // set by a Consumer before Start; nil for NewLease
 
-	stop chan struct{} // closed by Stop
-	done chan struct{} // closed when the heartbeat goroutine returns
-	kick chan struct{} // wakes the heartbeat when the schedule changed
 	// calling holds a token while an SQS call of this lease is in flight:
 	// one call at a time, so each answer is judged knowing every earlier
 	// one (a renewal refused because our own delete landed first must not
 	// read as a lost lease, and a refused renewal must stop a delete).
-	calling  chan struct{}
-	bg       context.Context
-	bgCancel context.CancelFunc // cancels calls in flight at Stop
-	stopOnce sync.Once
+	calling chan struct{}
+	// hbWG counts the heartbeat while its timer is armed or its goroutine
+	// runs; Stop waits for it.
+	hbWG sync.WaitGroup
+
+	// asyncDone gets the result of a deleteAsync; asyncHandle is the
+	// handle that delete used. Set before the delete is submitted, read by
+	// its callback.
+	asyncDone   func(*Lease, error)
+	asyncHandle string
+	// slotEarly is the Consumer's: the handler slot was freed when the
+	// handler succeeded, before the delete was confirmed.
+	slotEarly bool
 
 	mu           sync.Mutex // guards the fields below
 	handle       string
@@ -109,12 +116,18 @@ type Lease struct {
 	noRenew      bool // SQS refused to go further: the ceiling is reached
 	ceilingFired bool
 	started      bool
+	stopped      bool
 	hb           *time.Timer // starts the heartbeat when it first has work
 	hbRunning    bool        // the heartbeat goroutine has begun
-	renewals     int         // confirmed renewals and extensions
-	ctx          context.Context
-	cancel       context.CancelCauseFunc
-	watchers     []*func(time.Time)
+	// Made by the heartbeat goroutine when it begins (most leases never
+	// need them): kick wakes it when the schedule changed; cancelling bg
+	// stops it and cancels its call in flight.
+	kick     chan struct{}
+	bgCancel context.CancelFunc
+	renewals int // confirmed renewals and extensions
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	watchers []*func(time.Time)
 }
 
 // NewLease makes a Lease for m, received from queueURL, that makes one SQS
@@ -155,9 +168,6 @@ func newLease(calls sqsCalls, queueURL string, m types.Message, receivedAt time.
 		groupID:    m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)],
 		cfg:        cfg,
 		firstAt:    receivedAt,
-		stop:       make(chan struct{}),
-		done:       make(chan struct{}),
-		kick:       make(chan struct{}, 1),
 		calling:    make(chan struct{}, 1),
 		handle:     aws.ToString(m.ReceiptHandle),
 		receivedAt: receivedAt,
@@ -165,7 +175,6 @@ func newLease(calls sqsCalls, queueURL string, m types.Message, receivedAt time.
 	l.receiveCount, _ = strconv.Atoi(m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
 	l.deadline = receivedAt.Add(min(cfg.lease, cfg.maxLease))
 	l.nextRenew = l.deadline.Add(-(cfg.lease - cfg.interval))
-	l.bg, l.bgCancel = context.WithCancel(context.Background())
 	return l
 }
 
@@ -185,6 +194,7 @@ func (l *Lease) Start(ctx context.Context) context.Context {
 	l.ctx, l.cancel = context.WithCancelCause(ctx)
 	// Most messages are settled before their first renewal is due, so the
 	// heartbeat goroutine starts only then, from a timer.
+	l.hbWG.Add(1)
 	l.hb = time.AfterFunc(l.firstWakeLocked(time.Now()), l.heartbeat)
 	return l.ctx
 }
@@ -195,14 +205,16 @@ func (l *Lease) Start(ctx context.Context) context.Context {
 // visibility runs out at Deadline. Safe to call more than once and before
 // Start.
 func (l *Lease) Stop() {
-	l.stopOnce.Do(func() { close(l.stop) })
-	l.bgCancel() // a renewal in flight must not hold Stop up
 	l.mu.Lock()
+	l.stopped = true
+	if l.bgCancel != nil {
+		l.bgCancel() // a renewal in flight must not hold Stop up
+	}
 	started := l.started
 	l.cancelPendingLocked()
 	l.mu.Unlock()
+	l.hbWG.Wait()
 	if started {
-		<-l.done
 		l.cancel(ErrLeaseSettled)
 	}
 }
@@ -238,7 +250,7 @@ func (l *Lease) firstWakeLocked(now time.Time) time.Duration {
 func (l *Lease) cancelPendingLocked() {
 	if l.hb != nil && !l.hbRunning && l.hb.Stop() {
 		l.hb = nil
-		close(l.done)
+		l.hbWG.Done()
 	}
 }
 
@@ -368,10 +380,13 @@ func (l *Lease) wake() {
 		l.mu.Unlock()
 		return
 	}
+	kick := l.kick
 	l.mu.Unlock()
-	select {
-	case l.kick <- struct{}{}:
-	default:
+	if kick != nil {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -399,11 +414,72 @@ func (l *Lease) Delete(ctx context.Context) error {
 	if err := l.beginSettle(); err != nil {
 		return err
 	}
-	err := l.callWithRetry(ctx, "DeleteMessage", func(cctx context.Context, handle string) error {
-		return l.calls.deleteMessage(cctx, handle)
-	})
+	err := l.callWithRetry(ctx, "DeleteMessage", l.deleteCall)
 	l.endSettle(err, leaseDeleted, EventDeleted, 0)
 	return err
+}
+
+func (l *Lease) deleteCall(ctx context.Context, handle string) error {
+	return l.calls.deleteMessage(ctx, handle)
+}
+
+// deleteAsync is Delete for a Consumer's settlement, without the wait: it
+// adds the delete to the next batch and returns true, and done gets
+// Delete's result once SQS answered. A first attempt that does not simply
+// succeed continues as Delete would (retries, a newer handle) on a
+// goroutine that ends before done is called. It returns false, having
+// done nothing, when the lease does not batch, another call of the lease
+// is in flight or the lease cannot be deleted: the caller then uses Delete.
+// done should be a long-lived func value: deleteAsync allocates nothing.
+func (l *Lease) deleteAsync(done func(*Lease, error)) bool {
+	bc, ok := l.calls.(*batchedCalls)
+	if !ok {
+		return false
+	}
+	select {
+	case l.calling <- struct{}{}:
+	default:
+		return false
+	}
+	l.mu.Lock()
+	if l.state != leaseActive || l.settling || !time.Now().Before(l.deadline) {
+		l.mu.Unlock()
+		<-l.calling
+		return false
+	}
+	l.settling = true
+	handle, deadline := l.handle, l.deadline
+	l.mu.Unlock()
+	l.asyncHandle, l.asyncDone = handle, done
+	if err := bc.del.Submit(handle, deadline, asyncDeleted, l); err != nil {
+		l.mu.Lock()
+		l.settling = false
+		l.mu.Unlock()
+		<-l.calling
+		return false
+	}
+	return true
+}
+
+// asyncDeleted is the batch callback of deleteAsync; arg is the *Lease.
+func asyncDeleted(arg any, err error) {
+	l := arg.(*Lease)
+	superseded := l.supersededBy(l.asyncHandle)
+	<-l.calling
+	if err == nil && !superseded {
+		l.endSettle(nil, leaseDeleted, EventDeleted, 0)
+		l.asyncDone(l, nil)
+		return
+	}
+	go l.deleteRetry(outcome{superseded: superseded, err: err})
+}
+
+// deleteRetry carries on a deleteAsync whose first attempt did not simply
+// succeed.
+func (l *Lease) deleteRetry(first outcome) {
+	err := l.retryFrom(context.Background(), "DeleteMessage", l.deleteCall, &first)
+	l.endSettle(err, leaseDeleted, EventDeleted, 0)
+	l.asyncDone(l, err)
 }
 
 // Release sets the message's visibility to after (0 = visible at once, at
@@ -509,66 +585,93 @@ func (l *Lease) endSettle(err error, to leaseState, ev EventKind, vis time.Durat
 // that was superseded meanwhile is repeated with the new one (SQS may
 // answer a stale delete with success and delete nothing).
 func (l *Lease) callWithRetry(ctx context.Context, op string, call func(context.Context, string) error) error {
+	return l.retryFrom(ctx, op, call, nil)
+}
+
+// outcome is what one attempt of a call came to.
+type outcome struct {
+	superseded bool  // the handle changed while the call was in flight
+	final      bool  // err needs no judging (the lease had already ended)
+	err        error // the call's error
+}
+
+// retryFrom is callWithRetry after a first attempt whose outcome is first
+// (nil: none made yet).
+func (l *Lease) retryFrom(ctx context.Context, op string, call func(context.Context, string) error, first *outcome) error {
 	for attempt := 0; ; attempt++ {
-		select {
-		case l.calling <- struct{}{}:
-		case <-ctx.Done():
-			return fmt.Errorf("sqsconsumer: %s: %w", op, context.Cause(ctx))
+		var o outcome
+		if first != nil {
+			o, first = *first, nil
+		} else {
+			select {
+			case l.calling <- struct{}{}:
+			case <-ctx.Done():
+				return fmt.Errorf("sqsconsumer: %s: %w", op, context.Cause(ctx))
+			}
+			o = l.attempt(ctx, call)
+			<-l.calling
 		}
-		superseded, done, err := l.attempt(ctx, call)
-		<-l.calling
-		if done {
+		again, backoff, err := l.judge(ctx, op, o)
+		if !again {
 			return err
 		}
-		if err == nil {
-			if superseded {
-				continue
-			}
-			return nil
-		}
-		if errors.Is(err, ErrLeaseCeiling) {
-			return err
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("sqsconsumer: %s: %w", op, context.Cause(ctx))
-		}
-		switch classify(err) {
-		case kindLost:
-			if superseded {
-				continue
-			}
-			l.lose(err)
-			return fmt.Errorf("%w: %s: %w", ErrLeaseLost, op, err)
-		case kindPermanent, kindCeiling:
-			return fmt.Errorf("sqsconsumer: %s: %w", op, err)
-		}
-		if !sleepCtx(ctx, l.retryDelay(attempt)) {
-			return fmt.Errorf("sqsconsumer: %s: %w (last error: %w)", op, context.Cause(ctx), err)
+		if backoff && !sleepCtx(ctx, l.retryDelay(attempt)) {
+			return fmt.Errorf("sqsconsumer: %s: %w (last error: %w)", op, context.Cause(ctx), o.err)
 		}
 	}
 }
 
+// judge decides what follows an attempt: the call's final result
+// (again false), a repeat at once, or a repeat after a backoff. A lost
+// handle marks the lease lost.
+func (l *Lease) judge(ctx context.Context, op string, o outcome) (again, backoff bool, err error) {
+	switch {
+	case o.final:
+		return false, false, o.err
+	case o.err == nil:
+		return o.superseded, false, nil
+	case errors.Is(o.err, ErrLeaseCeiling):
+		return false, false, o.err
+	case ctx.Err() != nil:
+		return false, false, fmt.Errorf("sqsconsumer: %s: %w", op, context.Cause(ctx))
+	}
+	switch classify(o.err) {
+	case kindLost:
+		if o.superseded {
+			return true, false, nil
+		}
+		l.lose(o.err)
+		return false, false, fmt.Errorf("%w: %s: %w", ErrLeaseLost, op, o.err)
+	case kindPermanent, kindCeiling:
+		return false, false, fmt.Errorf("sqsconsumer: %s: %w", op, o.err)
+	}
+	return true, true, nil
+}
+
 // attempt makes one call of callWithRetry; the caller holds l.calling.
-// done reports that err is final without further judgement.
-func (l *Lease) attempt(ctx context.Context, call func(context.Context, string) error) (superseded, done bool, err error) {
+func (l *Lease) attempt(ctx context.Context, call func(context.Context, string) error) outcome {
 	l.mu.Lock()
 	if err := l.stateErrLocked(false); err != nil {
 		l.mu.Unlock()
-		return false, true, err
+		return outcome{final: true, err: err}
 	}
 	handle, deadline := l.handle, l.deadline
 	l.mu.Unlock()
 	if !time.Now().Before(deadline) {
 		l.expire(deadline)
-		return false, true, ErrLeaseExpired
+		return outcome{final: true, err: ErrLeaseExpired}
 	}
 	cctx, cancel := context.WithDeadline(ctx, deadline)
-	err = call(cctx, handle)
+	err := call(cctx, handle)
 	cancel()
+	return outcome{superseded: l.supersededBy(handle), err: err}
+}
+
+// supersededBy reports whether handle is no longer the newest.
+func (l *Lease) supersededBy(handle string) bool {
 	l.mu.Lock()
-	superseded = handle != l.handle
-	l.mu.Unlock()
-	return superseded, false, err
+	defer l.mu.Unlock()
+	return handle != l.handle
 }
 
 // retryDelay is the jittered pause before retry attempt n (0-based) of a
@@ -633,13 +736,16 @@ func (l *Lease) expire(deadline time.Time) {
 }
 
 func (l *Lease) emit(kind EventKind, vis time.Duration, err error) {
+	l.mu.Lock()
+	count := l.receiveCount
+	l.mu.Unlock()
+	if l.cfg.stats != nil {
+		l.cfg.stats.countKind(kind, count)
+	}
 	if l.cfg.observer == nil {
 		return
 	}
 	now := time.Now()
-	l.mu.Lock()
-	count := l.receiveCount
-	l.mu.Unlock()
 	l.cfg.observer.Observe(Event{
 		Kind:         kind,
 		QueueURL:     l.queueURL,

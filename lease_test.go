@@ -534,3 +534,61 @@ func TestLeaseOptionsAreConsumerOptions(t *testing.T) {
 	require.Equal(t, l.cfg.interval, cfg.interval)
 	require.Equal(t, l.cfg.maxLease, cfg.maxLease)
 }
+
+// A Consumer's batched, asynchronous delete whose handle was superseded
+// while the call was in flight (a redelivery the lease adopted) is made
+// again with the new handle: SQS may answer the stale one with success and
+// delete nothing.
+func TestAsyncDeleteRepeatsWithAdoptedHandle(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		msg, sent := b.receive(t, "x", 30*time.Second)
+		calls := newBatchedCalls(b.client, b.url)
+		defer calls.close()
+		cfg, err := (&settings{maxLease: MaxVisibilityTimeout}).leaseConfig(30 * time.Second)
+		require.NoError(t, err)
+		l := newLease(calls, b.url, msg, sent, cfg)
+		l.Start(context.Background())
+		defer l.Stop()
+
+		b.srv.DelayNext("DeleteMessageBatch", 1, 5*time.Second)
+		result := make(chan error, 1)
+		require.True(t, l.deleteAsync(func(_ *Lease, err error) { result <- err }))
+		time.Sleep(time.Second) // the first delete waits in the server
+		require.NoError(t, b.srv.Expire(b.url, *msg.MessageId))
+		again, at := b.receiveNext(t, 30*time.Second)
+		require.True(t, l.adopt(*again.ReceiptHandle, at, 2, 30*time.Second))
+
+		require.NoError(t, <-result)
+		st := b.state(t, *msg.MessageId)
+		require.True(t, st.Deleted, "deleted with the adopted handle")
+		require.Equal(t, 2, b.srv.Calls()["DeleteMessageBatch"], "the stale delete, then one with the new handle")
+		require.ErrorIs(t, l.Delete(context.Background()), ErrLeaseSettled)
+	})
+}
+
+// deleteAsync declines, doing nothing, when it cannot go ahead at once: a
+// standalone lease (no batching), another call of the lease in flight, a
+// lease already settled. The caller then uses Delete.
+func TestAsyncDeleteDeclines(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		msg, sent := b.receive(t, "x", 30*time.Second)
+		standalone := b.lease(t, msg, sent)
+		require.False(t, standalone.deleteAsync(func(*Lease, error) { t.Error("called") }))
+
+		calls := newBatchedCalls(b.client, b.url)
+		defer calls.close()
+		cfg, err := (&settings{maxLease: MaxVisibilityTimeout}).leaseConfig(30 * time.Second)
+		require.NoError(t, err)
+		l := newLease(calls, b.url, msg, sent, cfg)
+		l.calling <- struct{}{} // a renewal in flight
+		require.False(t, l.deleteAsync(func(*Lease, error) { t.Error("called") }))
+		<-l.calling
+		require.NoError(t, l.Delete(context.Background()))
+		require.False(t, l.deleteAsync(func(*Lease, error) { t.Error("called") }))
+		require.Equal(t, 1, b.srv.Calls()["DeleteMessageBatch"])
+	})
+}

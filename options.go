@@ -53,6 +53,7 @@ type settings struct {
 	middleware      []Middleware
 	logger          *slog.Logger
 	observer        Observer
+	stats           *StatsRecorder // a Consumer's own recorder, counted directly
 	adaptiveMin     time.Duration
 	adaptiveMax     time.Duration
 	receivedAt      time.Time // Lease only: when the receive was sent
@@ -196,8 +197,11 @@ func WithLogger(l *slog.Logger) LeaseOption {
 }
 
 // WithConcurrency sets how many handlers run at once. Range 1 to 100,000;
-// default DefaultConcurrency (10). The Consumer never holds more messages
-// than this.
+// default DefaultConcurrency (10). A poller never asks for more messages
+// than there are free handler slots. A handler that succeeded gives its
+// slot back at once while its message, still leased, waits for SQS to
+// confirm the delete; at most n messages wait like that, so the Consumer
+// holds at most 2n messages.
 func WithConcurrency(n int) Option {
 	return option(func(s *settings) {
 		if n < 1 || n > 100_000 {
