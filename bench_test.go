@@ -33,13 +33,13 @@ func BenchmarkPlan(b *testing.B) {
 // thousands of leases do.
 func BenchmarkRenewalLibrary(b *testing.B) {
 	fake := &slowSQS{deadline: map[string]time.Time{}}
-	calls := newBatchedCalls(&fakeClient{s: fake}, "q")
+	calls := newBatchedCalls(&fakeClient{s: fake}, "q", 0)
 	defer calls.close()
 	cfg, _ := defaultSettingsWith(WithVisibilityTimeout(30 * time.Second)).leaseConfig(30 * time.Second)
 	b.ReportAllocs()
 	b.SetParallelism(64)
 	b.RunParallel(func(pb *testing.PB) {
-		l := newLease(calls, "q", types.Message{MessageId: aws.String("m"), ReceiptHandle: aws.String("h")}, time.Now(), cfg)
+		l := newLease(calls, "q", types.Message{MessageId: aws.String("m"), ReceiptHandle: aws.String("h")}, time.Now(), &cfg)
 		for pb.Next() {
 			now := time.Now()
 			if err := calls.changeVisibility(context.Background(), "h", 30); err != nil {
@@ -76,7 +76,7 @@ func BenchmarkRenewalSDK(b *testing.B) {
 			handles <- *m.ReceiptHandle
 		}
 	}
-	calls := newBatchedCalls(client, url)
+	calls := newBatchedCalls(client, url, 0)
 	defer calls.close()
 	srv.ResetCalls()
 	b.ReportAllocs()

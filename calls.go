@@ -62,9 +62,13 @@ type batchedCalls struct {
 	del *batch.Batcher[string]
 }
 
-func newBatchedCalls(client Client, queueURL string) *batchedCalls {
+// newBatchedCalls makes the batchers of a queue. The delete batcher has at
+// most maxDeletes calls in flight (0: no limit): deletes come no faster
+// than receives, and more calls at once would only open connections.
+// Renewals are not limited: their rate follows the number of leases held.
+func newBatchedCalls(client Client, queueURL string, maxDeletes int) *batchedCalls {
 	return &batchedCalls{
-		vis: batch.New(MaxBatchSize, batchWindow, func(ctx context.Context, es []visEntry) []error {
+		vis: batch.New(MaxBatchSize, batchWindow, 0, func(ctx context.Context, es []visEntry) []error {
 			entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(es))
 			for i, e := range es {
 				entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{
@@ -80,9 +84,9 @@ func newBatchedCalls(client Client, queueURL string) *batchedCalls {
 			if err != nil {
 				return fill(len(es), err)
 			}
-			return entryResults(len(es), "ChangeMessageVisibilityBatch", successIDs(out.Successful, func(e types.ChangeMessageVisibilityBatchResultEntry) *string { return e.Id }), out.Failed)
+			return entryResults(len(es), "ChangeMessageVisibilityBatch", out.Successful, func(e types.ChangeMessageVisibilityBatchResultEntry) *string { return e.Id }, out.Failed)
 		}),
-		del: batch.New(MaxBatchSize, batchWindow, func(ctx context.Context, handles []string) []error {
+		del: batch.New(MaxBatchSize, batchWindow, maxDeletes, func(ctx context.Context, handles []string) []error {
 			entries := make([]types.DeleteMessageBatchRequestEntry, len(handles))
 			for i, h := range handles {
 				entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(h)}
@@ -94,7 +98,7 @@ func newBatchedCalls(client Client, queueURL string) *batchedCalls {
 			if err != nil {
 				return fill(len(handles), err)
 			}
-			return entryResults(len(handles), "DeleteMessageBatch", successIDs(out.Successful, func(e types.DeleteMessageBatchResultEntry) *string { return e.Id }), out.Failed)
+			return entryResults(len(handles), "DeleteMessageBatch", out.Successful, func(e types.DeleteMessageBatchResultEntry) *string { return e.Id }, out.Failed)
 		}),
 	}
 }
@@ -120,21 +124,21 @@ func fill(n int, err error) []error {
 	return errs
 }
 
-func successIDs[T any](entries []T, id func(T) *string) map[string]bool {
-	ok := make(map[string]bool, len(entries))
-	for _, e := range entries {
-		ok[aws.ToString(id(e))] = true
-	}
-	return ok
-}
-
 var errNoEntryResult = errors.New("sqsconsumer: SQS returned neither success nor failure for a batch entry")
 
-// entryResults maps a batch response back onto its n entries (Ids "0".."n-1").
-func entryResults(n int, op string, ok map[string]bool, failed []types.BatchResultErrorEntry) []error {
+// entryResults maps a batch response back onto its n entries (Ids "0".."n-1",
+// n at most MaxBatchSize): nil for an entry listed as successful, its
+// *EntryError for a failed one, errNoEntryResult for one listed as neither.
+func entryResults[T any](n int, op string, successful []T, id func(T) *string, failed []types.BatchResultErrorEntry) []error {
+	var ok [MaxBatchSize]bool
+	for _, e := range successful {
+		if i, err := strconv.Atoi(aws.ToString(id(e))); err == nil && i >= 0 && i < n && i < MaxBatchSize {
+			ok[i] = true
+		}
+	}
 	errs := make([]error, n)
 	for i := range errs {
-		if !ok[strconv.Itoa(i)] {
+		if i >= MaxBatchSize || !ok[i] {
 			errs[i] = errNoEntryResult
 		}
 	}

@@ -233,7 +233,7 @@ func (c *Consumer) setup(ctx context.Context) error {
 	c.mu.Lock()
 	c.qs = qs
 	c.mu.Unlock()
-	c.calls = newBatchedCalls(c.client, c.queueURL)
+	c.calls = newBatchedCalls(c.client, c.queueURL, max(deleteCallsPerPoller*c.s.pollers, minDeleteCalls))
 	c.freeSlots = c.s.concurrency
 	c.inflight = make(map[string]*Lease)
 	c.work = make(chan *Lease)
@@ -247,6 +247,16 @@ func (c *Consumer) setup(ctx context.Context) error {
 	return nil
 }
 
+// A Consumer's delete batch calls in flight are limited to
+// deleteCallsPerPoller per poller (at least minDeleteCalls): a poller
+// receives at most one batch per round trip, so this leaves the deletes
+// twice the receives' pace, and a burst of settlements waits for a call
+// instead of opening a connection of its own.
+const (
+	deleteCallsPerPoller = 2
+	minDeleteCalls       = 4
+)
+
 // receiveGather is how long a poller of a busy queue waits for more handler
 // slots to free up before it receives fewer than a full batch. Slots come
 // back one by one as handlers finish; receiving each as it frees would
@@ -258,15 +268,14 @@ const receiveGather = 20 * time.Millisecond
 // backlog) it waits up to receiveGather for n to be free. Slots are taken
 // all at once, so pollers do not split a batch's worth between them. It
 // returns 0 when ctx ends first.
-func (c *Consumer) acquire(ctx context.Context, n int, gather bool) int {
-	var timer *time.Timer
-	var timeout <-chan time.Time
-	timedOut := !gather
+func (c *Consumer) acquire(ctx context.Context, n int, gather bool, timer *time.Timer) int {
+	timedOut, armed := !gather, false
 	defer func() {
-		if timer != nil {
+		if armed {
 			timer.Stop()
 		}
 	}()
+	var timeout <-chan time.Time
 	for {
 		c.slotMu.Lock()
 		free := c.freeSlots
@@ -281,14 +290,14 @@ func (c *Consumer) acquire(ctx context.Context, n int, gather bool) int {
 		}
 		freed := c.slotFreed
 		c.slotMu.Unlock()
-		if free >= 1 && timer == nil {
-			timer = time.NewTimer(receiveGather)
-			timeout = timer.C
+		if free >= 1 && !armed {
+			timer.Reset(receiveGather)
+			armed, timeout = true, timer.C
 		}
 		select {
 		case <-freed:
 		case <-timeout:
-			timedOut = true
+			timedOut, armed, timeout = true, false, nil
 		case <-ctx.Done():
 			return 0
 		}
@@ -331,8 +340,10 @@ func (c *Consumer) giveSettleSlot() {
 func (c *Consumer) poll(ctx context.Context, stop context.CancelCauseFunc) {
 	failures := 0
 	full := false // the last receive returned all it asked for
+	gather := time.NewTimer(receiveGather)
+	gather.Stop()
 	for {
-		n := c.acquire(ctx, c.s.batchSize, full)
+		n := c.acquire(ctx, c.s.batchSize, full, gather)
 		if n == 0 {
 			return
 		}
@@ -401,7 +412,7 @@ func receiveBackoff(n int) time.Duration {
 // held here is adopted by its lease; anything else gets a lease at once
 // (so it is renewed while it waits) and a handler when its turn comes.
 // It owns one slot for the message.
-func (c *Consumer) dispatch(raw types.Message, sent time.Time, cfg leaseConfig) {
+func (c *Consumer) dispatch(raw types.Message, sent time.Time, cfg *leaseConfig) {
 	id, handle := aws.ToString(raw.MessageId), aws.ToString(raw.ReceiptHandle)
 	if id == "" || handle == "" {
 		c.log(slog.LevelError, "sqsconsumer: ReceiveMessage returned a message without MessageId or ReceiptHandle; skipping it", "message_id", id)
@@ -734,17 +745,17 @@ func (c *Consumer) shutdown() {
 // leaseFor is the lease configuration for the next receive: the fixed one,
 // or under WithAdaptiveVisibility twice the recent p99 with a heartbeat at
 // a third of it.
-func (c *Consumer) leaseFor() leaseConfig {
-	cfg := c.cfg
+func (c *Consumer) leaseFor() *leaseConfig {
 	if c.s.adaptiveMax == 0 {
-		return cfg
+		return &c.cfg
 	}
+	cfg := c.cfg // one copy per receive, shared by its leases
 	cfg.lease = c.stats.adaptiveVisibility(c.s.adaptiveMin, min(c.s.adaptiveMax, cfg.maxLease), cfg.lease)
 	cfg.interval = cfg.lease / 3
 	if !c.s.ceilingGraceSet {
 		cfg.grace = cfg.interval
 	}
-	return cfg
+	return &cfg
 }
 
 func (c *Consumer) observe(kind EventKind, m *Message, err error) {

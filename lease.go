@@ -51,7 +51,7 @@ func (s *settings) leaseConfig(lease time.Duration) (leaseConfig, error) {
 	return c, errors.Join(errs...)
 }
 
-type leaseState int
+type leaseState uint8
 
 const (
 	leaseActive   leaseState = iota
@@ -83,9 +83,9 @@ type Lease struct {
 	queueURL  string
 	messageID string
 	groupID   string
-	cfg       leaseConfig
-	firstAt   time.Time // first receive in this process: the observer's clock
-	msg       *Message  // set by a Consumer before Start; nil for NewLease
+	cfg       *leaseConfig // shared by the leases of one receive; read-only
+	firstAt   time.Time    // first receive in this process: the observer's clock
+	msg       *Message     // set by a Consumer before Start; nil for NewLease
 
 	// calling holds a token while an SQS call of this lease is in flight:
 	// one call at a time, so each answer is judged knowing every earlier
@@ -96,17 +96,18 @@ type Lease struct {
 	// runs; Stop waits for it.
 	hbWG sync.WaitGroup
 
-	// asyncDone gets the result of a deleteAsync; asyncHandle is the
-	// handle that delete used. Set before the delete is submitted, read by
-	// its callback.
-	asyncDone   func(*Lease, error)
-	asyncHandle string
+	// asyncDone gets the result of a deleteAsync; asyncGen is handleGen
+	// when that delete was submitted. Set before the delete is submitted,
+	// read by its callback.
+	asyncDone func(*Lease, error)
+	asyncGen  uint32
 	// slotEarly is the Consumer's: the handler slot was freed when the
 	// handler succeeded, before the delete was confirmed.
 	slotEarly bool
 
 	mu           sync.Mutex // guards the fields below
 	handle       string
+	handleGen    uint32    // counts adopted handles
 	receivedAt   time.Time // latest receive: the ceiling counts from it
 	receiveCount int
 	deadline     time.Time // confirmed end of visibility
@@ -157,10 +158,11 @@ func NewLease(c Client, queueURL string, m types.Message, opts ...LeaseOption) (
 	if at.IsZero() {
 		at = time.Now()
 	}
-	return newLease(singleCalls{client: c, queueURL: queueURL}, queueURL, m, at, cfg), nil
+	return newLease(singleCalls{client: c, queueURL: queueURL}, queueURL, m, at, &cfg), nil
 }
 
-func newLease(calls sqsCalls, queueURL string, m types.Message, receivedAt time.Time, cfg leaseConfig) *Lease {
+// newLease makes a lease; cfg must not change afterwards (leases share it).
+func newLease(calls sqsCalls, queueURL string, m types.Message, receivedAt time.Time, cfg *leaseConfig) *Lease {
 	l := &Lease{
 		calls:      calls,
 		queueURL:   queueURL,
@@ -346,6 +348,7 @@ func (l *Lease) adopt(receiptHandle string, receivedAt time.Time, receiveCount i
 		return false
 	}
 	l.handle = receiptHandle
+	l.handleGen++
 	l.receivedAt = receivedAt
 	if receiveCount > 0 {
 		l.receiveCount = receiveCount
@@ -449,8 +452,8 @@ func (l *Lease) deleteAsync(done func(*Lease, error)) bool {
 	}
 	l.settling = true
 	handle, deadline := l.handle, l.deadline
+	l.asyncGen, l.asyncDone = l.handleGen, done
 	l.mu.Unlock()
-	l.asyncHandle, l.asyncDone = handle, done
 	if err := bc.del.Submit(handle, deadline, asyncDeleted, l); err != nil {
 		l.mu.Lock()
 		l.settling = false
@@ -464,7 +467,9 @@ func (l *Lease) deleteAsync(done func(*Lease, error)) bool {
 // asyncDeleted is the batch callback of deleteAsync; arg is the *Lease.
 func asyncDeleted(arg any, err error) {
 	l := arg.(*Lease)
-	superseded := l.supersededBy(l.asyncHandle)
+	l.mu.Lock()
+	superseded := l.handleGen != l.asyncGen
+	l.mu.Unlock()
 	<-l.calling
 	if err == nil && !superseded {
 		l.endSettle(nil, leaseDeleted, EventDeleted, 0)

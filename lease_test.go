@@ -544,11 +544,11 @@ func TestAsyncDeleteRepeatsWithAdoptedHandle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, nil)
 		msg, sent := b.receive(t, "x", 30*time.Second)
-		calls := newBatchedCalls(b.client, b.url)
+		calls := newBatchedCalls(b.client, b.url, 0)
 		defer calls.close()
 		cfg, err := (&settings{maxLease: MaxVisibilityTimeout}).leaseConfig(30 * time.Second)
 		require.NoError(t, err)
-		l := newLease(calls, b.url, msg, sent, cfg)
+		l := newLease(calls, b.url, msg, sent, &cfg)
 		l.Start(context.Background())
 		defer l.Stop()
 
@@ -579,11 +579,11 @@ func TestAsyncDeleteDeclines(t *testing.T) {
 		standalone := b.lease(t, msg, sent)
 		require.False(t, standalone.deleteAsync(func(*Lease, error) { t.Error("called") }))
 
-		calls := newBatchedCalls(b.client, b.url)
+		calls := newBatchedCalls(b.client, b.url, 0)
 		defer calls.close()
 		cfg, err := (&settings{maxLease: MaxVisibilityTimeout}).leaseConfig(30 * time.Second)
 		require.NoError(t, err)
-		l := newLease(calls, b.url, msg, sent, cfg)
+		l := newLease(calls, b.url, msg, sent, &cfg)
 		l.calling <- struct{}{} // a renewal in flight
 		require.False(t, l.deleteAsync(func(*Lease, error) { t.Error("called") }))
 		<-l.calling

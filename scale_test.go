@@ -22,7 +22,7 @@ func TestRenewalsCoalesce(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, nil)
-		calls := newBatchedCalls(b.client, b.url)
+		calls := newBatchedCalls(b.client, b.url, 0)
 		defer calls.close()
 		cfg, err := defaultSettingsWith(WithVisibilityTimeout(30 * time.Second)).leaseConfig(30 * time.Second)
 		require.NoError(t, err)
@@ -39,7 +39,7 @@ func TestRenewalsCoalesce(t *testing.T) {
 			})
 			require.NoError(t, err)
 			for _, m := range out.Messages {
-				l := newLease(calls, b.url, m, sent, cfg)
+				l := newLease(calls, b.url, m, sent, &cfg)
 				l.Start(context.Background())
 				leases = append(leases, l)
 			}
@@ -102,7 +102,7 @@ func TestManyLeasesRenewOnTime(t *testing.T) {
 			fake.mu.Lock()
 			fake.deadline[h] = at.Add(30 * time.Second)
 			fake.mu.Unlock()
-			leases[i] = newLease(vis, "q", m, at, cfg)
+			leases[i] = newLease(vis, "q", m, at, &cfg)
 			leases[i].Start(context.Background())
 		}
 		synctest.Wait()
@@ -132,7 +132,7 @@ func TestManyLeasesRenewOnTime(t *testing.T) {
 
 // newFakeBatcher coalesces like a Consumer's leases but answers from s.
 func newFakeBatcher(s *slowSQS) *batchedCalls {
-	return newBatchedCalls(&fakeClient{s: s}, "q")
+	return newBatchedCalls(&fakeClient{s: s}, "q", 0)
 }
 
 // fakeClient answers ChangeMessageVisibilityBatch after s.latency, checking

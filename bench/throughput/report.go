@@ -22,6 +22,8 @@ type measurement struct {
 	calls    map[string]int
 	cpu      time.Duration // process CPU time (client and, in-process, server)
 	dials    int           // TCP connections opened
+	allocs   uint64        // bytes allocated by the process
+	gcs      uint32        // GC cycles
 	// redelivered counts messages received twice: a stall of the
 	// visibility timeout that note explains.
 	redelivered int
@@ -58,10 +60,11 @@ type summary struct {
 	cpu                time.Duration
 	redelivered        int // over all rounds
 	dials              int // over all rounds
+	allocKB, gcsPer1k  float64
 }
 
 func summarize(ms, raw []measurement) summary {
-	var rates, ratios, calls, cpus []float64
+	var rates, ratios, calls, cpus, allocs, gcs []float64
 	redelivered, dials := 0, 0
 	for r, m := range ms {
 		redelivered += m.redelivered
@@ -70,8 +73,11 @@ func summarize(ms, raw []measurement) summary {
 		ratios = append(ratios, m.rate()/raw[r].rate())
 		calls = append(calls, m.callsPerMessage())
 		cpus = append(cpus, float64(m.cpuPerMessage()))
+		allocs = append(allocs, float64(m.allocs)/1024/float64(m.messages))
+		gcs = append(gcs, float64(m.gcs)*1000/float64(m.messages))
 	}
-	return summary{rate: median(rates), ratio: median(ratios), calls: median(calls), cpu: time.Duration(median(cpus)), redelivered: redelivered, dials: dials}
+	return summary{rate: median(rates), ratio: median(ratios), calls: median(calls), cpu: time.Duration(median(cpus)), redelivered: redelivered, dials: dials,
+		allocKB: median(allocs), gcsPer1k: median(gcs)}
 }
 
 // report writes one row per contender: messages per second in each round,
@@ -82,14 +88,15 @@ func report(out io.Writer, contenders []contender, results [][]measurement, fail
 	for r := range results[0] {
 		fmt.Fprintf(w, "round %d\t", r+1)
 	}
-	fmt.Fprintln(w, "median msg/s\tvs raw\tcalls/msg\tCPU µs/msg\tconns\tredelivered\t")
+	fmt.Fprintln(w, "median msg/s\tvs raw\tcalls/msg\tCPU µs/msg\tKB/msg\tGCs/1k msg\tconns\tredelivered\t")
 	for i, c := range contenders {
 		fmt.Fprintf(w, "%s\t", c.name)
 		for _, m := range results[i] {
 			fmt.Fprintf(w, "%.0f\t", m.rate())
 		}
 		s := summarize(results[i], results[0])
-		fmt.Fprintf(w, "%.0f\t%.3f\t%.3f\t%.1f\t%d\t%d\t\n", s.rate, s.ratio, s.calls, float64(s.cpu)/float64(time.Microsecond), s.dials, s.redelivered)
+		fmt.Fprintf(w, "%.0f\t%.3f\t%.3f\t%.1f\t%.1f\t%.1f\t%d\t%d\t\n", s.rate, s.ratio, s.calls, float64(s.cpu)/float64(time.Microsecond),
+			s.allocKB, s.gcsPer1k, s.dials, s.redelivered)
 	}
 	w.Flush()
 	for i, c := range contenders {

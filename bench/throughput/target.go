@@ -132,6 +132,8 @@ func (b *bench) measure(ctx context.Context, c contender, n int) (measurement, e
 	defer t.close()
 	runtime.GC()
 	b.counter.reset()
+	var mem0, mem1 runtime.MemStats
+	runtime.ReadMemStats(&mem0)
 	cpu0 := cpuTime()
 	start := time.Now()
 	// The label lets a -cpuprofile be split by contender
@@ -143,7 +145,10 @@ func (b *bench) measure(ctx context.Context, c contender, n int) (measurement, e
 	if err != nil {
 		return measurement{}, err
 	}
-	return measurement{messages: n, elapsed: d.end.Sub(start), calls: b.counter.snapshot(), cpu: cpuTime() - cpu0, dials: int(b.counter.dials.Load()),
+	cpu := cpuTime() - cpu0
+	runtime.ReadMemStats(&mem1)
+	return measurement{messages: n, elapsed: d.end.Sub(start), calls: b.counter.snapshot(), cpu: cpu, dials: int(b.counter.dials.Load()),
+		allocs: mem1.TotalAlloc - mem0.TotalAlloc, gcs: mem1.NumGC - mem0.NumGC,
 		redelivered: d.redelivered, note: d.note}, nil
 }
 

@@ -44,15 +44,19 @@ type request[E any] struct {
 // value is not usable; make one with New. Do, Submit and Close are safe for
 // concurrent use.
 type Batcher[E any] struct {
-	max    int
-	window time.Duration
-	flush  Flush[E]
+	max      int
+	window   time.Duration
+	maxCalls int // batch calls in flight at once; 0: no limit
+	flush    Flush[E]
 
 	mu      sync.Mutex // guards the fields below
 	pending []request[E]
-	gen     uint64      // counts cut batches: a window timer only flushes its own
-	timer   *time.Timer // the window of the pending batch, while armed
+	spare   [][]request[E] // emptied batches, reused for pending
+	gen     uint64         // counts cut batches: a window timer only flushes its own
+	timer   *time.Timer    // the window of the pending batch, while armed
 	closed  bool
+	busy    int            // flushers running a batch
+	queued  [][]request[E] // cut batches waiting for a flusher (maxCalls reached)
 
 	idle     chan []request[E] // hands a batch to an idle flusher
 	quit     chan struct{}     // closed by Close: idle flushers exit
@@ -61,17 +65,16 @@ type Batcher[E any] struct {
 	spawned  atomic.Int64      // flusher goroutines started, for tests
 }
 
-// New makes a Batcher. A batch is sent when it holds max entries, or window
-// after its first entry arrived. It starts no goroutine until the first
-// batch is sent; Close ends them all.
-func New[E any](max int, window time.Duration, flush Flush[E]) *Batcher[E] {
-	if max < 1 {
-		max = 1
-	}
+// New makes a Batcher. A batch is sent when it holds size entries, or window
+// after its first entry arrived; at most maxCalls batch calls are in flight
+// at once (0: no limit), later batches wait their turn in order. It starts
+// no goroutine until the first batch is sent; Close ends them all.
+func New[E any](size int, window time.Duration, maxCalls int, flush Flush[E]) *Batcher[E] {
 	return &Batcher[E]{
-		max:    max,
-		window: window,
-		flush:  flush,
+		max:      max(size, 1),
+		window:   window,
+		maxCalls: max(maxCalls, 0),
+		flush:    flush,
 		idle:   make(chan []request[E]),
 		quit:   make(chan struct{}),
 	}
@@ -115,7 +118,11 @@ func (b *Batcher[E]) submit(r request[E]) error {
 		return ErrClosed
 	}
 	if b.pending == nil {
-		b.pending = make([]request[E], 0, b.max)
+		if n := len(b.spare); n > 0 {
+			b.pending, b.spare = b.spare[n-1], b.spare[:n-1]
+		} else {
+			b.pending = make([]request[E], 0, b.max)
+		}
 	}
 	b.pending = append(b.pending, r)
 	var full []request[E]
@@ -166,8 +173,17 @@ func (b *Batcher[E]) fire(gen uint64) {
 	b.dispatch(batch)
 }
 
-// dispatch hands a cut batch to an idle flusher, or to a new one.
+// dispatch hands a cut batch to an idle flusher, or to a new one, or
+// queues it when maxCalls are in flight.
 func (b *Batcher[E]) dispatch(batch []request[E]) {
+	b.mu.Lock()
+	if b.maxCalls > 0 && b.busy >= b.maxCalls {
+		b.queued = append(b.queued, batch)
+		b.mu.Unlock()
+		return
+	}
+	b.busy++
+	b.mu.Unlock()
 	select {
 	case b.idle <- batch:
 	default:
@@ -183,7 +199,18 @@ func (b *Batcher[E]) flusher(batch []request[E]) {
 	defer idle.Stop()
 	for {
 		b.run(batch)
+		b.recycle(batch)
 		b.work.Done()
+		b.mu.Lock()
+		if len(b.queued) > 0 {
+			batch = b.queued[0]
+			b.queued[0] = nil
+			b.queued = b.queued[1:]
+			b.mu.Unlock()
+			continue
+		}
+		b.busy--
+		b.mu.Unlock()
 		idle.Reset(flusherIdle)
 		select {
 		case batch = <-b.idle:
@@ -193,6 +220,19 @@ func (b *Batcher[E]) flusher(batch []request[E]) {
 			return
 		}
 	}
+}
+
+// maxSpare is how many emptied batches a Batcher keeps for reuse.
+const maxSpare = 8
+
+// recycle keeps an answered batch's slice for a later batch.
+func (b *Batcher[E]) recycle(batch []request[E]) {
+	clear(batch[:cap(batch)]) // drop the references to entries and callbacks
+	b.mu.Lock()
+	if len(b.spare) < maxSpare {
+		b.spare = append(b.spare, batch[:0])
+	}
+	b.mu.Unlock()
 }
 
 // Close sends what is pending, waits for every batch call and callback to

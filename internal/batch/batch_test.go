@@ -22,7 +22,7 @@ func TestBatcherCoalescesAndRoutesEntryResults(t *testing.T) {
 		var calls atomic.Int32
 		var mu sync.Mutex
 		var sizes []int
-		b := New(10, 25*time.Millisecond, func(ctx context.Context, es []int) []error {
+		b := New(10, 25*time.Millisecond, 0, func(ctx context.Context, es []int) []error {
 			calls.Add(1)
 			mu.Lock()
 			sizes = append(sizes, len(es))
@@ -63,7 +63,7 @@ func TestBatcherSendsPartialBatchAfterWindow(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var sentAt time.Time
-		b := New(10, 25*time.Millisecond, func(ctx context.Context, es []int) []error {
+		b := New(10, 25*time.Millisecond, 0, func(ctx context.Context, es []int) []error {
 			sentAt = time.Now()
 			return make([]error, len(es))
 		})
@@ -79,7 +79,7 @@ func TestBatcherCallerContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		release := make(chan struct{})
 		var gotDeadline time.Time
-		b := New(2, time.Second, func(ctx context.Context, es []int) []error {
+		b := New(2, time.Second, 0, func(ctx context.Context, es []int) []error {
 			gotDeadline, _ = ctx.Deadline()
 			<-release
 			return make([]error, len(es))
@@ -109,7 +109,7 @@ func TestBatcherCallerContext(t *testing.T) {
 func TestBatcherClosed(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := New(10, time.Second, func(ctx context.Context, es []int) []error { return make([]error, len(es)) })
+		b := New(10, time.Second, 0, func(ctx context.Context, es []int) []error { return make([]error, len(es)) })
 		b.Close()
 		b.Close()
 		require.True(t, errors.Is(b.Do(context.Background(), 1), ErrClosed))
@@ -119,7 +119,7 @@ func TestBatcherClosed(t *testing.T) {
 func TestBatcherShortResultSlice(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := New(1, time.Second, func(ctx context.Context, es []int) []error { return nil })
+		b := New(1, time.Second, 0, func(ctx context.Context, es []int) []error { return nil })
 		defer b.Close()
 		require.ErrorContains(t, b.Do(context.Background(), 1), "no result")
 	})
@@ -129,7 +129,7 @@ func TestBatcherSubmitCallsBackOnceWithoutWaiting(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		release := make(chan struct{})
-		b := New(3, 25*time.Millisecond, func(ctx context.Context, es []int) []error {
+		b := New(3, 25*time.Millisecond, 0, func(ctx context.Context, es []int) []error {
 			<-release
 			errs := make([]error, len(es))
 			errs[1] = errors.New("second failed")
@@ -161,7 +161,7 @@ func TestBatcherSubmitDeadlineBoundsTheCall(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var got time.Time
-		b := New(2, time.Second, func(ctx context.Context, es []int) []error {
+		b := New(2, time.Second, 0, func(ctx context.Context, es []int) []error {
 			got, _ = ctx.Deadline()
 			return make([]error, len(es))
 		})
@@ -181,7 +181,7 @@ func TestBatcherCloseSendsPendingAtOnce(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var sentAt time.Time
-		b := New(10, time.Hour, func(ctx context.Context, es []int) []error {
+		b := New(10, time.Hour, 0, func(ctx context.Context, es []int) []error {
 			sentAt = time.Now()
 			return make([]error, len(es))
 		})
@@ -198,7 +198,7 @@ func TestBatcherCloseSendsPendingAtOnce(t *testing.T) {
 func TestBatcherReusesFlushers(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := New(1, time.Second, func(ctx context.Context, es []int) []error { return make([]error, len(es)) })
+		b := New(1, time.Second, 0, func(ctx context.Context, es []int) []error { return make([]error, len(es)) })
 		defer b.Close()
 		for i := range 100 {
 			require.NoError(t, b.Do(context.Background(), i))
@@ -218,7 +218,7 @@ func TestBatcherPartialBatchTimerDoesNotCutALaterBatch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex
 		var sizes []int
-		b := New(2, 25*time.Millisecond, func(ctx context.Context, es []int) []error {
+		b := New(2, 25*time.Millisecond, 0, func(ctx context.Context, es []int) []error {
 			mu.Lock()
 			sizes = append(sizes, len(es))
 			mu.Unlock()
@@ -241,5 +241,39 @@ func TestBatcherPartialBatchTimerDoesNotCutALaterBatch(t *testing.T) {
 		mu.Lock()
 		require.Equal(t, []int{2, 1}, sizes)
 		mu.Unlock()
+	})
+}
+
+func TestBatcherLimitsCallsInFlight(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var inFlight, peak atomic.Int32
+		var mu sync.Mutex
+		var order []int
+		b := New(1, time.Second, 2, func(ctx context.Context, es []int) []error {
+			n := inFlight.Add(1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			mu.Lock()
+			order = append(order, es[0])
+			mu.Unlock()
+			time.Sleep(time.Second)
+			inFlight.Add(-1)
+			return make([]error, len(es))
+		})
+		defer b.Close()
+		start := time.Now()
+		done := make(chan error, 6)
+		for i := range 6 {
+			require.NoError(t, b.Submit(i, time.Time{}, func(_ any, err error) { done <- err }, nil))
+		}
+		for range 6 {
+			require.NoError(t, <-done)
+		}
+		require.Equal(t, int32(2), peak.Load(), "never more than 2 calls at once")
+		require.Equal(t, 3*time.Second, time.Since(start), "6 one-second calls, 2 at a time")
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, []int{0, 1, 2, 3, 4, 5}, order, "waiting batches go in order")
 	})
 }
