@@ -75,8 +75,8 @@ func New[E any](size int, window time.Duration, maxCalls int, flush Flush[E]) *B
 		window:   window,
 		maxCalls: max(maxCalls, 0),
 		flush:    flush,
-		idle:   make(chan []request[E]),
-		quit:   make(chan struct{}),
+		idle:     make(chan []request[E]),
+		quit:     make(chan struct{}),
 	}
 }
 
