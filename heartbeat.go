@@ -59,19 +59,17 @@ func (l *Lease) heartbeat() {
 		// One call of this lease at a time: wait for a Delete, Release or
 		// Extend in flight, then look again — it may have settled the
 		// lease or moved the deadline.
-		select {
-		case l.calling <- struct{}{}:
-		case <-stop:
+		if !l.acquireCall(stop) {
 			return
 		}
 		now := time.Now()
 		p, handle, ok := l.next(now)
 		if !ok || !p.renewNow {
-			<-l.calling
+			l.releaseCall()
 			continue
 		}
 		ended := l.renew(bg, now, p, handle, &failures)
-		<-l.calling
+		l.releaseCall()
 		if ended {
 			return
 		}
@@ -90,7 +88,7 @@ func (l *Lease) next(now time.Time) (p step, handle string, ok bool) {
 }
 
 // renew sends one renewal planned at now and judges its answer; the caller
-// holds l.calling. It reports whether the heartbeat should end.
+// holds the call token (acquireCall). It reports whether the heartbeat should end.
 func (l *Lease) renew(bg context.Context, now time.Time, p step, handle string, failures *int) (ended bool) {
 	// The call gets half the time left (at most 10 s), so a hung request
 	// leaves room for retries before the deadline.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -87,11 +88,6 @@ type Lease struct {
 	firstAt   time.Time    // first receive in this process: the observer's clock
 	msg       *Message     // set by a Consumer before Start; nil for NewLease
 
-	// calling holds a token while an SQS call of this lease is in flight:
-	// one call at a time, so each answer is judged knowing every earlier
-	// one (a renewal refused because our own delete landed first must not
-	// read as a lost lease, and a refused renewal must stop a delete).
-	calling chan struct{}
 	// hbWG counts the heartbeat while its timer is armed or its goroutine
 	// runs; Stop waits for it.
 	hbWG sync.WaitGroup
@@ -105,27 +101,36 @@ type Lease struct {
 	// handler succeeded, before the delete was confirmed.
 	slotEarly bool
 
-	mu           sync.Mutex // guards the fields below
+	mu sync.Mutex // guards the fields below
+	// calling is the call token, set while an SQS call of this lease is
+	// in flight: one call at a time, so each answer is judged knowing
+	// every earlier one (a renewal refused because our own delete landed
+	// first must not read as a lost lease, and a refused renewal must
+	// stop a delete). callFreed, made by a caller that waits, is closed
+	// when the token is given back.
+	calling   bool
+	callFreed chan struct{}
+
 	handle       string
-	handleGen    uint32    // counts adopted handles
-	receivedAt   time.Time // latest receive: the ceiling counts from it
-	receiveCount int
-	deadline     time.Time // confirmed end of visibility
-	nextRenew    time.Time
+	handleGen    uint32 // counts adopted handles
 	state        leaseState
 	settling     bool // a Delete or Release is in flight
 	noRenew      bool // SQS refused to go further: the ceiling is reached
 	ceilingFired bool
 	started      bool
 	stopped      bool
+	hbRunning    bool      // the heartbeat goroutine has begun
+	receivedAt   time.Time // latest receive: the ceiling counts from it
+	deadline     time.Time // confirmed end of visibility
+	nextRenew    time.Time
+	receiveCount int32
+	renewals     int32       // confirmed renewals and extensions
 	hb           *time.Timer // starts the heartbeat when it first has work
-	hbRunning    bool        // the heartbeat goroutine has begun
 	// Made by the heartbeat goroutine when it begins (most leases never
 	// need them): kick wakes it when the schedule changed; cancelling bg
 	// stops it and cancels its call in flight.
 	kick     chan struct{}
 	bgCancel context.CancelFunc
-	renewals int // confirmed renewals and extensions
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
 	watchers []*func(time.Time)
@@ -170,11 +175,11 @@ func newLease(calls sqsCalls, queueURL string, m types.Message, receivedAt time.
 		groupID:    m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)],
 		cfg:        cfg,
 		firstAt:    receivedAt,
-		calling:    make(chan struct{}, 1),
 		handle:     aws.ToString(m.ReceiptHandle),
 		receivedAt: receivedAt,
 	}
-	l.receiveCount, _ = strconv.Atoi(m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
+	count, _ := strconv.ParseInt(m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)], 10, 32)
+	l.receiveCount = int32(count)
 	l.deadline = receivedAt.Add(min(cfg.lease, cfg.maxLease))
 	l.nextRenew = l.deadline.Add(-(cfg.lease - cfg.interval))
 	return l
@@ -224,7 +229,7 @@ func (l *Lease) Stop() {
 func (l *Lease) renewalCount() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.renewals
+	return int(l.renewals)
 }
 
 // abort cancels the context Start returned with cause, leaving the lease
@@ -351,7 +356,7 @@ func (l *Lease) adopt(receiptHandle string, receivedAt time.Time, receiveCount i
 	l.handleGen++
 	l.receivedAt = receivedAt
 	if receiveCount > 0 {
-		l.receiveCount = receiveCount
+		l.receiveCount = int32(min(receiveCount, math.MaxInt32))
 	}
 	l.noRenew = false
 	l.deadline = receivedAt.Add(min(vis, l.cfg.maxLease))
@@ -439,18 +444,12 @@ func (l *Lease) deleteAsync(done func(*Lease, error)) bool {
 	if !ok {
 		return false
 	}
-	select {
-	case l.calling <- struct{}{}:
-	default:
-		return false
-	}
 	l.mu.Lock()
-	if l.state != leaseActive || l.settling || !time.Now().Before(l.deadline) {
+	if l.calling || l.state != leaseActive || l.settling || !time.Now().Before(l.deadline) {
 		l.mu.Unlock()
-		<-l.calling
 		return false
 	}
-	l.settling = true
+	l.calling, l.settling = true, true
 	handle, deadline := l.handle, l.deadline
 	l.asyncGen, l.asyncDone = l.handleGen, done
 	l.mu.Unlock()
@@ -458,7 +457,7 @@ func (l *Lease) deleteAsync(done func(*Lease, error)) bool {
 		l.mu.Lock()
 		l.settling = false
 		l.mu.Unlock()
-		<-l.calling
+		l.releaseCall()
 		return false
 	}
 	return true
@@ -470,7 +469,7 @@ func asyncDeleted(arg any, err error) {
 	l.mu.Lock()
 	superseded := l.handleGen != l.asyncGen
 	l.mu.Unlock()
-	<-l.calling
+	l.releaseCall()
 	if err == nil && !superseded {
 		l.endSettle(nil, leaseDeleted, EventDeleted, 0)
 		l.asyncDone(l, nil)
@@ -608,13 +607,11 @@ func (l *Lease) retryFrom(ctx context.Context, op string, call func(context.Cont
 		if first != nil {
 			o, first = *first, nil
 		} else {
-			select {
-			case l.calling <- struct{}{}:
-			case <-ctx.Done():
+			if !l.acquireCall(ctx.Done()) {
 				return fmt.Errorf("sqsconsumer: %s: %w", op, context.Cause(ctx))
 			}
 			o = l.attempt(ctx, call)
-			<-l.calling
+			l.releaseCall()
 		}
 		again, backoff, err := l.judge(ctx, op, o)
 		if !again {
@@ -653,7 +650,41 @@ func (l *Lease) judge(ctx context.Context, op string, o outcome) (again, backoff
 	return true, true, nil
 }
 
-// attempt makes one call of callWithRetry; the caller holds l.calling.
+// acquireCall takes the call token, waiting until it is free or done is
+// closed (then it returns false).
+func (l *Lease) acquireCall(done <-chan struct{}) bool {
+	for {
+		l.mu.Lock()
+		if !l.calling {
+			l.calling = true
+			l.mu.Unlock()
+			return true
+		}
+		if l.callFreed == nil {
+			l.callFreed = make(chan struct{})
+		}
+		freed := l.callFreed
+		l.mu.Unlock()
+		select {
+		case <-freed:
+		case <-done:
+			return false
+		}
+	}
+}
+
+// releaseCall gives the call token back.
+func (l *Lease) releaseCall() {
+	l.mu.Lock()
+	l.calling = false
+	if l.callFreed != nil {
+		close(l.callFreed)
+		l.callFreed = nil
+	}
+	l.mu.Unlock()
+}
+
+// attempt makes one call of callWithRetry; the caller holds the call token.
 func (l *Lease) attempt(ctx context.Context, call func(context.Context, string) error) outcome {
 	l.mu.Lock()
 	if err := l.stateErrLocked(false); err != nil {
@@ -742,7 +773,7 @@ func (l *Lease) expire(deadline time.Time) {
 
 func (l *Lease) emit(kind EventKind, vis time.Duration, err error) {
 	l.mu.Lock()
-	count := l.receiveCount
+	count := int(l.receiveCount)
 	l.mu.Unlock()
 	if l.cfg.stats != nil {
 		l.cfg.stats.countKind(kind, count)

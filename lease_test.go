@@ -584,9 +584,9 @@ func TestAsyncDeleteDeclines(t *testing.T) {
 		cfg, err := (&settings{maxLease: MaxVisibilityTimeout}).leaseConfig(30 * time.Second)
 		require.NoError(t, err)
 		l := newLease(calls, b.url, msg, sent, &cfg)
-		l.calling <- struct{}{} // a renewal in flight
+		require.True(t, l.acquireCall(nil)) // a renewal in flight
 		require.False(t, l.deleteAsync(func(*Lease, error) { t.Error("called") }))
-		<-l.calling
+		l.releaseCall()
 		require.NoError(t, l.Delete(context.Background()))
 		require.False(t, l.deleteAsync(func(*Lease, error) { t.Error("called") }))
 		require.Equal(t, 1, b.srv.Calls()["DeleteMessageBatch"])
