@@ -43,8 +43,11 @@ type Consumer struct {
 	// back before SQS confirmed the delete; at most the concurrency.
 	settling int
 	// slotFreed is made by a poller that waits for slots, and closed (and
-	// cleared) when slots free up.
+	// cleared) when slotWant slots are free: the fewest a waiting poller
+	// will take (a full batch while it gathers, 1 after). Waking pollers
+	// for fewer would only send them back to sleep.
 	slotFreed chan struct{}
+	slotWant  int
 
 	// afterDelete is c.deleted as a func value made once: a lease's
 	// asynchronous delete reports to it without allocating.
@@ -287,7 +290,15 @@ func (c *Consumer) acquire(ctx context.Context, n int, gather bool, timer *time.
 		}
 		if c.slotFreed == nil {
 			c.slotFreed = make(chan struct{})
+			c.slotWant = n
 		}
+		// Wake for the first free slot (to start gathering, or to take
+		// it once the gather is over), else for a full batch.
+		want := min(n, c.s.concurrency)
+		if timedOut || free == 0 {
+			want = 1
+		}
+		c.slotWant = min(c.slotWant, want)
 		freed := c.slotFreed
 		c.slotMu.Unlock()
 		if free >= 1 && !armed {
@@ -310,7 +321,7 @@ func (c *Consumer) free(n int) {
 	}
 	c.slotMu.Lock()
 	c.freeSlots += n
-	if c.slotFreed != nil {
+	if c.slotFreed != nil && c.freeSlots >= c.slotWant {
 		close(c.slotFreed)
 		c.slotFreed = nil
 	}
@@ -442,18 +453,8 @@ func (c *Consumer) dispatch(raw types.Message, sent time.Time, cfg *leaseConfig)
 		c.releaseRaw(raw, 0)
 		return
 	}
-	m := &Message{
-		ID:                id,
-		Body:              aws.ToString(raw.Body),
-		Attributes:        raw.Attributes,
-		MessageAttributes: raw.MessageAttributes,
-		ReceiveCount:      count,
-		GroupID:           raw.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)],
-		ReceivedAt:        sent,
-	}
 	l := newLease(c.calls, c.queueURL, raw, sent, cfg)
-	l.msg = m
-	m.Lease = l
+	m := l.msg
 	// Not a child of any Run-scoped context: cancelling Run's context
 	// must not interrupt handlers (shutdown cancels each one itself), and
 	// a parent would take a shared lock for every message.

@@ -378,6 +378,7 @@ func TestShutdownLetsHandlersFinish(t *testing.T) {
 		stop := running(t, c)
 		<-started
 		<-started
+		synctest.Wait() // the poller is in its next long poll
 		begin := time.Now()
 		receives := b.srv.CallCount("ReceiveMessage")
 		require.NoError(t, stop())

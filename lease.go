@@ -80,13 +80,13 @@ const (
 // be called more than once; after a Delete or Release succeeded they
 // return ErrLeaseSettled without calling SQS.
 type Lease struct {
-	calls     sqsCalls
-	queueURL  string
-	messageID string
-	groupID   string
-	cfg       *leaseConfig // shared by the leases of one receive; read-only
-	firstAt   time.Time    // first receive in this process: the observer's clock
-	msg       *Message     // set by a Consumer before Start; nil for NewLease
+	calls    sqsCalls
+	queueURL string
+	cfg      *leaseConfig // shared by the leases of one receive; read-only
+	// msg is the leased message, allocated with the lease. Its ID,
+	// GroupID and ReceivedAt (the first receive in this process, the
+	// observer's clock) never change.
+	msg *Message
 
 	// hbWG counts the heartbeat while its timer is armed or its goroutine
 	// runs; Stop waits for it.
@@ -166,19 +166,31 @@ func NewLease(c Client, queueURL string, m types.Message, opts ...LeaseOption) (
 	return newLease(singleCalls{client: c, queueURL: queueURL}, queueURL, m, at, &cfg), nil
 }
 
-// newLease makes a lease; cfg must not change afterwards (leases share it).
-func newLease(calls sqsCalls, queueURL string, m types.Message, receivedAt time.Time, cfg *leaseConfig) *Lease {
-	l := &Lease{
-		calls:      calls,
-		queueURL:   queueURL,
-		messageID:  aws.ToString(m.MessageId),
-		groupID:    m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)],
-		cfg:        cfg,
-		firstAt:    receivedAt,
-		handle:     aws.ToString(m.ReceiptHandle),
-		receivedAt: receivedAt,
+// leasedMessage puts a lease and its message in one allocation.
+type leasedMessage struct {
+	lease Lease
+	msg   Message
+}
+
+// newLease makes a lease and its Message from raw, received with the
+// request sent at receivedAt; cfg must not change afterwards (leases
+// share it).
+func newLease(calls sqsCalls, queueURL string, raw types.Message, receivedAt time.Time, cfg *leaseConfig) *Lease {
+	count, _ := strconv.ParseInt(raw.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)], 10, 32)
+	lm := &leasedMessage{}
+	l, m := &lm.lease, &lm.msg
+	*m = Message{
+		ID:                aws.ToString(raw.MessageId),
+		Body:              aws.ToString(raw.Body),
+		Attributes:        raw.Attributes,
+		MessageAttributes: raw.MessageAttributes,
+		ReceiveCount:      int(count),
+		GroupID:           raw.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)],
+		ReceivedAt:        receivedAt,
+		Lease:             l,
 	}
-	count, _ := strconv.ParseInt(m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)], 10, 32)
+	l.calls, l.queueURL, l.cfg, l.msg = calls, queueURL, cfg, m
+	l.handle, l.receivedAt = aws.ToString(raw.ReceiptHandle), receivedAt
 	l.receiveCount = int32(count)
 	l.deadline = receivedAt.Add(min(cfg.lease, cfg.maxLease))
 	l.nextRenew = l.deadline.Add(-(cfg.lease - cfg.interval))
@@ -285,7 +297,7 @@ func (l *Lease) Deadline() time.Time {
 }
 
 // MessageID returns the ID of the leased message.
-func (l *Lease) MessageID() string { return l.messageID }
+func (l *Lease) MessageID() string { return l.msg.ID }
 
 // QueueURL returns the URL of the queue the message came from.
 func (l *Lease) QueueURL() string { return l.queueURL }
@@ -785,11 +797,11 @@ func (l *Lease) emit(kind EventKind, vis time.Duration, err error) {
 	l.cfg.observer.Observe(Event{
 		Kind:         kind,
 		QueueURL:     l.queueURL,
-		MessageID:    l.messageID,
+		MessageID:    l.msg.ID,
 		ReceiveCount: count,
-		GroupID:      l.groupID,
+		GroupID:      l.msg.GroupID,
 		Time:         now,
-		SinceReceive: now.Sub(l.firstAt),
+		SinceReceive: now.Sub(l.msg.ReceivedAt),
 		Visibility:   vis,
 		Err:          err,
 		Message:      l.msg,
@@ -800,5 +812,5 @@ func (l *Lease) log(level slog.Level, msg string, args ...any) {
 	if l.cfg.logger == nil {
 		return
 	}
-	l.cfg.logger.Log(context.Background(), level, msg, append([]any{"message_id", l.messageID, "queue_url", l.queueURL}, args...)...)
+	l.cfg.logger.Log(context.Background(), level, msg, append([]any{"message_id", l.msg.ID, "queue_url", l.queueURL}, args...)...)
 }

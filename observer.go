@@ -66,8 +66,8 @@ type Event struct {
 	// Err is the error, for EventFailed, EventRenewalFailed, EventLeaseLost,
 	// EventLeaseExpired and EventCeilingReached.
 	Err error
-	// Message is the message, when the event concerns one handed to a
-	// handler (nil for a Lease made with NewLease).
+	// Message is the message the event concerns (for a Lease made with
+	// NewLease, one built from the received message).
 	Message *Message
 }
 

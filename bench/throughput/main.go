@@ -68,7 +68,7 @@ type benchConfig struct {
 }
 
 func defaultConfig() benchConfig {
-	return benchConfig{Messages: 20_000, Warmup: 2_000, Rounds: 3, Pollers: 4, Wait: 20 * time.Second}
+	return benchConfig{Messages: 5_000, Warmup: 2_000, Rounds: 25, Pollers: 4, Wait: 20 * time.Second}
 }
 
 func main() {
