@@ -64,10 +64,11 @@ type Consumer struct {
 	stopping atomic.Bool
 	fatal    error // a permanent receive error that ends Run
 
-	handlers sync.WaitGroup // deliveries being handled or settled
-	workers  sync.WaitGroup // worker goroutines, idle or busy
-	work     chan *Lease    // hands a delivery to an idle worker
-	quit     chan struct{}  // closed after shutdown: idle workers exit
+	handlers   sync.WaitGroup // deliveries being handled or settled
+	hbStarters sync.WaitGroup // heartbeat group timers armed or firing
+	workers    sync.WaitGroup // worker goroutines, idle or busy
+	work       chan *Lease    // hands a delivery to an idle worker
+	quit       chan struct{}  // closed after shutdown: idle workers exit
 }
 
 // New makes a Consumer of the queue at queueURL that calls h for each
@@ -170,6 +171,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	c.shutdown()
 	close(c.quit)
 	c.workers.Wait()
+	c.hbStarters.Wait() // every lease is stopped: their groups' timers are stopped or done
 	c.calls.close()
 	c.logAdvice()
 	c.mu.Lock()
@@ -402,8 +404,9 @@ func (c *Consumer) poll(ctx context.Context, stop context.CancelCauseFunc) {
 			out.Messages = out.Messages[:n]
 		}
 		c.free(n - len(out.Messages))
+		g := newHBGroup(&c.hbStarters)
 		for _, m := range out.Messages {
-			c.dispatch(m, sent, cfg)
+			c.dispatch(m, sent, cfg, g)
 		}
 	}
 }
@@ -423,7 +426,7 @@ func receiveBackoff(n int) time.Duration {
 // held here is adopted by its lease; anything else gets a lease at once
 // (so it is renewed while it waits) and a handler when its turn comes.
 // It owns one slot for the message.
-func (c *Consumer) dispatch(raw types.Message, sent time.Time, cfg *leaseConfig) {
+func (c *Consumer) dispatch(raw types.Message, sent time.Time, cfg *leaseConfig, g *hbGroup) {
 	id, handle := aws.ToString(raw.MessageId), aws.ToString(raw.ReceiptHandle)
 	if id == "" || handle == "" {
 		c.log(slog.LevelError, "sqsconsumer: ReceiveMessage returned a message without MessageId or ReceiptHandle; skipping it", "message_id", id)
@@ -458,7 +461,7 @@ func (c *Consumer) dispatch(raw types.Message, sent time.Time, cfg *leaseConfig)
 	// Not a child of any Run-scoped context: cancelling Run's context
 	// must not interrupt handlers (shutdown cancels each one itself), and
 	// a parent would take a shared lock for every message.
-	l.Start(context.Background())
+	l.start(context.Background(), g)
 	c.inflight[id] = l
 	startNow := true
 	if c.fifo && m.GroupID != "" {

@@ -126,6 +126,8 @@ type Lease struct {
 	receiveCount int32
 	renewals     int32       // confirmed renewals and extensions
 	hb           *time.Timer // starts the heartbeat when it first has work
+	group        *hbGroup    // or: the group whose timer will start it
+	groupIdx     int         // l's index in group.leases
 	// Made by the heartbeat goroutine when it begins (most leases never
 	// need them): kick wakes it when the schedule changed; cancelling bg
 	// stops it and cancels its call in flight.
@@ -203,7 +205,11 @@ func newLease(calls sqsCalls, queueURL string, raw types.Message, receivedAt tim
 // (ErrLeaseExpired) or is stopped (ErrLeaseSettled). The heartbeat itself
 // does not stop when ctx is cancelled: only Stop, a settlement or the end of
 // the lease stop it. Calls after the first return the first call's context.
-func (l *Lease) Start(ctx context.Context) context.Context {
+func (l *Lease) Start(ctx context.Context) context.Context { return l.start(ctx, nil) }
+
+// start is Start; a Consumer passes the group of the lease's receive, whose
+// timer then starts the heartbeat (nil: a timer of the lease's own).
+func (l *Lease) start(ctx context.Context, g *hbGroup) context.Context {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.started {
@@ -214,7 +220,13 @@ func (l *Lease) Start(ctx context.Context) context.Context {
 	// Most messages are settled before their first renewal is due, so the
 	// heartbeat goroutine starts only then, from a timer.
 	l.hbWG.Add(1)
-	l.hb = time.AfterFunc(l.firstWakeLocked(time.Now()), l.heartbeat)
+	now := time.Now()
+	wake := l.firstWakeLocked(now)
+	if g != nil && g.add(l, now.Add(wake)) {
+		l.group = g
+		return l.ctx
+	}
+	l.hb = time.AfterFunc(wake, l.heartbeat)
 	return l.ctx
 }
 
@@ -267,6 +279,15 @@ func (l *Lease) firstWakeLocked(now time.Time) time.Duration {
 // cancelPendingLocked stops a heartbeat that has not started yet and marks
 // it done. It does nothing once the heartbeat runs.
 func (l *Lease) cancelPendingLocked() {
+	if l.group != nil {
+		// When remove fails the group's timer has fired and is about to
+		// start the heartbeat, which will see the new state and end.
+		if l.group.remove(l) {
+			l.group = nil
+			l.hbWG.Done()
+		}
+		return
+	}
 	if l.hb != nil && !l.hbRunning && l.hb.Stop() {
 		l.hb = nil
 		l.hbWG.Done()
@@ -388,6 +409,19 @@ func notify(watchers []*func(time.Time), d time.Time) {
 
 func (l *Lease) wake() {
 	l.mu.Lock()
+	if l.group != nil {
+		// Waiting for its group's timer: leave the group when it is no
+		// longer needed, or when the first wake moved earlier than the
+		// group's (later is fine: the heartbeat starts and sleeps).
+		if l.state != leaseActive {
+			l.cancelPendingLocked()
+		} else if wake := l.firstWakeLocked(time.Now()); time.Now().Add(wake).Before(l.group.fireAt()) && l.group.remove(l) {
+			l.group = nil
+			l.hb = time.AfterFunc(wake, l.heartbeat) // the lease keeps its hbWG count
+		}
+		l.mu.Unlock()
+		return
+	}
 	if l.hb != nil && !l.hbRunning {
 		// Not started yet: move (or cancel) the timer instead. Stop
 		// returning false means it fired and the heartbeat is starting;
