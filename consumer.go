@@ -265,8 +265,12 @@ const (
 // receiveGather is how long a poller of a busy queue waits for more handler
 // slots to free up before it receives fewer than a full batch. Slots come
 // back one by one as handlers finish; receiving each as it frees would
-// double the calls per message for no gain in latency that matters.
-const receiveGather = 20 * time.Millisecond
+// double the calls per message for no gain in latency that matters. The
+// wait ends as soon as a full batch (or the concurrency) is free, so only
+// slowly freeing slots ever wait it out. 100 ms keeps the quickstart at
+// 1.11 calls per message (20 ms: 1.45, 50 ms: 1.28), its elapsed time
+// unchanged.
+const receiveGather = 100 * time.Millisecond
 
 // acquire takes between 1 and n free handler slots, waiting for the first.
 // When gather is set (the last receive came back full: the queue has a
