@@ -36,10 +36,11 @@ func BenchmarkRenewalLibrary(b *testing.B) {
 	calls := newBatchedCalls(&fakeClient{s: fake}, "q", 0)
 	defer calls.close()
 	cfg, _ := defaultSettingsWith(WithVisibilityTimeout(30 * time.Second)).leaseConfig(30 * time.Second)
+	cfg.calls, cfg.queueURL = calls, "q"
 	b.ReportAllocs()
 	b.SetParallelism(64)
 	b.RunParallel(func(pb *testing.PB) {
-		l := newLease(calls, "q", types.Message{MessageId: aws.String("m"), ReceiptHandle: aws.String("h")}, time.Now(), &cfg)
+		l := newLease(types.Message{MessageId: aws.String("m"), ReceiptHandle: aws.String("h")}, time.Now(), &cfg)
 		for pb.Next() {
 			now := time.Now()
 			if err := calls.changeVisibility(context.Background(), "h", 30); err != nil {

@@ -233,12 +233,13 @@ func (c *Consumer) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	c.calls = newBatchedCalls(c.client, c.queueURL, max(deleteCallsPerPoller*c.s.pollers, minDeleteCalls))
+	cfg.calls, cfg.queueURL = c.calls, c.queueURL
 	c.cfg = cfg
 	qs.VisibilityTimeout, qs.ShutdownTimeout = cfg.lease, c.s.shutdownTimeout
 	c.mu.Lock()
 	c.qs = qs
 	c.mu.Unlock()
-	c.calls = newBatchedCalls(c.client, c.queueURL, max(deleteCallsPerPoller*c.s.pollers, minDeleteCalls))
 	c.freeSlots = c.s.concurrency
 	c.inflight = make(map[string]*Lease)
 	c.work = make(chan *Lease)
@@ -460,7 +461,7 @@ func (c *Consumer) dispatch(raw types.Message, sent time.Time, cfg *leaseConfig,
 		c.releaseRaw(raw, 0)
 		return
 	}
-	l := newLease(c.calls, c.queueURL, raw, sent, cfg)
+	l := newLease(raw, sent, cfg)
 	m := l.msg
 	// Not a child of any Run-scoped context: cancelling Run's context
 	// must not interrupt handlers (shutdown cancels each one itself), and

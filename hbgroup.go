@@ -43,7 +43,7 @@ func (g *hbGroup) add(l *Lease, at time.Time) bool {
 	case !g.at.Equal(at):
 		return false
 	}
-	l.groupIdx = len(g.leases)
+	l.groupIdx = uint8(len(g.leases)) // at most MaxBatchSize
 	g.leases = append(g.leases, l)
 	g.left++
 	return true
@@ -62,7 +62,7 @@ func (g *hbGroup) fireAt() time.Time {
 func (g *hbGroup) remove(l *Lease) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.fired || l.groupIdx >= len(g.leases) || g.leases[l.groupIdx] != l {
+	if g.fired || int(l.groupIdx) >= len(g.leases) || g.leases[l.groupIdx] != l {
 		return false
 	}
 	g.leases[l.groupIdx] = nil

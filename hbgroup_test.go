@@ -34,7 +34,7 @@ func groupedLeases(t *testing.T, b bundle, n int, owner *sync.WaitGroup) ([]*Lea
 	g := newHBGroup(owner)
 	leases := make([]*Lease, n)
 	for i, m := range out.Messages {
-		leases[i] = newLease(calls, b.url, m, sent, &cfg)
+		leases[i] = newTestLease(calls, b.url, m, sent, &cfg)
 		leases[i].start(context.Background(), g)
 	}
 	return leases, g, calls

@@ -94,7 +94,7 @@ func (l *Lease) renew(bg context.Context, now time.Time, p step, handle string, 
 	// leaves room for retries before the deadline.
 	callTimeout := min(p.deadline.Sub(now)/2, 10*time.Second)
 	ctx, cancel := context.WithTimeout(bg, callTimeout)
-	err := l.calls.changeVisibility(ctx, handle, int32(p.renewFor/time.Second))
+	err := l.cfg.calls.changeVisibility(ctx, handle, int32(p.renewFor/time.Second))
 	cancel()
 	if bg.Err() != nil {
 		return true // stopped

@@ -28,6 +28,8 @@ type leaseConfig struct {
 	grace    time.Duration // cancel the handler this long before the ceiling
 	observer Observer
 	stats    *StatsRecorder // a Consumer's: counts every event
+	calls    sqsCalls       // how the leases reach SQS
+	queueURL string
 	logger   *slog.Logger
 }
 
@@ -80,9 +82,7 @@ const (
 // be called more than once; after a Delete or Release succeeded they
 // return ErrLeaseSettled without calling SQS.
 type Lease struct {
-	calls    sqsCalls
-	queueURL string
-	cfg      *leaseConfig // shared by the leases of one receive; read-only
+	cfg *leaseConfig // shared by the leases of one receive; read-only
 	// msg is the leased message, allocated with the lease. Its ID,
 	// GroupID and ReceivedAt (the first receive in this process, the
 	// observer's clock) never change.
@@ -120,6 +120,7 @@ type Lease struct {
 	started      bool
 	stopped      bool
 	hbRunning    bool      // the heartbeat goroutine has begun
+	groupIdx     uint8     // l's index in group.leases
 	receivedAt   time.Time // latest receive: the ceiling counts from it
 	deadline     time.Time // confirmed end of visibility
 	nextRenew    time.Time
@@ -127,7 +128,7 @@ type Lease struct {
 	renewals     int32       // confirmed renewals and extensions
 	hb           *time.Timer // starts the heartbeat when it first has work
 	group        *hbGroup    // or: the group whose timer will start it
-	groupIdx     int         // l's index in group.leases
+
 	// Made by the heartbeat goroutine when it begins (most leases never
 	// need them): kick wakes it when the schedule changed; cancelling bg
 	// stops it and cancels its call in flight.
@@ -135,7 +136,7 @@ type Lease struct {
 	bgCancel context.CancelFunc
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
-	watchers []*func(time.Time)
+	watchers *[]*func(time.Time) // made by the first OnDeadline
 }
 
 // NewLease makes a Lease for m, received from queueURL, that makes one SQS
@@ -165,7 +166,8 @@ func NewLease(c Client, queueURL string, m types.Message, opts ...LeaseOption) (
 	if at.IsZero() {
 		at = time.Now()
 	}
-	return newLease(singleCalls{client: c, queueURL: queueURL}, queueURL, m, at, &cfg), nil
+	cfg.calls, cfg.queueURL = singleCalls{client: c, queueURL: queueURL}, queueURL
+	return newLease(m, at, &cfg), nil
 }
 
 // leasedMessage puts a lease and its message in one allocation.
@@ -177,7 +179,7 @@ type leasedMessage struct {
 // newLease makes a lease and its Message from raw, received with the
 // request sent at receivedAt; cfg must not change afterwards (leases
 // share it).
-func newLease(calls sqsCalls, queueURL string, raw types.Message, receivedAt time.Time, cfg *leaseConfig) *Lease {
+func newLease(raw types.Message, receivedAt time.Time, cfg *leaseConfig) *Lease {
 	count, _ := strconv.ParseInt(raw.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)], 10, 32)
 	lm := &leasedMessage{}
 	l, m := &lm.lease, &lm.msg
@@ -191,7 +193,7 @@ func newLease(calls sqsCalls, queueURL string, raw types.Message, receivedAt tim
 		ReceivedAt:        receivedAt,
 		Lease:             l,
 	}
-	l.calls, l.queueURL, l.cfg, l.msg = calls, queueURL, cfg, m
+	l.cfg, l.msg = cfg, m
 	l.handle, l.receivedAt = aws.ToString(raw.ReceiptHandle), receivedAt
 	l.receiveCount = int32(count)
 	l.deadline = receivedAt.Add(min(cfg.lease, cfg.maxLease))
@@ -321,7 +323,7 @@ func (l *Lease) Deadline() time.Time {
 func (l *Lease) MessageID() string { return l.msg.ID }
 
 // QueueURL returns the URL of the queue the message came from.
-func (l *Lease) QueueURL() string { return l.queueURL }
+func (l *Lease) QueueURL() string { return l.cfg.queueURL }
 
 // Err reports why the lease ended: nil while it is active or after a
 // successful Delete or Release; an error matching ErrLeaseLost or
@@ -354,14 +356,19 @@ func (l *Lease) stateErrLocked(settledIsErr bool) error {
 func (l *Lease) OnDeadline(fn func(deadline time.Time)) (remove func()) {
 	p := &fn
 	l.mu.Lock()
-	l.watchers = append(l.watchers, p)
+	if l.watchers == nil {
+		l.watchers = new([]*func(time.Time))
+	}
+	*l.watchers = append(*l.watchers, p)
 	l.mu.Unlock()
 	return func() {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		for i, w := range l.watchers {
+		ws := *l.watchers
+		for i, w := range ws {
 			if w == p {
-				l.watchers = append(l.watchers[:i:i], l.watchers[i+1:]...)
+				// A new slice: notify may be ranging over the old one.
+				*l.watchers = append(ws[:i:i], ws[i+1:]...)
 				return
 			}
 		}
@@ -394,11 +401,19 @@ func (l *Lease) adopt(receiptHandle string, receivedAt time.Time, receiveCount i
 	l.noRenew = false
 	l.deadline = receivedAt.Add(min(vis, l.cfg.maxLease))
 	l.nextRenew = l.deadline.Add(-(l.cfg.lease - l.cfg.interval))
-	watchers, deadline := l.watchers, l.deadline
+	watchers, deadline := l.watcherList(), l.deadline
 	l.mu.Unlock()
 	l.wake()
 	notify(watchers, deadline)
 	return true
+}
+
+// watcherList returns the OnDeadline functions; the caller holds l.mu.
+func (l *Lease) watcherList() []*func(time.Time) {
+	if l.watchers == nil {
+		return nil
+	}
+	return *l.watchers
 }
 
 func notify(watchers []*func(time.Time), d time.Time) {
@@ -474,7 +489,7 @@ func (l *Lease) Delete(ctx context.Context) error {
 }
 
 func (l *Lease) deleteCall(ctx context.Context, handle string) error {
-	return l.calls.deleteMessage(ctx, handle)
+	return l.cfg.calls.deleteMessage(ctx, handle)
 }
 
 // deleteAsync is Delete for a Consumer's settlement, without the wait: it
@@ -486,7 +501,7 @@ func (l *Lease) deleteCall(ctx context.Context, handle string) error {
 // is in flight or the lease cannot be deleted: the caller then uses Delete.
 // done should be a long-lived func value: deleteAsync allocates nothing.
 func (l *Lease) deleteAsync(done func(*Lease, error)) bool {
-	bc, ok := l.calls.(*batchedCalls)
+	bc, ok := l.cfg.calls.(*batchedCalls)
 	if !ok {
 		return false
 	}
@@ -547,7 +562,7 @@ func (l *Lease) Release(ctx context.Context, after time.Duration) error {
 		l.mu.Lock()
 		set = l.visibilityForLocked(time.Now(), after.Round(time.Second))
 		l.mu.Unlock()
-		return l.calls.changeVisibility(cctx, handle, int32(set/time.Second))
+		return l.cfg.calls.changeVisibility(cctx, handle, int32(set/time.Second))
 	})
 	l.endSettle(err, leaseReleased, EventReleased, set)
 	return err
@@ -577,7 +592,7 @@ func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
 		if set < time.Second {
 			return ErrLeaseCeiling
 		}
-		return l.calls.changeVisibility(cctx, handle, int32(set/time.Second))
+		return l.cfg.calls.changeVisibility(cctx, handle, int32(set/time.Second))
 	})
 	if err != nil {
 		return err
@@ -596,7 +611,7 @@ func (l *Lease) confirmVisibility(sent time.Time, set time.Duration) {
 	l.deadline = sent.Add(set)
 	l.nextRenew = l.deadline.Add(-(l.cfg.lease - l.cfg.interval))
 	l.renewals++
-	watchers, deadline := l.watchers, l.deadline
+	watchers, deadline := l.watcherList(), l.deadline
 	l.mu.Unlock()
 	l.wake()
 	l.emit(EventRenewed, set, nil)
@@ -830,7 +845,7 @@ func (l *Lease) emit(kind EventKind, vis time.Duration, err error) {
 	now := time.Now()
 	l.cfg.observer.Observe(Event{
 		Kind:         kind,
-		QueueURL:     l.queueURL,
+		QueueURL:     l.cfg.queueURL,
 		MessageID:    l.msg.ID,
 		ReceiveCount: count,
 		GroupID:      l.msg.GroupID,
@@ -846,5 +861,5 @@ func (l *Lease) log(level slog.Level, msg string, args ...any) {
 	if l.cfg.logger == nil {
 		return
 	}
-	l.cfg.logger.Log(context.Background(), level, msg, append([]any{"message_id", l.msg.ID, "queue_url", l.queueURL}, args...)...)
+	l.cfg.logger.Log(context.Background(), level, msg, append([]any{"message_id", l.msg.ID, "queue_url", l.cfg.queueURL}, args...)...)
 }

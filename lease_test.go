@@ -548,7 +548,7 @@ func TestAsyncDeleteRepeatsWithAdoptedHandle(t *testing.T) {
 		defer calls.close()
 		cfg, err := (&settings{maxLease: MaxVisibilityTimeout}).leaseConfig(30 * time.Second)
 		require.NoError(t, err)
-		l := newLease(calls, b.url, msg, sent, &cfg)
+		l := newTestLease(calls, b.url, msg, sent, &cfg)
 		l.Start(context.Background())
 		defer l.Stop()
 
@@ -583,7 +583,7 @@ func TestAsyncDeleteDeclines(t *testing.T) {
 		defer calls.close()
 		cfg, err := (&settings{maxLease: MaxVisibilityTimeout}).leaseConfig(30 * time.Second)
 		require.NoError(t, err)
-		l := newLease(calls, b.url, msg, sent, &cfg)
+		l := newTestLease(calls, b.url, msg, sent, &cfg)
 		require.True(t, l.acquireCall(nil)) // a renewal in flight
 		require.False(t, l.deleteAsync(func(*Lease, error) { t.Error("called") }))
 		l.releaseCall()
@@ -591,4 +591,14 @@ func TestAsyncDeleteDeclines(t *testing.T) {
 		require.False(t, l.deleteAsync(func(*Lease, error) { t.Error("called") }))
 		require.Equal(t, 1, b.srv.Calls()["DeleteMessageBatch"])
 	})
+}
+
+// newTestLease is newLease for a test's own calls and queue. It writes
+// them into cfg only when they differ, which is at the first call, before
+// any lease sharing cfg runs; later calls only read it.
+func newTestLease(calls sqsCalls, queueURL string, m types.Message, at time.Time, cfg *leaseConfig) *Lease {
+	if cfg.calls != calls || cfg.queueURL != queueURL {
+		cfg.calls, cfg.queueURL = calls, queueURL
+	}
+	return newLease(m, at, cfg)
 }

@@ -39,7 +39,7 @@ func TestRenewalsCoalesce(t *testing.T) {
 			})
 			require.NoError(t, err)
 			for _, m := range out.Messages {
-				l := newLease(calls, b.url, m, sent, &cfg)
+				l := newTestLease(calls, b.url, m, sent, &cfg)
 				l.Start(context.Background())
 				leases = append(leases, l)
 			}
@@ -102,7 +102,7 @@ func TestManyLeasesRenewOnTime(t *testing.T) {
 			fake.mu.Lock()
 			fake.deadline[h] = at.Add(30 * time.Second)
 			fake.mu.Unlock()
-			leases[i] = newLease(vis, "q", m, at, &cfg)
+			leases[i] = newTestLease(vis, "q", m, at, &cfg)
 			leases[i].Start(context.Background())
 		}
 		synctest.Wait()
