@@ -42,6 +42,12 @@ type Consumer struct {
 	// settling counts messages whose handler succeeded and gave its slot
 	// back before SQS confirmed the delete; at most the concurrency.
 	settling int
+	// starting counts messages handed to a worker whose handler has not
+	// begun. While a batch's worth are starting, the process is not
+	// keeping up (CPU-bound), and pollers wait rather than receive
+	// messages that would only queue here, leased, unavailable to other
+	// consumers.
+	starting int
 	// slotFreed is made by a poller that waits for slots, and closed (and
 	// cleared) when slotWant slots are free: the fewest a waiting poller
 	// will take (a full batch while it gathers, 1 after). Waking pollers
@@ -289,6 +295,9 @@ func (c *Consumer) acquire(ctx context.Context, n int, gather bool, timer *time.
 	for {
 		c.slotMu.Lock()
 		free := c.freeSlots
+		if c.starting >= c.s.batchSize {
+			free = 0
+		}
 		if free >= n || (free >= 1 && timedOut) {
 			take := min(free, n)
 			c.freeSlots -= take
@@ -328,11 +337,28 @@ func (c *Consumer) free(n int) {
 	}
 	c.slotMu.Lock()
 	c.freeSlots += n
-	if c.slotFreed != nil && c.freeSlots >= c.slotWant {
+	c.wakePollersLocked()
+	c.slotMu.Unlock()
+}
+
+// begun counts a delivery out of starting: its worker picked it up.
+func (c *Consumer) begun() {
+	c.slotMu.Lock()
+	c.starting--
+	if c.starting == c.s.batchSize-1 {
+		c.wakePollersLocked()
+	}
+	c.slotMu.Unlock()
+}
+
+// wakePollersLocked wakes the waiting pollers if what they wait for is
+// there: slotWant free slots, and fewer than a batch's worth of messages
+// still starting. The caller holds slotMu.
+func (c *Consumer) wakePollersLocked() {
+	if c.slotFreed != nil && c.freeSlots >= c.slotWant && c.starting < c.s.batchSize {
 		close(c.slotFreed)
 		c.slotFreed = nil
 	}
-	c.slotMu.Unlock()
 }
 
 // takeSettleSlot reserves room for one more message that has given its
@@ -490,6 +516,9 @@ const workerIdle = 30 * time.Second
 // workers busy than handler slots.
 func (c *Consumer) start(d *Lease) {
 	c.handlers.Add(1)
+	c.slotMu.Lock()
+	c.starting++
+	c.slotMu.Unlock()
 	select {
 	case c.work <- d:
 		return
@@ -519,6 +548,7 @@ func (c *Consumer) worker(d *Lease) {
 // handle runs the handler for one delivery and settles it, then starts the
 // next message of its FIFO group, if any.
 func (c *Consumer) handle(d *Lease) {
+	c.begun()
 	if c.stopping.Load() {
 		c.settle(d, nil, false)
 		return
