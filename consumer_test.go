@@ -807,7 +807,7 @@ func TestSucceededHandlerFreesSlotBeforeDeleteConfirms(t *testing.T) {
 	})
 }
 
-// While a batch's worth of received messages wait for their worker to begin
+// While two batches' worth of received messages wait for their worker to begin
 // (the process is not keeping up), pollers receive nothing more, free slots
 // or not: the messages would only queue here, leased.
 func TestPollersWaitWhileMessagesAreStarting(t *testing.T) {
@@ -817,14 +817,15 @@ func TestPollersWaitWhileMessagesAreStarting(t *testing.T) {
 			WithVisibilityTimeout(30*time.Second), WithConcurrency(50))
 		require.NoError(t, err)
 		c.freeSlots = 50
-		c.starting = 10
+		c.startingLimit = startingBatches * 10
+		c.starting = c.startingLimit
 		timer := time.NewTimer(time.Hour)
 		timer.Stop()
 		got := make(chan int, 1)
 		go func() { got <- c.acquire(context.Background(), 10, true, timer) }()
 		time.Sleep(time.Second)
 		synctest.Wait()
-		require.Empty(t, got, "50 free slots, but 10 messages still starting: no receive")
+		require.Empty(t, got, "50 free slots, but 20 messages still starting: no receive")
 		c.begun()
 		require.Equal(t, 10, <-got, "one began: the poller takes a batch's worth")
 		c.slotMu.Lock()
