@@ -354,8 +354,9 @@ func (r *StatsRecorder) settled(d time.Duration, renewals int) {
 // unstarted counts a message handed back before its handler started.
 func (r *StatsRecorder) unstarted() { r.dc.releasedUnstarted.Add(1) }
 
-// directStatsLocked fills s from the direct counters.
-func (r *StatsRecorder) directStatsLocked(s *Stats) {
+// directStats fills s with a Consumer-owned recorder's counters and
+// returns its settled-renewal sums and receive counts.
+func (r *StatsRecorder) directStats(s *Stats) (renewalsSettled, renewedSettled int64, receiveCounts map[int]int64) {
 	k := &r.dc.kinds
 	s.Received, s.Adopted, s.Started = k[EventReceived].Load(), k[EventAdopted].Load(), k[EventStarted].Load()
 	s.Succeeded, s.Failed, s.Renewals = k[EventSucceeded].Load(), k[EventFailed].Load(), k[EventRenewed].Load()
@@ -363,12 +364,13 @@ func (r *StatsRecorder) directStatsLocked(s *Stats) {
 	s.LeasesLost, s.LeasesExpired = k[EventLeaseLost].Load(), k[EventLeaseExpired].Load()
 	s.Deleted, s.Released = k[EventDeleted].Load(), k[EventReleased].Load()
 	s.Processed, s.ReleasedUnstarted = r.dc.processed.Load(), r.dc.releasedUnstarted.Load()
-	r.renewalsSettled, r.renewedSettled = r.dc.renewalsSettled.Load(), r.dc.renewedSettled.Load()
+	receiveCounts = map[int]int64{}
 	for i := range r.dc.receiveCounts {
 		if n := r.dc.receiveCounts[i].Load(); n > 0 {
-			r.receiveCounts[i] = n
+			receiveCounts[i] = n
 		}
 	}
+	return r.dc.renewalsSettled.Load(), r.dc.renewedSettled.Load(), receiveCounts
 }
 
 func (r *StatsRecorder) settleLocked(key msgKey, st *msgState) {
@@ -396,20 +398,24 @@ func (r *StatsRecorder) pruneLocked(now time.Time) {
 
 // Stats returns the figures so far.
 func (r *StatsRecorder) Stats() Stats {
-	r.mu.Lock()
-	s := r.c
+	var s Stats
+	var renewalsSettled, renewedSettled int64
 	if r.direct {
-		r.directStatsLocked(&s)
-	}
-	s.ReceiveCounts = make(map[int]int64, len(r.receiveCounts))
-	for k, v := range r.receiveCounts {
-		s.ReceiveCounts[k] = v
+		renewalsSettled, renewedSettled, s.ReceiveCounts = r.directStats(&s)
+	} else {
+		r.mu.Lock()
+		s = r.c
+		renewalsSettled, renewedSettled = r.renewalsSettled, r.renewedSettled
+		s.ReceiveCounts = make(map[int]int64, len(r.receiveCounts))
+		for k, v := range r.receiveCounts {
+			s.ReceiveCounts[k] = v
+		}
+		r.mu.Unlock()
 	}
 	if s.Processed > 0 {
-		s.RenewalsPerMessage = float64(r.renewalsSettled) / float64(s.Processed)
-		s.RenewedShare = float64(r.renewedSettled) / float64(s.Processed)
+		s.RenewalsPerMessage = float64(renewalsSettled) / float64(s.Processed)
+		s.RenewedShare = float64(renewedSettled) / float64(s.Processed)
 	}
-	r.mu.Unlock()
 
 	snap := r.all.Snapshot()
 	s.dist = &snap

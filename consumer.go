@@ -49,11 +49,11 @@ type Consumer struct {
 	// consumers.
 	starting      int
 	startingLimit int // set at Run: startingBatches batches
-	// slotFreed is made by a poller that waits for slots, and closed (and
-	// cleared) when slotWant slots are free: the fewest a waiting poller
-	// will take (a full batch while it gathers, 1 after). Waking pollers
-	// for fewer would only send them back to sleep.
-	slotFreed chan struct{}
+	// slotFreed wakes the waiting pollers when slotWant slots are free:
+	// the fewest a waiting poller will take (a full batch while it
+	// gathers, 1 after). Waking pollers for fewer would only send them
+	// back to sleep.
+	slotFreed wakeup
 	slotWant  int
 
 	// afterDelete is c.deleted as a func value made once: a lease's
@@ -313,8 +313,7 @@ func (c *Consumer) acquire(ctx context.Context, n int, gather bool, timer *time.
 			c.slotMu.Unlock()
 			return take
 		}
-		if c.slotFreed == nil {
-			c.slotFreed = make(chan struct{})
+		if !c.slotFreed.waiting() {
 			c.slotWant = n
 		}
 		// Wake for the first free slot (to start gathering, or to take
@@ -324,7 +323,7 @@ func (c *Consumer) acquire(ctx context.Context, n int, gather bool, timer *time.
 			want = 1
 		}
 		c.slotWant = min(c.slotWant, want)
-		freed := c.slotFreed
+		freed := c.slotFreed.wait()
 		c.slotMu.Unlock()
 		if free >= 1 && !armed {
 			timer.Reset(receiveGather)
@@ -364,9 +363,8 @@ func (c *Consumer) begun() {
 // there: slotWant free slots, and fewer than startingLimit messages
 // still starting. The caller holds slotMu.
 func (c *Consumer) wakePollersLocked() {
-	if c.slotFreed != nil && c.freeSlots >= c.slotWant && c.starting < c.startingLimit {
-		close(c.slotFreed)
-		c.slotFreed = nil
+	if c.freeSlots >= c.slotWant && c.starting < c.startingLimit {
+		c.slotFreed.fire()
 	}
 }
 
@@ -473,12 +471,11 @@ func (c *Consumer) dispatch(raw types.Message, sent time.Time, cfg *leaseConfig,
 		c.free(1)
 		return
 	}
-	count, _ := strconv.Atoi(raw.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
-
 	c.mu.Lock()
 	if d, ok := c.inflight[id]; ok {
 		c.mu.Unlock()
 		c.free(1)
+		count, _ := strconv.Atoi(raw.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
 		if d.adopt(handle, sent, count, cfg.lease) {
 			c.log(slog.LevelInfo, "sqsconsumer: message redelivered while still being handled here; the running lease adopted the new receipt handle", "message_id", id, "receive_count", count)
 			c.observeCount(EventAdopted, d.msg, count, nil)
@@ -613,18 +610,12 @@ func (c *Consumer) settle(l *Lease, err error, ran bool) {
 		// While SQS confirms the delete the handler slot can take the
 		// next message: the lease keeps renewing until then. At most
 		// the concurrency of such messages are held at once.
-		l.slotEarly = c.takeSettleSlot()
-		if l.deleteAsync(c.afterDelete) {
-			if l.slotEarly {
-				c.free(1)
-			}
-			return // c.deleted finishes
+		if l.slotEarly = c.takeSettleSlot(); l.slotEarly {
+			c.free(1)
 		}
-		if l.slotEarly {
-			l.slotEarly = false
-			c.giveSettleSlot()
-		}
-		c.deleted(l, l.Delete(ctx))
+		if !l.deleteAsync(c.afterDelete) {
+			c.deleted(l, l.Delete(ctx))
+		} // else c.deleted finishes when SQS answers
 		return
 	default:
 		c.observe(EventFailed, m, err)

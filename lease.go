@@ -106,10 +106,9 @@ type Lease struct {
 	// in flight: one call at a time, so each answer is judged knowing
 	// every earlier one (a renewal refused because our own delete landed
 	// first must not read as a lost lease, and a refused renewal must
-	// stop a delete). callFreed, made by a caller that waits, is closed
-	// when the token is given back.
+	// stop a delete). callFreed wakes the callers waiting for it.
 	calling   bool
-	callFreed chan struct{}
+	callFreed wakeup
 
 	handle       string
 	handleGen    uint32 // counts adopted handles
@@ -430,7 +429,12 @@ func (l *Lease) wake() {
 		// group's (later is fine: the heartbeat starts and sleeps).
 		if l.state != leaseActive {
 			l.cancelPendingLocked()
-		} else if wake := l.firstWakeLocked(time.Now()); time.Now().Add(wake).Before(l.group.fireAt()) && l.group.remove(l) {
+			l.mu.Unlock()
+			return
+		}
+		now := time.Now()
+		wake := l.firstWakeLocked(now)
+		if now.Add(wake).Before(l.group.fireAt()) && l.group.remove(l) {
 			l.group = nil
 			l.hb = time.AfterFunc(wake, l.heartbeat) // the lease keeps its hbWG count
 		}
@@ -517,8 +521,8 @@ func (l *Lease) deleteAsync(done func(*Lease, error)) bool {
 	if err := bc.del.Submit(handle, deadline, asyncDeleted, l); err != nil {
 		l.mu.Lock()
 		l.settling = false
+		l.releaseCallLocked()
 		l.mu.Unlock()
-		l.releaseCall()
 		return false
 	}
 	return true
@@ -529,8 +533,8 @@ func asyncDeleted(arg any, err error) {
 	l := arg.(*Lease)
 	l.mu.Lock()
 	superseded := l.handleGen != l.asyncGen
+	l.releaseCallLocked()
 	l.mu.Unlock()
-	l.releaseCall()
 	if err == nil && !superseded {
 		l.endSettle(nil, leaseDeleted, EventDeleted, 0)
 		l.asyncDone(l, nil)
@@ -721,10 +725,7 @@ func (l *Lease) acquireCall(done <-chan struct{}) bool {
 			l.mu.Unlock()
 			return true
 		}
-		if l.callFreed == nil {
-			l.callFreed = make(chan struct{})
-		}
-		freed := l.callFreed
+		freed := l.callFreed.wait()
 		l.mu.Unlock()
 		select {
 		case <-freed:
@@ -737,12 +738,13 @@ func (l *Lease) acquireCall(done <-chan struct{}) bool {
 // releaseCall gives the call token back.
 func (l *Lease) releaseCall() {
 	l.mu.Lock()
-	l.calling = false
-	if l.callFreed != nil {
-		close(l.callFreed)
-		l.callFreed = nil
-	}
+	l.releaseCallLocked()
 	l.mu.Unlock()
+}
+
+func (l *Lease) releaseCallLocked() {
+	l.calling = false
+	l.callFreed.fire()
 }
 
 // attempt makes one call of callWithRetry; the caller holds the call token.
@@ -752,7 +754,7 @@ func (l *Lease) attempt(ctx context.Context, call func(context.Context, string) 
 		l.mu.Unlock()
 		return outcome{final: true, err: err}
 	}
-	handle, deadline := l.handle, l.deadline
+	handle, gen, deadline := l.handle, l.handleGen, l.deadline
 	l.mu.Unlock()
 	if !time.Now().Before(deadline) {
 		l.expire(deadline)
@@ -761,14 +763,15 @@ func (l *Lease) attempt(ctx context.Context, call func(context.Context, string) 
 	cctx, cancel := context.WithDeadline(ctx, deadline)
 	err := call(cctx, handle)
 	cancel()
-	return outcome{superseded: l.supersededBy(handle), err: err}
+	return outcome{superseded: l.supersededSince(gen), err: err}
 }
 
-// supersededBy reports whether handle is no longer the newest.
-func (l *Lease) supersededBy(handle string) bool {
+// supersededSince reports whether a handle newer than generation gen was
+// adopted.
+func (l *Lease) supersededSince(gen uint32) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return handle != l.handle
+	return l.handleGen != gen
 }
 
 // retryDelay is the jittered pause before retry attempt n (0-based) of a
