@@ -40,7 +40,8 @@ func BenchmarkRenewalLibrary(b *testing.B) {
 	b.ReportAllocs()
 	b.SetParallelism(64)
 	b.RunParallel(func(pb *testing.PB) {
-		l := newLease(types.Message{MessageId: aws.String("m"), ReceiptHandle: aws.String("h")}, time.Now(), &cfg)
+		now := time.Now()
+		l := newLease(types.Message{MessageId: aws.String("m"), ReceiptHandle: aws.String("h")}, now, now, &cfg)
 		for pb.Next() {
 			now := time.Now()
 			if err := calls.changeVisibility(context.Background(), "h", 30); err != nil {

@@ -430,6 +430,8 @@ func (c *Consumer) poll(ctx context.Context, stop context.CancelCauseFunc) {
 			failures++
 			continue
 		}
+		arrived := time.Now()
+		handedOver := HandoverTime(sent, arrived)
 		failures = 0
 		full = len(out.Messages) >= n
 		if len(out.Messages) > n {
@@ -444,7 +446,7 @@ func (c *Consumer) poll(ctx context.Context, stop context.CancelCauseFunc) {
 		c.free(n - len(out.Messages))
 		g := newHBGroup(&c.hbStarters)
 		for _, m := range out.Messages {
-			c.dispatch(m, sent, cfg, g)
+			c.dispatch(m, handedOver, arrived, cfg, g)
 		}
 	}
 }
@@ -463,8 +465,10 @@ func receiveBackoff(n int) time.Duration {
 // dispatch takes one received message: a redelivery of a message already
 // held here is adopted by its lease; anything else gets a lease at once
 // (so it is renewed while it waits) and a handler when its turn comes.
-// It owns one slot for the message.
-func (c *Consumer) dispatch(raw types.Message, sent time.Time, cfg *leaseConfig, g *hbGroup) {
+// It owns one slot for the message. handedOver is the receive's
+// conservative hand-over estimate (the lease clock), arrived when its
+// answer came.
+func (c *Consumer) dispatch(raw types.Message, handedOver, arrived time.Time, cfg *leaseConfig, g *hbGroup) {
 	id, handle := aws.ToString(raw.MessageId), aws.ToString(raw.ReceiptHandle)
 	if id == "" || handle == "" {
 		c.log(slog.LevelError, "sqsconsumer: ReceiveMessage returned a message without MessageId or ReceiptHandle; skipping it", "message_id", id)
@@ -476,7 +480,7 @@ func (c *Consumer) dispatch(raw types.Message, sent time.Time, cfg *leaseConfig,
 		c.mu.Unlock()
 		c.free(1)
 		count, _ := strconv.Atoi(raw.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
-		if d.adopt(handle, sent, count, cfg.lease) {
+		if d.adopt(handle, handedOver, count, cfg.lease) {
 			c.log(slog.LevelInfo, "sqsconsumer: message redelivered while still being handled here; the running lease adopted the new receipt handle", "message_id", id, "receive_count", count)
 			c.observeCount(EventAdopted, d.msg, count, nil)
 			return
@@ -493,7 +497,7 @@ func (c *Consumer) dispatch(raw types.Message, sent time.Time, cfg *leaseConfig,
 		c.releaseRaw(raw, 0)
 		return
 	}
-	l := newLease(raw, sent, cfg)
+	l := newLease(raw, handedOver, arrived, cfg)
 	m := l.msg
 	// Not a child of any Run-scoped context: cancelling Run's context
 	// must not interrupt handlers (shutdown cancels each one itself), and
@@ -659,7 +663,7 @@ func (c *Consumer) finish(l *Lease, failed, ran bool) {
 	m := l.msg
 	l.Stop()
 	if ran {
-		c.stats.settled(time.Since(m.ReceivedAt), l.renewalCount())
+		c.stats.settled(time.Since(l.arrived), l.renewalCount())
 	} else {
 		c.stats.unstarted()
 	}
@@ -801,6 +805,15 @@ func (c *Consumer) observe(kind EventKind, m *Message, err error) {
 	c.observeCount(kind, m, m.ReceiveCount, err)
 }
 
+// arrivedAt is when the answer that first delivered m reached this
+// process: events count from it.
+func arrivedAt(m *Message) time.Time {
+	if m.Lease != nil && !m.Lease.arrived.IsZero() {
+		return m.Lease.arrived
+	}
+	return m.ReceivedAt
+}
+
 func (c *Consumer) observeCount(kind EventKind, m *Message, count int, err error) {
 	c.stats.countKind(kind, count)
 	if c.s.observer == nil {
@@ -814,7 +827,7 @@ func (c *Consumer) observeCount(kind EventKind, m *Message, count int, err error
 		ReceiveCount: count,
 		GroupID:      m.GroupID,
 		Time:         now,
-		SinceReceive: now.Sub(m.ReceivedAt),
+		SinceReceive: now.Sub(arrivedAt(m)),
 		Err:          err,
 		Message:      m,
 	})

@@ -833,3 +833,111 @@ func TestPollersWaitWhileMessagesAreStarting(t *testing.T) {
 		require.Equal(t, 40, c.freeSlots)
 	})
 }
+
+// Semantics 1 on a quiet queue: a message that arrives 8 s into a 20 s long
+// poll is handed to its handler under a live lease, whatever the lease
+// length, and is deleted on its first delivery. Counting the lease from the
+// poll's sending made every lease under 8 s dead on arrival.
+func TestQuietQueueLeaseIsLiveOnArrival(t *testing.T) {
+	t.Parallel()
+	for _, lease := range []time.Duration{3 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second} {
+		t.Run(lease.String(), func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				b := setup(t, nil)
+				rec := &recorder{}
+				type seen struct {
+					ctxErr     error
+					count      int
+					receivedAt time.Time
+				}
+				got := make(chan seen, 4)
+				c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+					got <- seen{ctxErr: context.Cause(ctx), count: m.ReceiveCount, receivedAt: m.ReceivedAt}
+					time.Sleep(lease / 2) // work that needs most of the lease
+					return ctx.Err()
+				}), WithVisibilityTimeout(lease), WithObserver(rec))
+				require.NoError(t, err)
+				stop := running(t, c)
+				synctest.Wait() // the poll is waiting on an empty queue
+				time.Sleep(8 * time.Second)
+				id, err := b.srv.Send(b.url, "late")
+				require.NoError(t, err)
+				arrived := time.Now()
+				s := <-got
+				require.NoError(t, s.ctxErr, "the handler's context must be live on arrival")
+				require.Equal(t, arrived.Add(-time.Second), s.receivedAt, "the lease clock starts a second before the answer, not at the poll's sending")
+				require.Equal(t, 1, s.count)
+				time.Sleep(lease) // handler done, delete confirmed
+				synctest.Wait()
+				require.NoError(t, stop())
+				st := b.state(t, id)
+				require.True(t, st.Deleted, "deleted on its first delivery")
+				require.Equal(t, 1, st.ReceiveCount, "no receive count wasted")
+				require.Zero(t, rec.count(EventLeaseExpired))
+				require.Zero(t, rec.count(EventLeaseLost))
+				require.Len(t, got, 0, "handled once")
+			})
+		})
+	}
+}
+
+// A lease due for renewal when its message arrives is renewed at once: with
+// a 3 s lease (renewal every second) and the clock starting a second
+// before the answer, the first renewal goes out on arrival.
+func TestQuietQueueRenewsAtOnceWhenDueOnArrival(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		rec := &recorder{}
+		release := make(chan struct{})
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			<-release
+			return nil
+		}), WithVisibilityTimeout(3*time.Second), WithObserver(rec))
+		require.NoError(t, err)
+		stop := running(t, c)
+		synctest.Wait()
+		time.Sleep(8 * time.Second)
+		id, err := b.srv.Send(b.url, "late")
+		require.NoError(t, err)
+		sentAt := time.Now()
+		time.Sleep(batchWindow)
+		synctest.Wait()
+		st := b.state(t, id)
+		require.NotEmpty(t, st.VisibilityChanges, "renewed at once")
+		require.Equal(t, sentAt, st.VisibilityChanges[0].At.Add(-batchWindow), "the first renewal left on arrival (plus the batch window)")
+		close(release)
+		synctest.Wait()
+		require.NoError(t, stop())
+		require.True(t, b.state(t, id).Deleted)
+		require.Zero(t, rec.count(EventLeaseExpired))
+	})
+}
+
+// Statistics measure work, not the long poll's wait: 20 ms jobs arriving
+// 6 s apart on an idle queue are 20 ms jobs, and the advice is the floor.
+func TestQuietQueueStatsMeasureWork(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			time.Sleep(20 * time.Millisecond)
+			return nil
+		}), WithVisibilityTimeout(30*time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		for range 30 {
+			time.Sleep(6 * time.Second)
+			_, err := b.srv.Send(b.url, "job")
+			require.NoError(t, err)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.NoError(t, stop())
+		st := c.Stats()
+		require.EqualValues(t, 30, st.Processed)
+		require.Less(t, st.P99, 100*time.Millisecond, "p99 is the work plus the delete, not the wait")
+		require.Equal(t, 10*time.Second, c.Advice().VisibilityTimeout, "advice at the floor")
+	})
+}

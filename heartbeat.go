@@ -93,6 +93,12 @@ func (l *Lease) renew(bg context.Context, now time.Time, p step, handle string, 
 	// The call gets half the time left (at most 10 s), so a hung request
 	// leaves room for retries before the deadline.
 	callTimeout := min(p.deadline.Sub(now)/2, 10*time.Second)
+	if p.late {
+		callTimeout = min(l.cfg.interval, lateCallTimeout)
+	}
+	l.mu.Lock()
+	l.asked = true
+	l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(bg, callTimeout)
 	err := l.cfg.calls.changeVisibility(ctx, handle, int32(p.renewFor/time.Second))
 	cancel()
@@ -165,6 +171,7 @@ type schedule struct {
 	nextRenew              time.Time
 	ceilingFired           bool
 	noRenew                bool
+	asked                  bool // SQS was asked since the latest receive
 }
 
 func (l *Lease) schedLocked() schedule {
@@ -177,6 +184,7 @@ func (l *Lease) schedLocked() schedule {
 		nextRenew:    l.nextRenew,
 		ceilingFired: l.ceilingFired,
 		noRenew:      l.noRenew,
+		asked:        l.asked,
 	}
 }
 
@@ -186,6 +194,7 @@ type step struct {
 	expired     bool          // the deadline passed unrenewed
 	renewNow    bool          // renew now, asking for renewFor
 	renewFor    time.Duration // whole seconds, clipped to the ceiling
+	late        bool          // renewNow past the estimated deadline: SQS was never asked
 	wake        time.Time     // otherwise sleep until then
 	deadline    time.Time
 }
@@ -201,6 +210,14 @@ func plan(now time.Time, s schedule) step {
 		s.ceilingFired = true
 	}
 	if !now.Before(s.deadline) {
+		// A deadline nobody asked SQS about is only an estimate, and
+		// estimates err early: renew at once, and let SQS's answer
+		// decide whether the lease lives (a refused handle is lost).
+		renewFor := min(s.lease, s.ceiling.Sub(now)-ceilingMargin).Truncate(time.Second)
+		if !s.asked && !s.noRenew && renewFor >= time.Second {
+			st.renewNow, st.renewFor, st.late = true, renewFor, true
+			return st
+		}
 		st.expired = true
 		return st
 	}

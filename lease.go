@@ -20,6 +20,37 @@ import (
 // reaches SQS before the ceiling it was computed against.
 const ceilingMargin = 2 * time.Second
 
+// lateCallTimeout bounds the first call of a lease that is already past
+// its estimated deadline (see Lease.asked).
+const lateCallTimeout = 5 * time.Second
+
+// handoverSlack bounds how long before its answer reached this process SQS
+// may have handed a message over: the answer's way back, SQS's own work
+// after the hand-over, and the client's decoding. Real SQS answers in
+// 5-30 ms, so a second is a wide margin; it only shortens the first lease
+// of a message that waited in a long poll by that much.
+const handoverSlack = time.Second
+
+// HandoverTime estimates, conservatively, when SQS handed over the messages
+// of a ReceiveMessage request sent at sent whose answer arrived at answered:
+// SQS starts a message's visibility timeout at that moment. A long poll
+// answers as soon as it has a message (see "Amazon SQS short and long
+// polling" in the SQS Developer Guide), so the hand-over lies just before
+// the answer, not at the request: the estimate is one second before the
+// answer, but never before the request was sent. It is never later than the
+// real hand-over while the answer took less than a second to travel back,
+// which covers any working network by a wide margin.
+//
+// A Consumer uses it for every lease; give it to WithReceivedAt when you
+// receive messages yourself. It is a pure function, safe anywhere.
+func HandoverTime(sent, answered time.Time) time.Time {
+	t := answered.Add(-handoverSlack)
+	if t.Before(sent) {
+		return sent
+	}
+	return t
+}
+
 // leaseConfig is the validated lease part of the options.
 type leaseConfig struct {
 	lease    time.Duration // visibility each renewal asks for
@@ -84,9 +115,13 @@ const (
 type Lease struct {
 	cfg *leaseConfig // shared by the leases of one receive; read-only
 	// msg is the leased message, allocated with the lease. Its ID,
-	// GroupID and ReceivedAt (the first receive in this process, the
-	// observer's clock) never change.
+	// GroupID and ReceivedAt (the first receive in this process) never
+	// change.
 	msg *Message
+	// arrived is when the first answer that delivered the message reached
+	// this process: events and statistics count from it (the best
+	// estimate of the hand-over, where msg.ReceivedAt is the safe one).
+	arrived time.Time
 
 	// hbWG counts the heartbeat while its timer is armed or its goroutine
 	// runs; Stop waits for it.
@@ -120,8 +155,12 @@ type Lease struct {
 	stopped      bool
 	hbRunning    bool      // the heartbeat goroutine has begun
 	groupIdx     uint8     // l's index in group.leases
-	receivedAt   time.Time // latest receive: the ceiling counts from it
-	deadline     time.Time // confirmed end of visibility
+	receivedAt   time.Time // latest receive's hand-over estimate: the ceiling counts from it
+	deadline     time.Time // confirmed (or, before any call, estimated) end of visibility
+	// asked is set once a visibility call or delete was sent since the
+	// latest receive: until then the deadline is only an estimate, and a
+	// lease past it asks SQS (renews) instead of declaring itself expired.
+	asked        bool
 	nextRenew    time.Time
 	receiveCount int32
 	renewals     int32       // confirmed renewals and extensions
@@ -143,7 +182,8 @@ type Lease struct {
 //
 // The lease assumes m was received with a visibility timeout equal to the
 // lease length (WithVisibilityTimeout, default DefaultVisibilityTimeout),
-// counted from WithReceivedAt (default: now). NewLease returns an error
+// counted from WithReceivedAt (default: one second before NewLease, the
+// estimate HandoverTime makes for an answer that just arrived). NewLease returns an error
 // wrapping ErrInvalidOption for a nil client, an empty queue URL, a message
 // without a receipt handle, or an option out of range.
 func NewLease(c Client, queueURL string, m types.Message, opts ...LeaseOption) (*Lease, error) {
@@ -161,12 +201,13 @@ func NewLease(c Client, queueURL string, m types.Message, opts ...LeaseOption) (
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	now := time.Now()
 	at := s.receivedAt
 	if at.IsZero() {
-		at = time.Now()
+		at = now.Add(-handoverSlack)
 	}
 	cfg.calls, cfg.queueURL = singleCalls{client: c, queueURL: queueURL}, queueURL
-	return newLease(m, at, &cfg), nil
+	return newLease(m, at, now, &cfg), nil
 }
 
 // leasedMessage puts a lease and its message in one allocation.
@@ -175,10 +216,12 @@ type leasedMessage struct {
 	msg   Message
 }
 
-// newLease makes a lease and its Message from raw, received with the
-// request sent at receivedAt; cfg must not change afterwards (leases
-// share it).
-func newLease(raw types.Message, receivedAt time.Time, cfg *leaseConfig) *Lease {
+// newLease makes a lease and its Message from raw. receivedAt is the
+// conservative estimate of when SQS handed the message over (see
+// HandoverTime): the lease clock starts there. arrived is when the answer
+// reached this process: statistics and events count from it. cfg must not
+// change afterwards (leases share it).
+func newLease(raw types.Message, receivedAt, arrived time.Time, cfg *leaseConfig) *Lease {
 	count, _ := strconv.ParseInt(raw.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)], 10, 32)
 	lm := &leasedMessage{}
 	l, m := &lm.lease, &lm.msg
@@ -192,7 +235,7 @@ func newLease(raw types.Message, receivedAt time.Time, cfg *leaseConfig) *Lease 
 		ReceivedAt:        receivedAt,
 		Lease:             l,
 	}
-	l.cfg, l.msg = cfg, m
+	l.cfg, l.msg, l.arrived = cfg, m, arrived
 	l.handle, l.receivedAt = aws.ToString(raw.ReceiptHandle), receivedAt
 	l.receiveCount = int32(count)
 	l.deadline = receivedAt.Add(min(cfg.lease, cfg.maxLease))
@@ -377,9 +420,10 @@ func (l *Lease) OnDeadline(fn func(deadline time.Time)) (remove func()) {
 // Adopt takes over a newer receive of the same message (SQS redelivered it
 // while this lease still held it, e.g. after a missed renewal). From then on
 // renewals, Delete and Release use receiptHandle, and the deadline and the
-// ceiling count from receivedAt, the sending of the newer ReceiveMessage
-// request, which is assumed to have asked for the lease length. A lease
-// that is already lost, expired or settled ignores Adopt.
+// ceiling count from receivedAt: when SQS handed the message over to the
+// newer ReceiveMessage request (HandoverTime; the request's sending is
+// always safe), which is assumed to have asked for the lease length. A
+// lease that is already lost, expired or settled ignores Adopt.
 func (l *Lease) Adopt(receiptHandle string, receivedAt time.Time) {
 	l.adopt(receiptHandle, receivedAt, 0, l.cfg.lease)
 }
@@ -397,7 +441,7 @@ func (l *Lease) adopt(receiptHandle string, receivedAt time.Time, receiveCount i
 	if receiveCount > 0 {
 		l.receiveCount = int32(min(receiveCount, math.MaxInt32))
 	}
-	l.noRenew = false
+	l.noRenew, l.asked = false, false
 	l.deadline = receivedAt.Add(min(vis, l.cfg.maxLease))
 	l.nextRenew = l.deadline.Add(-(l.cfg.lease - l.cfg.interval))
 	watchers, deadline := l.watcherList(), l.deadline
@@ -754,11 +798,17 @@ func (l *Lease) attempt(ctx context.Context, call func(context.Context, string) 
 		l.mu.Unlock()
 		return outcome{final: true, err: err}
 	}
-	handle, gen, deadline := l.handle, l.handleGen, l.deadline
+	handle, gen, deadline, asked := l.handle, l.handleGen, l.deadline, l.asked
+	l.asked = true
 	l.mu.Unlock()
-	if !time.Now().Before(deadline) {
-		l.expire(deadline)
-		return outcome{final: true, err: ErrLeaseExpired}
+	if now := time.Now(); !now.Before(deadline) {
+		if asked {
+			l.expire(deadline)
+			return outcome{final: true, err: ErrLeaseExpired}
+		}
+		// Past the estimated deadline before SQS was ever asked: the
+		// estimate errs early, so ask rather than give up.
+		deadline = now.Add(lateCallTimeout)
 	}
 	cctx, cancel := context.WithDeadline(ctx, deadline)
 	err := call(cctx, handle)
@@ -853,7 +903,7 @@ func (l *Lease) emit(kind EventKind, vis time.Duration, err error) {
 		ReceiveCount: count,
 		GroupID:      l.msg.GroupID,
 		Time:         now,
-		SinceReceive: now.Sub(l.msg.ReceivedAt),
+		SinceReceive: now.Sub(l.arrived),
 		Visibility:   vis,
 		Err:          err,
 		Message:      l.msg,

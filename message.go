@@ -25,8 +25,12 @@ type Message struct {
 	// GroupID is the MessageGroupId of a message from a FIFO (or fair)
 	// queue, "" otherwise.
 	GroupID string
-	// ReceivedAt is when the ReceiveMessage request that delivered the
-	// message was sent: the conservative start of its visibility timeout.
+	// ReceivedAt is the conservative estimate of when SQS handed the
+	// message over, where its visibility timeout started: never later than
+	// SQS's real moment, and never earlier than the sending of the
+	// ReceiveMessage request. On a long poll that is about a second
+	// before the answer arrived, not when the poll was sent (see
+	// HandoverTime). The lease's deadline and ceiling count from it.
 	ReceivedAt time.Time
 	// Lease owns the message's visibility from receipt to settlement.
 	// It is never nil for a message handed to a handler by a Consumer.

@@ -56,9 +56,11 @@ type Event struct {
 	GroupID string
 	// Time is when the event happened.
 	Time time.Time
-	// SinceReceive is Time minus the sending of the first ReceiveMessage
-	// request in this process that delivered the message: in-process
-	// queueing included.
+	// SinceReceive is Time minus the arrival of the first ReceiveMessage
+	// answer in this process that delivered the message: in-process
+	// queueing included, the long poll's wait before the message came
+	// excluded. (Message.ReceivedAt, the lease clock, may lie up to a
+	// second earlier: see HandoverTime.)
 	SinceReceive time.Duration
 	// Visibility is the timeout SQS accepted, for EventRenewed and
 	// EventReleased.

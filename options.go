@@ -56,7 +56,7 @@ type settings struct {
 	stats           *StatsRecorder // a Consumer's own recorder, counted directly
 	adaptiveMin     time.Duration
 	adaptiveMax     time.Duration
-	receivedAt      time.Time // Lease only: when the receive was sent
+	receivedAt      time.Time // Lease only: when SQS handed the message over
 	errs            []error
 }
 
@@ -318,10 +318,14 @@ func WithMiddleware(mws ...Middleware) Option {
 	})
 }
 
-// WithReceivedAt tells NewLease when the ReceiveMessage request that
-// delivered the message was sent, so the lease's clock (deadline and
-// ceiling) starts there rather than at NewLease. Default: time.Now() at
-// NewLease. A Consumer knows this itself and rejects the option.
+// WithReceivedAt tells NewLease when SQS handed the message over, where
+// the lease's clock (deadline and ceiling) starts. It must not be later
+// than the real moment: pass HandoverTime(sent, answered) for a receive
+// sent at sent whose answer arrived at answered (the sending time alone is
+// also safe, but after a long wait in a long poll it leaves the lease
+// little or nothing). Default: HandoverTime for an answer arriving at
+// NewLease, one second before it. A Consumer knows this itself and
+// rejects the option.
 func WithReceivedAt(t time.Time) LeaseOption {
 	return leaseOption(func(s *settings) {
 		if t.IsZero() {

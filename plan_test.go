@@ -28,8 +28,19 @@ func TestPlan(t *testing.T) {
 			step{renewNow: true, renewFor: 30 * time.Second, deadline: at(30 * time.Second)}},
 		{"late renewal still asks for the full lease", at(25 * time.Second), base,
 			step{renewNow: true, renewFor: 30 * time.Second, deadline: at(30 * time.Second)}},
-		{"deadline passed: expired", at(30 * time.Second), base,
+		{"deadline passed after SQS was asked: expired", at(30 * time.Second),
+			with(func(s *schedule) { s.asked = true }),
 			step{expired: true, deadline: at(30 * time.Second)}},
+		{"deadline passed before SQS was ever asked: renew at once, not expired", at(30 * time.Second), base,
+			step{renewNow: true, late: true, renewFor: 30 * time.Second, deadline: at(30 * time.Second)}},
+		{"long past an estimated deadline: still ask SQS", at(40 * time.Second), base,
+			step{renewNow: true, late: true, renewFor: 30 * time.Second, deadline: at(30 * time.Second)}},
+		{"past an estimated deadline with the ceiling too near to renew: expired", at(12*time.Hour - 2*time.Second),
+			with(func(s *schedule) { s.deadline = at(12*time.Hour - 3*time.Second); s.ceilingFired = true }),
+			step{expired: true, deadline: at(12*time.Hour - 3*time.Second)}},
+		{"past an estimated deadline after SQS refused to go further: expired", at(31 * time.Second),
+			with(func(s *schedule) { s.noRenew = true }),
+			step{expired: true, deadline: at(31*time.Second - time.Second)}},
 		{"near the ceiling: clip to ceiling minus margin", at(12*time.Hour - 20*time.Second),
 			with(func(s *schedule) {
 				s.deadline = at(12*time.Hour - 10*time.Second)
@@ -98,6 +109,28 @@ func TestClassifyCode(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.code+"/"+tt.msg, func(t *testing.T) {
 			require.Equal(t, tt.want, classifyCode(tt.code, tt.msg))
+		})
+	}
+}
+
+func TestHandoverTime(t *testing.T) {
+	t.Parallel()
+	sent := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name     string
+		answered time.Duration // after sent
+		want     time.Duration // after sent
+	}{
+		{"instant answer: the request's sending", 0, 0},
+		{"answer within the slack: the request's sending", 800 * time.Millisecond, 0},
+		{"answer exactly one slack later", time.Second, 0},
+		{"message arrived 8 s into a long poll", 8 * time.Second, 7 * time.Second},
+		{"whole 20 s poll", 20 * time.Second, 19 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := HandoverTime(sent, sent.Add(tt.answered))
+			require.Equal(t, sent.Add(tt.want), got, "HandoverTime(sent, sent+%v)", tt.answered)
 		})
 	}
 }
