@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -74,24 +75,31 @@ func TestCheckFindings(t *testing.T) {
 		{"maxReceiveCount 1", healthy(map[string]string{"RedrivePolicy": redrive("work-dlq", 1)}),
 			Options{}, CheckMaxReceiveCount, warn, "maxReceiveCount 1"},
 		{"time to DLQ beyond retention", healthy(map[string]string{"VisibilityTimeout": "43200", "RedrivePolicy": redrive("work-dlq", 10)}),
-			Options{}, CheckTimeToDLQ, fail, "maxReceiveCount 10 × VisibilityTimeout 12h = 5d to the DLQ is not below MessageRetentionPeriod 4d"},
+			Options{}, CheckTimeToDLQ, fail, "maxReceiveCount 10 × VisibilityTimeout 12h = 5d to the DLQ is above MessageRetentionPeriod 4d (1.25×)"},
 		{"time to DLQ over a quarter of retention", healthy(map[string]string{"VisibilityTimeout": "10800", "RedrivePolicy": redrive("work-dlq", 10)}),
-			Options{}, CheckTimeToDLQ, warn, "30h to the DLQ"},
-		{"time to DLQ far below retention", healthy(nil), Options{}, CheckTimeToDLQ, info, "= 150s to the DLQ"},
+			Options{}, CheckTimeToDLQ, warn, "30h to the DLQ (a lower bound: a message received three times may be moved to the back of the queue) is below MessageRetentionPeriod 4d (31%), not under a quarter"},
+		{"time to DLQ far below retention", healthy(nil), Options{}, CheckTimeToDLQ, info, "far below MessageRetentionPeriod 4d (0.043%)"},
 		{"the retention trap", []queueSpec{{"work-dlq", nil}, {"work", map[string]string{"RedrivePolicy": redrive("work-dlq", 5)}}},
-			Options{}, CheckDLQRetention, fail, "not longer than the source's 4d"},
+			Options{}, CheckDLQRetention, fail, "equal to the source's 4d"},
 		{"DLQ keeps messages longer", healthy(nil), Options{}, CheckDLQRetention, info, "at least 10d there"},
 		{"FIFO DLQ retention", []queueSpec{{"work-dlq.fifo", nil}, {"work.fifo", map[string]string{"RedrivePolicy": redrive("work-dlq.fifo", 5)}}},
 			Options{}, CheckDLQRetention, info, "reset the enqueue time"},
+		{"retention below a working day's outage", healthy(map[string]string{"MessageRetentionPeriod": "43200"}),
+			Options{}, CheckRetention, fail, "MessageRetentionPeriod 12h is below 1d"},
+		{"retention below a weekend's outage", healthy(map[string]string{"MessageRetentionPeriod": secs(2 * day)}),
+			Options{}, CheckRetention, warn, "MessageRetentionPeriod 2d is below 4d: an outage from Friday evening to Monday morning (63h) expires every message"},
+		{"retention outlasts a weekend", healthy(nil), Options{}, CheckRetention, info, "4d outlasts an outage"},
 		{"short polling", []queueSpec{{"work", nil}}, Options{}, CheckLongPolling, warn, "short polling"},
 		{"long polling", healthy(nil), Options{}, CheckLongPolling, info, "wait up to 20s"},
-		{"visibility below p99", healthy(nil), Options{P99: time.Minute}, CheckVisibilityP99, fail, "below p99 1m: over 1%"},
+		{"visibility below p99", healthy(nil), Options{P99: time.Minute}, CheckVisibilityP99, fail, "below p99 1m: at least 1%"},
 		{"visibility below p99 × 2", healthy(nil), Options{P99: 20 * time.Second}, CheckVisibilityP99, warn, "below p99 × 2 = 40s"},
 		{"visibility covers p99 × 2", healthy(nil), Options{P99: 10 * time.Second}, CheckVisibilityP99, info, "covers p99 × 2 = 20s"},
 		{"heartbeat lease too short", healthy(map[string]string{"VisibilityTimeout": "5"}), Options{P99: time.Minute, Heartbeat: true},
 			CheckVisibilityP99, warn, "below 10s"},
 		{"heartbeat lease far too long", healthy(map[string]string{"VisibilityTimeout": "3600"}), Options{P99: 10 * time.Second, Heartbeat: true},
-			CheckVisibilityP99, warn, "use 20s"},
+			CheckVisibilityP99, warn, "far above the recommended lease 20s (180×) while consumers renew their leases: a crashed consumer's messages stay invisible 1h for nothing; use 20s (p99 10s × 2, at least 10s)"},
+		{"heartbeat lease too long for a short p99", healthy(map[string]string{"VisibilityTimeout": "30"}), Options{P99: time.Second, Heartbeat: true},
+			CheckVisibilityP99, warn, "is above the recommended lease 10s (3×)"},
 		{"heartbeat lease fine", healthy(nil), Options{P99: time.Minute, Heartbeat: true}, CheckVisibilityP99, info, "with renewals"},
 		{"Lambda: below 6 × timeout + window", healthy(map[string]string{"VisibilityTimeout": "60"}),
 			Options{LambdaTimeout: 30 * time.Second, BatchingWindow: 2 * time.Second}, CheckLambda, fail, "at least 182 seconds"},
@@ -215,7 +223,7 @@ func TestReportJSON(t *testing.T) {
 	t.Parallel()
 	rep := Report{
 		Queue:    Queue{URL: "u", VisibilityTimeout: 30 * time.Second, RetentionPeriod: 4 * 24 * time.Hour, Redrive: &RedrivePolicy{"arn:aws:sqs:r:1:d", 3}},
-		Findings: []Finding{{CheckLongPolling, warn, "m"}},
+		Findings: []Finding{{CheckLongPolling, warn, "m", nil}},
 	}
 	b, err := json.Marshal(rep)
 	require.NoError(t, err)
@@ -249,4 +257,210 @@ func TestFmtDur(t *testing.T) {
 	} {
 		require.Equal(t, tt.want, fmtDur(tt.d), "fmtDur(%v)", tt.d)
 	}
+}
+
+// TestRetentionThresholds pins CheckRetention's severities to
+// MinRetention and RecommendedRetention, one second either side.
+func TestRetentionThresholds(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		retention time.Duration
+		severity  sqsconsumer.Severity
+		contains  string
+	}{
+		{time.Minute, fail, "MessageRetentionPeriod 1m is below 1d"},
+		{MinRetention - time.Second, fail, "raise it to at least 1d (86400)"},
+		{MinRetention, warn, "expires every message sent as it begins"},
+		{63 * time.Hour, warn, "expires every message sent as it begins"},
+		{3 * 24 * time.Hour, warn, "leaves 9h to fix the consumers"},
+		{RecommendedRetention - time.Second, warn, "raise it to 4d (345600) or more"},
+		{RecommendedRetention, info, "4d outlasts an outage"},
+		{14 * 24 * time.Hour, info, "14d outlasts an outage"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.retention.String(), func(t *testing.T) {
+			t.Parallel()
+			src := Queue{URL: "u", VisibilityTimeout: 30 * time.Second, RetentionPeriod: tt.retention, ReceiveWaitTime: 20 * time.Second}
+			f := only(t, Analyze(src, nil, Options{}), CheckRetention)
+			require.Equal(t, tt.severity, f.Severity, "%v", f)
+			require.Contains(t, f.Message, tt.contains)
+			require.Equal(t, map[string]float64{"retention_seconds": tt.retention.Seconds(), "min_retention_seconds": 86400,
+				"recommended_retention_seconds": 345600}, f.Values)
+		})
+	}
+}
+
+// only returns the one finding of check c in fs.
+func only(t *testing.T, fs []Finding, c CheckName) Finding {
+	t.Helper()
+	var got []Finding
+	for _, f := range fs {
+		if f.Check == c {
+			got = append(got, f)
+		}
+	}
+	require.Len(t, got, 1, "findings of %s in %v", c, fs)
+	return got[0]
+}
+
+// TestTimeToDLQFollowsTheRatio moves time to DLQ across a quarter of
+// retention and across retention itself: "far below" and the info
+// severity end exactly at a quarter, the error starts exactly at
+// retention, and the message states the ratio.
+func TestTimeToDLQFollowsTheRatio(t *testing.T) {
+	t.Parallel()
+	const ret = 96 * time.Hour // 4 receives × 6h is a quarter
+	tests := []struct {
+		vis      time.Duration
+		severity sqsconsumer.Severity
+		contains string
+		ratio    float64
+	}{
+		{6*time.Hour - time.Second, info, "= 23h59m56s to the DLQ, far below MessageRetentionPeriod 4d (24%)", float64(6*3600-1) / (24 * 3600)},
+		{6 * time.Hour, warn, "= 1d to the DLQ is below MessageRetentionPeriod 4d (25%), not under a quarter of it", 0.25},
+		{24*time.Hour - time.Second, warn, "is below MessageRetentionPeriod 4d (99%)", float64(24*3600-1) / (24 * 3600)},
+		{24 * time.Hour, fail, "= 4d to the DLQ is equal to MessageRetentionPeriod 4d: messages expire", 1},
+		{24*time.Hour + time.Second, fail, "is above MessageRetentionPeriod 4d (1.01×)", float64(24*3600+1) / (24 * 3600)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.vis.String(), func(t *testing.T) {
+			t.Parallel()
+			src := Queue{URL: "u", FIFO: true, VisibilityTimeout: tt.vis, RetentionPeriod: ret, ReceiveWaitTime: 20 * time.Second,
+				Redrive: &RedrivePolicy{"arn:aws:sqs:r:1:d.fifo", 4}}
+			f := only(t, Analyze(src, nil, Options{}), CheckTimeToDLQ)
+			require.Equal(t, tt.severity, f.Severity, "%v", f)
+			require.Contains(t, f.Message, tt.contains)
+			require.InDelta(t, tt.ratio, f.Values["ratio"], 1e-12)
+			require.Equal(t, (4 * tt.vis).Seconds(), f.Values["time_to_dlq_seconds"])
+			require.Equal(t, ret.Seconds(), f.Values["retention_seconds"])
+			require.EqualValues(t, 4, f.Values["max_receive_count"])
+		})
+	}
+}
+
+// TestCompareWording pins the comparative words and the printed ratio to
+// the ratio of the two durations, at every boundary.
+func TestCompareWording(t *testing.T) {
+	t.Parallel()
+	const h = time.Hour
+	tests := []struct {
+		x, y time.Duration
+		want string
+	}{
+		{0, h, "far below Y (<0.01%)"},
+		{150 * time.Second, 96 * h, "far below Y (0.043%)"},
+		{h, 1000 * h, "far below Y (0.1%)"},
+		{h - 1, 4 * h, "far below Y (24%)"},
+		{h, 4 * h, "below Y (25%)"},
+		{30 * h, 100 * h, "below Y (30%)"},
+		{999 * h, 1000 * h, "below Y (99%)"},
+		{h, h, "equal to Y"},
+		{1001 * h, 1000 * h, "above Y (1.01×)"},
+		{11 * h, 10 * h, "above Y (1.1×)"},
+		{4 * h, h, "above Y (4×)"},
+		{4*h + 1, h, "far above Y (4.01×)"},
+		{95 * h, 10 * h, "far above Y (9.5×)"},
+		{901 * h, 10 * h, "far above Y (91×)"},
+		{maxDuration, 1, "far above Y (9223372036854775807×)"},
+		{1, maxDuration, "far below Y (<0.01%)"},
+		{maxDuration - 1, maxDuration, "below Y (99%)"},
+		{h, 0, "far above Y"},
+	}
+	for _, tt := range tests {
+		require.Equal(t, tt.want, compare(tt.x, tt.y, "Y"), "compare(%v, %v)", tt.x, tt.y)
+	}
+}
+
+// TestWordingAudit runs Analyze over a grid of settings and checks every
+// finding: "far below" only under a quarter of the bound, "far above"
+// only over four times it, both only with a ratio among the values, and
+// none of the vague words whose meaning no ratio pins.
+func TestWordingAudit(t *testing.T) {
+	t.Parallel()
+	var n int
+	for _, vis := range []time.Duration{5 * time.Second, 30 * time.Second, 5 * time.Minute, time.Hour, 12 * time.Hour} {
+		for _, ret := range []time.Duration{time.Minute, time.Hour, 24 * time.Hour, 96 * time.Hour, 14 * 24 * time.Hour} {
+			for _, mrc := range []int{1, 3, 10, 100} {
+				for _, dret := range []time.Duration{time.Hour, 96 * time.Hour, 14 * 24 * time.Hour} {
+					for _, p99 := range []time.Duration{0, time.Second, 20 * time.Second, 10 * time.Minute} {
+						for _, hb := range []bool{false, true} {
+							src := Queue{URL: "u", VisibilityTimeout: vis, RetentionPeriod: ret, Redrive: &RedrivePolicy{"arn:aws:sqs:r:1:d", mrc}}
+							opts := Options{P99: p99, Heartbeat: hb, LambdaTimeout: time.Duration(mrc) * time.Second, ShutdownTimeout: 2 * p99}
+							for _, f := range Analyze(src, &Queue{RetentionPeriod: dret}, opts) {
+								n++
+								r, hasRatio := f.Values["ratio"]
+								if strings.Contains(f.Message, "far below") {
+									require.True(t, hasRatio && r < 0.25, "%v with values %v", f, f.Values)
+								}
+								if strings.Contains(f.Message, "far above") {
+									require.True(t, hasRatio && r > 4, "%v with values %v", f, f.Values)
+								}
+								for _, vague := range []string{"well below", "well above", "close to", "almost", "much ", "barely", "nearly", "way ", "far too", "slightly"} {
+									require.NotContains(t, f.Message, vague, "%v", f)
+								}
+								b, err := json.Marshal(f)
+								require.NoError(t, err, "every finding encodes: %v", f)
+								var back Finding
+								require.NoError(t, json.Unmarshal(b, &back))
+								require.Equal(t, f, back)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d findings audited", n)
+}
+
+// TestErrorPrefix checks each error says "doctor: " once, however deep
+// it was made.
+func TestErrorPrefix(t *testing.T) {
+	t.Parallel()
+	srv := sqstest.New(t)
+	_, err := Check(context.Background(), srv.Client(), srv.BaseURL()+"/"+sqstest.DefaultAccountID+"/nope", Options{})
+	require.Error(t, err)
+	require.True(t, strings.HasPrefix(err.Error(), "doctor: reading the attributes of "), err.Error())
+	require.Equal(t, 1, strings.Count(err.Error(), "doctor:"), err.Error())
+
+	_, err = ParseAttributes("u", map[string]string{"VisibilityTimeout": "x", "MessageRetentionPeriod": "-1", "RedrivePolicy": "{"})
+	require.Error(t, err)
+	require.Equal(t, 1, strings.Count(err.Error(), "doctor:"), err.Error())
+	require.NotContains(t, err.Error(), "\n", "one line")
+	for _, want := range []string{"VisibilityTimeout", "MessageRetentionPeriod", "RedrivePolicy"} {
+		require.Contains(t, err.Error(), want)
+	}
+
+	// A source whose attributes do not parse: Check's error names the
+	// queue once and the package once.
+	url, err := srv.CreateQueue("plain", nil)
+	require.NoError(t, err)
+	_, err = Check(context.Background(), badAttrs{srv.Client()}, url, Options{})
+	require.Error(t, err)
+	require.Equal(t, "doctor: the attributes of "+url+": attribute VisibilityTimeout: \"soon\" is not a number of seconds", err.Error())
+
+	// A DLQ that cannot be read: the finding quotes the cause without a
+	// package prefix.
+	for _, q := range healthy(nil) {
+		url, err = srv.CreateQueue(q.name, q.attrs)
+		require.NoError(t, err)
+	}
+	srv.FailNext("GetQueueUrl", 1, sqstest.Fault{Status: 403, Type: "AccessDenied", QueryCode: "AccessDenied", Message: "not allowed"})
+	rep, err := Check(context.Background(), srv.Client(), url, Options{})
+	require.NoError(t, err)
+	f := only(t, rep.Findings, CheckRedrivePolicy)
+	require.NotContains(t, f.Message, "doctor:")
+	require.Equal(t, 1, strings.Count(f.Message, arn("work-dlq")), f.Message)
+}
+
+// badAttrs answers GetQueueAttributes with an unparsable
+// VisibilityTimeout.
+type badAttrs struct{ Client }
+
+func (c badAttrs) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, optFns ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) {
+	out, err := c.Client.GetQueueAttributes(ctx, in, optFns...)
+	if err == nil {
+		out.Attributes["VisibilityTimeout"] = "soon"
+	}
+	return out, err
 }

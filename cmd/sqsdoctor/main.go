@@ -20,10 +20,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -56,11 +58,14 @@ Checks:
                      queues without one, warn on FIFO)
   max_receive_count  maxReceiveCount is not 1 (warn)
   time_to_dlq        maxReceiveCount x VisibilityTimeout is far below
-                     MessageRetentionPeriod (error when not below it, warn
-                     above a quarter of it)
+                     (under a quarter of) MessageRetentionPeriod (error
+                     when not below it, warn at a quarter or more)
   dlq_retention      on standard queues the DLQ keeps messages longer than
                      the source, since a moved message keeps its enqueue
                      time (error when not longer)
+  retention          MessageRetentionPeriod outlasts an outage: error below
+                     1 day (an outage from one evening to the next
+                     working day's fix), warn below 4 days (a weekend's)
   long_polling       ReceiveMessageWaitTimeSeconds is above 0 (warn)
   visibility_p99     with -p99: VisibilityTimeout >= p99 x 2 (error below
                      p99, warn below p99 x 2; with -heartbeat, warn below
@@ -77,14 +82,23 @@ Flags:
 const usageTail = `
 Durations take Go's syntax: 90s, 5m, 1h30m.
 
-Credentials: without -endpoint, the AWS SDK's default chain (environment,
-shared config, SSO, instance role) and region. With -endpoint (a local SQS
-such as sqstest or ElasticMQ), static credentials: AWS_ACCESS_KEY_ID and
+Comparative words in messages follow the figures: "far below" means under
+a quarter, "far above" over four times, and comparisons print the ratio.
+
+Endpoint: a queue URL on localhost or a loopback address (such as
+http://127.0.0.1:9324/000000000000/jobs, as cmd/sqstest serves) is its own
+endpoint: its scheme and host are used as -endpoint when -endpoint is not
+given. Any other URL goes to AWS unless -endpoint says otherwise.
+
+Credentials: without an endpoint, the AWS SDK's default chain (environment,
+shared config, SSO, instance role) and region. With one (a local SQS such
+as sqstest or ElasticMQ), static credentials: AWS_ACCESS_KEY_ID and
 AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) when set, else "test"/"test".
 The region defaults to the one in the queue URL (sqs.REGION.amazonaws.com),
-then AWS_REGION, then us-east-1 with -endpoint.
+then AWS_REGION, then us-east-1 with an endpoint.
 
-JSON output (-json) is one object on stdout:
+JSON output (-json) is one object on stdout, whatever the exit code. When
+the queue was checked (exit codes 0 and 1):
   {
     "queue": {                                  the queue checked
       "url": string,
@@ -103,18 +117,29 @@ JSON output (-json) is one object on stdout:
     "findings": [                               most severe first
       {"check": string,                         one of the checks above
        "severity": "error" | "warn" | "info",
-       "message": string}
+       "message": string,
+       "values": {string: number}}              the figures behind the finding,
+                                                omitted when none: durations in
+                                                seconds (keys ending _seconds,
+                                                e.g. retention_seconds,
+                                                time_to_dlq_seconds),
+                                                max_receive_count, and ratio:
+                                                the figure judged over the
+                                                bound it is compared with
     ],
     "counts": {"error": int, "warn": int, "info": int},
     "exit_code": int
   }
+When it was not (exit codes 2 and 3), the reason, also written to stderr:
+  {"error": string, "exit_code": int}
+-help prints this text to stderr and nothing to stdout.
 
 Exit codes:
   0  no error finding (with -strict: no warning either)
   1  at least one error finding (with -strict: or a warning)
   2  bad or missing flags
   3  the queue could not be read (network, credentials, permissions, no
-     such queue); the reason goes to stderr and nothing to stdout
+     such queue); the reason goes to stderr, and to stdout only with -json
 `
 
 // newClientFunc builds the SQS client for an endpoint ("" = AWS) and
@@ -133,7 +158,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, mk newCli
 	fs.SetOutput(stderr)
 	var (
 		queueURL   = fs.String("queue-url", "", "URL of the queue to check (required)")
-		endpoint   = fs.String("endpoint", "", "SQS endpoint URL, for a local server; default: AWS")
+		endpoint   = fs.String("endpoint", "", "SQS endpoint URL, for a local server; default: the queue URL's scheme and host when it is on localhost or a loopback address, else AWS")
 		region     = fs.String("region", "", "AWS region; default: from the queue URL, then the SDK's configuration")
 		asJSON     = fs.Bool("json", false, "print the report as JSON (schema below)")
 		p99        = fs.Duration("p99", 0, "measured p99 of receive-to-settle time, in-process queueing included; enables visibility_p99")
@@ -150,12 +175,34 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, mk newCli
 		fs.PrintDefaults()
 		fmt.Fprint(fs.Output(), usageTail)
 	}
+	// Guessed before parsing, so that a parse error is JSON too; -json
+	// itself decides once parsed.
+	wantJSON := jsonRequested(fs, args)
+	// fail reports an error that stopped the check: on stderr, and as
+	// JSON on stdout with -json.
+	fail := func(code int, msgs ...string) int {
+		for _, m := range msgs {
+			fmt.Fprintln(stderr, "sqsdoctor:", m)
+		}
+		if code == exitUsage {
+			fmt.Fprintln(stderr, "Run sqsdoctor -help for usage.")
+		}
+		if wantJSON {
+			writeJSON(stdout, stderr, errorJSON{Error: strings.Join(msgs, "; "), ExitCode: code})
+		}
+		return code
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
+		// The flag package has already printed the error and the usage.
+		if wantJSON {
+			writeJSON(stdout, stderr, errorJSON{Error: err.Error(), ExitCode: exitUsage})
+		}
 		return exitUsage
 	}
+	wantJSON = *asJSON
 	var problems []string
 	if *queueURL == "" {
 		problems = append(problems, "-queue-url is required")
@@ -175,11 +222,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, mk newCli
 	}
 	if len(problems) > 0 {
 		slices.Sort(problems)
-		for _, p := range problems {
-			fmt.Fprintln(stderr, "sqsdoctor:", p)
-		}
-		fmt.Fprintln(stderr, "Run sqsdoctor -help for usage.")
-		return exitUsage
+		return fail(exitUsage, problems...)
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
@@ -188,17 +231,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, mk newCli
 	if r == "" {
 		r = regionOf(*queueURL)
 	}
-	client, err := mk(ctx, *endpoint, r)
+	ep := *endpoint
+	if ep == "" {
+		ep = localEndpoint(*queueURL)
+	}
+	client, err := mk(ctx, ep, r)
 	if err != nil {
-		fmt.Fprintln(stderr, "sqsdoctor:", err)
-		return exitRead
+		return fail(exitRead, errText(err))
 	}
 	rep, err := doctor.Check(ctx, client, *queueURL, doctor.Options{
 		P99: *p99, LambdaTimeout: *lambda, BatchingWindow: *window, ShutdownTimeout: *shutdown, Heartbeat: *heartbeat,
 	})
 	if err != nil {
-		fmt.Fprintln(stderr, "sqsdoctor:", err)
-		return exitRead
+		return fail(exitRead, errText(err))
 	}
 	slices.SortStableFunc(rep.Findings, func(a, b doctor.Finding) int { return int(b.Severity - a.Severity) })
 	switch w := rep.Worst(); {
@@ -206,22 +251,94 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, mk newCli
 		exitStatus = exitFindings
 	}
 
-	if *asJSON {
+	if wantJSON {
 		out := struct {
 			*doctor.Report
 			Counts   map[string]int `json:"counts"`
 			ExitCode int            `json:"exit_code"`
 		}{rep, counts(rep), exitStatus}
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(out); err != nil {
-			fmt.Fprintln(stderr, "sqsdoctor:", err)
+		if !writeJSON(stdout, stderr, out) {
 			return exitRead
 		}
 		return exitStatus
 	}
 	writeText(stdout, rep)
 	return exitStatus
+}
+
+// errorJSON is what -json prints when the queue could not be checked.
+type errorJSON struct {
+	Error    string `json:"error"`
+	ExitCode int    `json:"exit_code"`
+}
+
+// writeJSON writes v, indented, to stdout; on failure it says why on
+// stderr and returns false.
+func writeJSON(stdout, stderr io.Writer, v any) bool {
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		fmt.Fprintln(stderr, "sqsdoctor: writing the JSON report:", err)
+		return false
+	}
+	return true
+}
+
+// errText is err's message without package doctor's "doctor: " prefix,
+// which the command replaces with its own.
+func errText(err error) string {
+	return strings.TrimPrefix(err.Error(), "doctor: ")
+}
+
+// jsonRequested reports whether args set -json, reading them as fs.Parse
+// will but without stopping at a bad or unknown flag, so that even a
+// parse error can be answered in JSON. Like fs.Parse it stops at "--" or
+// the first argument that is not a flag or a flag's value.
+func jsonRequested(fs *flag.FlagSet, args []string) bool {
+	want := false
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || len(a) < 2 || a[0] != '-' {
+			break
+		}
+		name, val, hasVal := strings.Cut(strings.TrimPrefix(a[1:], "-"), "=")
+		if name == "json" {
+			if !hasVal {
+				want = true
+			} else if b, err := strconv.ParseBool(val); err == nil {
+				want = b
+			}
+			continue
+		}
+		switch f := fs.Lookup(name); {
+		case hasVal:
+		case f != nil && !isBoolFlag(f):
+			i++ // the flag's value
+		case f == nil && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-"):
+			i++ // an unknown flag: guess that a plain word after it is its value
+		}
+	}
+	return want
+}
+
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// localEndpoint returns the scheme and host of queueURL when it is an
+// http or https URL on localhost (or a name under .localhost) or a
+// loopback address, as cmd/sqstest serves; "" otherwise.
+func localEndpoint(queueURL string) string {
+	u, err := url.Parse(queueURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return ""
+	}
+	h := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	if ip := net.ParseIP(h); h == "localhost" || strings.HasSuffix(h, ".localhost") || (ip != nil && ip.IsLoopback()) {
+		return u.Scheme + "://" + u.Host
+	}
+	return ""
 }
 
 func counts(rep *doctor.Report) map[string]int {
