@@ -145,7 +145,7 @@ func BenchmarkConsumerOverhead(b *testing.B) {
 	for _, conc := range []int{40, 200} {
 		b.Run(fmt.Sprintf("c=%d", conc), func(b *testing.B) {
 			f := &instantSQS{limit: int64(b.N), done: make(chan struct{})}
-			c, err := New(f, "q", HandlerFunc(func(context.Context, *Message) error { return nil }),
+			c, err := New(f, "https://sqs.example/q", HandlerFunc(func(context.Context, *Message) error { return nil }),
 				WithVisibilityTimeout(30*time.Second), WithConcurrency(conc), WithPollers(4))
 			if err != nil {
 				b.Fatal(err)

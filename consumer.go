@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -218,7 +219,14 @@ func (c *Consumer) setup(ctx context.Context) error {
 		},
 	})
 	if err != nil && lease == 0 {
-		return fmt.Errorf("sqsconsumer: reading the queue's VisibilityTimeout (set WithVisibilityTimeout to skip this): %w", err)
+		var missing *types.QueueDoesNotExist
+		switch {
+		case errors.As(err, &missing):
+			return fmt.Errorf("sqsconsumer: queue %s does not exist (check the region and account in its URL): %w", c.queueURL, err)
+		case isAccessDenied(err):
+			return fmt.Errorf("sqsconsumer: reading the queue's VisibilityTimeout: access denied (allow sqs:GetQueueAttributes, or set WithVisibilityTimeout to skip this read): %w", err)
+		}
+		return fmt.Errorf("sqsconsumer: reading the queue's VisibilityTimeout: %w", err)
 	}
 	if err != nil {
 		c.log(slog.LevelDebug, "sqsconsumer: could not read the queue's attributes; advice will know less", "error", err)
@@ -254,10 +262,6 @@ func (c *Consumer) setup(ctx context.Context) error {
 	c.quit = make(chan struct{})
 	c.groups = make(map[string][]*Lease)
 	c.afterDelete = c.deleted
-	if c.s.shutdownTimeout > cfg.lease {
-		c.log(slog.LevelWarn, "sqsconsumer: the shutdown timeout is longer than the lease; if the process is killed before Run returns, messages of unfinished handlers stay invisible until their leases run out",
-			"shutdown_timeout", c.s.shutdownTimeout, "lease", cfg.lease)
-	}
 	return nil
 }
 
@@ -579,11 +583,44 @@ func (c *Consumer) call(ctx context.Context, m *Message) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			pe := &PanicError{Value: v, Stack: debug.Stack()}
-			c.log(slog.LevelError, "sqsconsumer: handler panicked", "message_id", m.ID, "panic", fmt.Sprint(v), "stack", string(pe.Stack))
+			// One readable line at Error, naming where it panicked; the
+			// whole stack at Debug.
+			c.log(slog.LevelError, "sqsconsumer: handler panicked", "message_id", m.ID, "panic", fmt.Sprint(v), "at", panicSite())
+			c.log(slog.LevelDebug, "sqsconsumer: handler panic stack", "message_id", m.ID, "stack", string(pe.Stack))
 			err = pe
 		}
 	}()
 	return c.handler.HandleMessage(ctx, m)
+}
+
+// panicSite names where a handler panicked, called from the deferred
+// recover: of the frames below runtime.gopanic, the first in the user's
+// code (outside the runtime and this module's non-test files), else the
+// first outside the runtime. "" if none is found.
+func panicSite() string {
+	pcs := make([]uintptr, 64)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs)])
+	var fallback string
+	panicking := false
+	for {
+		f, more := frames.Next()
+		switch {
+		case f.Function == "runtime.gopanic":
+			panicking = true
+		case !panicking || strings.HasPrefix(f.Function, "runtime."):
+		default:
+			site := fmt.Sprintf("%s (%s:%d)", f.Function, f.File, f.Line)
+			if !strings.HasPrefix(f.Function, "github.com/sqskit/sqsconsumer.") || strings.HasSuffix(f.File, "_test.go") {
+				return site
+			}
+			if fallback == "" {
+				fallback = site
+			}
+		}
+		if !more {
+			return fallback
+		}
+	}
 }
 
 // settle deletes or releases a delivery's message after its handler
@@ -641,7 +678,7 @@ func (c *Consumer) settle(l *Lease, err error, ran bool) {
 		if rerr := l.Release(ctx, after); rerr != nil {
 			c.log(slog.LevelWarn, "sqsconsumer: could not set the failed message's retry visibility", "message_id", m.ID, "error", rerr)
 		}
-		c.log(slog.LevelDebug, "sqsconsumer: handler failed; message released", "message_id", m.ID, "error", err, "retry_after", after)
+		c.log(slog.LevelDebug, "sqsconsumer: handler failed; message released", "message_id", m.ID, "error", err, "retry_after", after.String())
 	}
 	c.finish(l, failed, ran)
 }

@@ -62,6 +62,7 @@ func TestNewValidates(t *testing.T) {
 	t.Parallel()
 	h := HandlerFunc(func(context.Context, *Message) error { return nil })
 	c := &sqs.Client{}
+	const u = "https://sqs.us-east-1.amazonaws.com/123456789012/jobs"
 	tests := []struct {
 		name    string
 		client  Client
@@ -70,23 +71,26 @@ func TestNewValidates(t *testing.T) {
 		opts    []Option
 		want    string
 	}{
-		{"nil client", nil, "u", h, nil, "client is nil"},
+		{"nil client", nil, u, h, nil, "client is nil"},
 		{"empty url", c, "", h, nil, "queue URL is empty"},
-		{"nil handler", c, "u", nil, nil, "handler is nil"},
-		{"nil HandlerFunc", c, "u", HandlerFunc(nil), nil, "nil HandlerFunc"},
-		{"concurrency 0", c, "u", h, []Option{WithConcurrency(0)}, "WithConcurrency(0)"},
-		{"batch 11", c, "u", h, []Option{WithBatchSize(11)}, "WithBatchSize(11)"},
-		{"batch 0", c, "u", h, []Option{WithBatchSize(0)}, "WithBatchSize(0)"},
-		{"wait 21s", c, "u", h, []Option{WithWaitTime(21 * time.Second)}, "WithWaitTime(21s)"},
-		{"wait fractional", c, "u", h, []Option{WithWaitTime(1500 * time.Millisecond)}, "whole seconds"},
-		{"negative shutdown", c, "u", h, []Option{WithShutdownTimeout(-time.Second)}, "WithShutdownTimeout"},
-		{"heartbeat vs lease", c, "u", h, []Option{WithVisibilityTimeout(30 * time.Second), WithHeartbeatInterval(20 * time.Second)}, "less than half the lease"},
-		{"nil backoff", c, "u", h, []Option{WithBackoff(nil)}, "WithBackoff(nil)"},
-		{"nil middleware", c, "u", h, []Option{WithMiddleware(nil)}, "middleware 0 is nil"},
-		{"handler timeout", c, "u", h, []Option{WithHandlerTimeout(0)}, "WithHandlerTimeout"},
-		{"pollers", c, "u", h, []Option{WithPollers(0)}, "WithPollers(0)"},
-		{"lease-only option", c, "u", h, []Option{WithReceivedAt(time.Now())}, "WithReceivedAt applies to NewLease only"},
-		{"nil logger", c, "u", h, []Option{WithLogger(nil)}, "WithLogger(nil)"},
+		{"nil handler", c, u, nil, nil, "handler is nil"},
+		{"nil HandlerFunc", c, u, HandlerFunc(nil), nil, "nil HandlerFunc"},
+		{"concurrency 0", c, u, h, []Option{WithConcurrency(0)}, "WithConcurrency(0)"},
+		{"batch 11", c, u, h, []Option{WithBatchSize(11)}, "WithBatchSize(11)"},
+		{"batch 0", c, u, h, []Option{WithBatchSize(0)}, "WithBatchSize(0)"},
+		{"wait 21s", c, u, h, []Option{WithWaitTime(21 * time.Second)}, "WithWaitTime(21s)"},
+		{"wait fractional", c, u, h, []Option{WithWaitTime(1500 * time.Millisecond)}, "whole seconds"},
+		{"negative shutdown", c, u, h, []Option{WithShutdownTimeout(-time.Second)}, "WithShutdownTimeout"},
+		{"heartbeat vs lease", c, u, h, []Option{WithVisibilityTimeout(30 * time.Second), WithHeartbeatInterval(20 * time.Second)}, "less than half the lease"},
+		{"nil backoff", c, u, h, []Option{WithBackoff(nil)}, "WithBackoff(nil)"},
+		{"nil middleware", c, u, h, []Option{WithMiddleware(nil)}, "middleware 0 is nil"},
+		{"handler timeout", c, u, h, []Option{WithHandlerTimeout(-time.Second)}, "WithHandlerTimeout(-1s)"},
+		{"queue name for a URL", c, "jobs", h, nil, `queue URL "jobs" is not a URL: pass the queue's URL (such as https://sqs.us-east-1.amazonaws.com/123456789012/jobs), not its name`},
+		{"URL without scheme", c, "sqs.us-east-1.amazonaws.com/123456789012/jobs", h, nil, "is not a URL"},
+		{"URL of another scheme", c, "arn://sqs/jobs", h, nil, `scheme "arn" is not http or https`},
+		{"pollers", c, u, h, []Option{WithPollers(0)}, "WithPollers(0)"},
+		{"lease-only option", c, u, h, []Option{WithReceivedAt(time.Now())}, "WithReceivedAt applies to NewLease only"},
+		{"nil logger", c, u, h, []Option{WithLogger(nil)}, "WithLogger(nil)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -96,7 +100,7 @@ func TestNewValidates(t *testing.T) {
 			require.ErrorContains(t, err, tt.want)
 		})
 	}
-	got, err := New(c, "u", h)
+	got, err := New(c, u, h)
 	require.NoError(t, err)
 	require.NotNil(t, got)
 }
@@ -186,8 +190,16 @@ func TestSettlement(t *testing.T) {
 			require.Equal(t, want, first.Timeout, "message %d retry visibility", i)
 			require.Equal(t, first.At.Add(want), st.Receives[1].At, "message %d redelivered after its visibility", i)
 		}
-		require.Contains(t, logs.String(), "handler panicked")
-		require.Contains(t, logs.String(), "consumer_test.go", "the panic is logged with its stack")
+		var panicLine string
+		for line := range strings.Lines(logs.String()) {
+			if strings.Contains(line, "handler panicked") {
+				panicLine = line
+			}
+		}
+		require.Contains(t, panicLine, "level=ERROR")
+		require.Regexp(t, `at="github.com/sqskit/sqsconsumer.TestSettlement.func\S* \(\S*consumer_test.go:\d+\)"`, panicLine, "the Error line names the user's frame")
+		require.Less(t, len(panicLine), 400, "one readable line, not the stack")
+		require.NotContains(t, logs.String(), "stack=", "the stack goes to Debug")
 		require.Zero(t, b.srv.CallCount("DeleteMessage"), "deletes go through DeleteMessageBatch")
 		require.Positive(t, b.srv.CallCount("DeleteMessageBatch"))
 	})
@@ -678,17 +690,49 @@ func TestMalformedReceiveAnswers(t *testing.T) {
 	})
 }
 
-func TestWarnsWhenShutdownOutlastsLease(t *testing.T) {
+// A shutdown budget longer than the lease is fine (leases stay renewed
+// while handlers drain, as the shutdown advice says): no warning.
+func TestNoWarningWhenShutdownOutlastsLease(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, nil)
 		var logs bytes.Buffer
 		c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error { return nil }),
-			WithVisibilityTimeout(10*time.Second), WithShutdownTimeout(time.Minute), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+			WithVisibilityTimeout(10*time.Second), WithShutdownTimeout(time.Minute), WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 		require.NoError(t, err)
 		require.NoError(t, running(t, c)())
-		require.Contains(t, logs.String(), "shutdown timeout is longer than the lease")
+		require.Empty(t, logs.String())
 	})
+}
+
+// Reading the queue's VisibilityTimeout fails: the error says what to do,
+// and offers WithVisibilityTimeout only where it helps.
+func TestRunExplainsQueueAttributeErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		fault    sqstest.Fault
+		want     string
+		wantHint bool
+	}{
+		{"missing queue", sqstest.FaultQueueDoesNotExist, "does not exist (check the region and account in its URL)", false},
+		{"access denied", sqstest.FaultAccessDenied, "access denied (allow sqs:GetQueueAttributes, or set WithVisibilityTimeout to skip this read)", true},
+		{"server error", sqstest.FaultInternalError, "reading the queue's VisibilityTimeout", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				b := setup(t, nil)
+				b.srv.FailNext("GetQueueAttributes", 1, tt.fault)
+				c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error { return nil }))
+				require.NoError(t, err)
+				err = c.Run(context.Background())
+				require.ErrorContains(t, err, tt.want)
+				require.Equal(t, tt.wantHint, strings.Contains(err.Error(), "WithVisibilityTimeout"), "hint in %q", err)
+			})
+		})
+	}
 }
 
 // A handler may settle its own message (acknowledge early, or release with
@@ -850,10 +894,11 @@ func TestQuietQueueLeaseIsLiveOnArrival(t *testing.T) {
 					ctxErr     error
 					count      int
 					receivedAt time.Time
+					length     time.Duration
 				}
 				got := make(chan seen, 4)
 				c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
-					got <- seen{ctxErr: context.Cause(ctx), count: m.ReceiveCount, receivedAt: m.ReceivedAt}
+					got <- seen{ctxErr: context.Cause(ctx), count: m.ReceiveCount, receivedAt: m.ReceivedAt, length: m.Lease.Length()}
 					time.Sleep(lease / 2) // work that needs most of the lease
 					return ctx.Err()
 				}), WithVisibilityTimeout(lease), WithObserver(rec))
@@ -868,6 +913,7 @@ func TestQuietQueueLeaseIsLiveOnArrival(t *testing.T) {
 				require.NoError(t, s.ctxErr, "the handler's context must be live on arrival")
 				require.Equal(t, arrived.Add(-time.Second), s.receivedAt, "the lease clock starts a second before the answer, not at the poll's sending")
 				require.Equal(t, 1, s.count)
+				require.Equal(t, lease, s.length, "the handler can read its lease length")
 				time.Sleep(lease) // handler done, delete confirmed
 				synctest.Wait()
 				require.NoError(t, stop())

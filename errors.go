@@ -174,6 +174,20 @@ func classify(err error) errorKind {
 	return kindTransient
 }
 
+// isAccessDenied reports whether err is SQS (or IAM) refusing the caller
+// the action.
+func isAccessDenied(err error) bool {
+	var apiErr smithy.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode() {
+	case "AccessDenied", "AccessDeniedException", "AWS.SimpleQueueService.AccessDenied":
+		return true
+	}
+	return false
+}
+
 // IsLeaseLost reports whether err, returned by an SQS ChangeMessageVisibility
 // or DeleteMessage call (or by this library), means the receipt handle is no
 // longer usable. It knows every form SQS uses for that answer, including the

@@ -361,6 +361,12 @@ func (l *Lease) Deadline() time.Time {
 	return l.deadline
 }
 
+// Length returns the lease length: the visibility timeout each renewal asks
+// for (WithVisibilityTimeout, the queue's, or the adaptive lease of the
+// receive). Renewals come every third of it unless WithHeartbeatInterval
+// says otherwise. It never changes; safe for concurrent use.
+func (l *Lease) Length() time.Duration { return l.cfg.lease }
+
 // MessageID returns the ID of the leased message.
 func (l *Lease) MessageID() string { return l.msg.ID }
 

@@ -111,16 +111,16 @@ func TestNewLeaseValidates(t *testing.T) {
 		opts   []LeaseOption
 		want   string
 	}{
-		{"nil client", nil, "u", msg, nil, "client is nil"},
+		{"nil client", nil, "https://sqs.example/q", msg, nil, "client is nil"},
 		{"empty url", c, "", msg, nil, "queue URL is empty"},
-		{"no handle", c, "u", types.Message{MessageId: aws.String("m")}, nil, "no receipt handle"},
-		{"lease too short", c, "u", msg, []LeaseOption{WithVisibilityTimeout(time.Second)}, "WithVisibilityTimeout(1s)"},
-		{"lease not whole seconds", c, "u", msg, []LeaseOption{WithVisibilityTimeout(1500 * time.Millisecond)}, "whole seconds"},
-		{"heartbeat of half the lease", c, "u", msg, []LeaseOption{WithVisibilityTimeout(30 * time.Second), WithHeartbeatInterval(15 * time.Second)}, "less than half the lease"},
-		{"lease past max", c, "u", msg, []LeaseOption{WithVisibilityTimeout(time.Hour), WithMaxLeaseDuration(time.Minute)}, "exceeds WithMaxLeaseDuration"},
-		{"max lease past 12h", c, "u", msg, []LeaseOption{WithMaxLeaseDuration(13 * time.Hour)}, "WithMaxLeaseDuration(13h0m0s)"},
-		{"nil observer", c, "u", msg, []LeaseOption{WithObserver(nil)}, "WithObserver(nil)"},
-		{"grace past max", c, "u", msg, []LeaseOption{WithMaxLeaseDuration(time.Minute), WithCeilingGrace(time.Minute)}, "WithCeilingGrace"},
+		{"no handle", c, "https://sqs.example/q", types.Message{MessageId: aws.String("m")}, nil, "no receipt handle"},
+		{"lease too short", c, "https://sqs.example/q", msg, []LeaseOption{WithVisibilityTimeout(time.Second)}, "WithVisibilityTimeout(1s)"},
+		{"lease not whole seconds", c, "https://sqs.example/q", msg, []LeaseOption{WithVisibilityTimeout(1500 * time.Millisecond)}, "whole seconds"},
+		{"heartbeat of half the lease", c, "https://sqs.example/q", msg, []LeaseOption{WithVisibilityTimeout(30 * time.Second), WithHeartbeatInterval(15 * time.Second)}, "less than half the lease"},
+		{"lease past max", c, "https://sqs.example/q", msg, []LeaseOption{WithVisibilityTimeout(time.Hour), WithMaxLeaseDuration(time.Minute)}, "exceeds WithMaxLeaseDuration"},
+		{"max lease past 12h", c, "https://sqs.example/q", msg, []LeaseOption{WithMaxLeaseDuration(13 * time.Hour)}, "WithMaxLeaseDuration(13h0m0s)"},
+		{"nil observer", c, "https://sqs.example/q", msg, []LeaseOption{WithObserver(nil)}, "WithObserver(nil)"},
+		{"grace past max", c, "https://sqs.example/q", msg, []LeaseOption{WithMaxLeaseDuration(time.Minute), WithCeilingGrace(time.Minute)}, "WithCeilingGrace"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -517,7 +517,7 @@ func TestLeaseOptionsAreConsumerOptions(t *testing.T) {
 	t.Parallel()
 	shared := []LeaseOption{WithVisibilityTimeout(45 * time.Second), WithHeartbeatInterval(10 * time.Second), WithMaxLeaseDuration(time.Hour)}
 	msg := types.Message{MessageId: aws.String("m"), ReceiptHandle: aws.String("h")}
-	l, err := NewLease(&sqs.Client{}, "u", msg, shared...)
+	l, err := NewLease(&sqs.Client{}, "https://sqs.example/q", msg, shared...)
 	require.NoError(t, err)
 	require.Equal(t, 45*time.Second, l.cfg.lease)
 	require.Equal(t, 10*time.Second, l.cfg.interval)
@@ -526,7 +526,7 @@ func TestLeaseOptionsAreConsumerOptions(t *testing.T) {
 	for i, o := range shared {
 		opts[i] = o
 	}
-	c, err := New(&sqs.Client{}, "u", HandlerFunc(func(context.Context, *Message) error { return nil }), opts...)
+	c, err := New(&sqs.Client{}, "https://sqs.example/q", HandlerFunc(func(context.Context, *Message) error { return nil }), opts...)
 	require.NoError(t, err)
 	cfg, err := c.s.leaseConfig(c.s.visibility)
 	require.NoError(t, err)

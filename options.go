@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/url"
+	"path"
 	"time"
 )
 
@@ -85,10 +87,29 @@ func settingsFor[O Option](c Client, queueURL string, opts []O) (settings, []err
 	if c == nil {
 		errs = append(errs, fmt.Errorf("%w: client is nil", ErrInvalidOption))
 	}
-	if queueURL == "" {
-		errs = append(errs, fmt.Errorf("%w: queue URL is empty", ErrInvalidOption))
+	if err := checkQueueURL(queueURL); err != nil {
+		errs = append(errs, err)
 	}
 	return s, errs
+}
+
+// checkQueueURL rejects what cannot be a queue URL, above all a queue
+// name where the URL belongs: SQS identifies the queue by its URL
+// (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME), which GetQueueUrl
+// returns for a name.
+func checkQueueURL(queueURL string) error {
+	if queueURL == "" {
+		return fmt.Errorf("%w: queue URL is empty", ErrInvalidOption)
+	}
+	u, err := url.Parse(queueURL)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return fmt.Errorf("%w: queue URL %q is not a URL: pass the queue's URL (such as https://sqs.us-east-1.amazonaws.com/123456789012/%s), not its name; GetQueueUrl turns a name into the URL",
+			ErrInvalidOption, queueURL, path.Base(queueURL))
+	}
+	if u.Scheme != "https" && u.Scheme != "http" {
+		return fmt.Errorf("%w: queue URL %q: scheme %q is not http or https", ErrInvalidOption, queueURL, u.Scheme)
+	}
+	return nil
 }
 
 func (s *settings) fail(format string, args ...any) {
@@ -266,12 +287,12 @@ func WithShutdownTimeout(d time.Duration) Option {
 }
 
 // WithHandlerTimeout bounds each handler call: its context is cancelled
-// with context.DeadlineExceeded after d. Default: no bound (the lease
-// ceiling still applies). Range 1 ms to 12 h.
+// with context.DeadlineExceeded after d. 0 means no bound, the default
+// (the lease ceiling still applies). Range 0, or 1 ms to 12 h.
 func WithHandlerTimeout(d time.Duration) Option {
 	return option(func(s *settings) {
-		if d < time.Millisecond || d > MaxVisibilityTimeout {
-			s.fail("WithHandlerTimeout(%v): must be from 1ms to %v", d, MaxVisibilityTimeout)
+		if d != 0 && (d < time.Millisecond || d > MaxVisibilityTimeout) {
+			s.fail("WithHandlerTimeout(%v): must be 0 (no bound) or from 1ms to %v", d, MaxVisibilityTimeout)
 			return
 		}
 		s.handlerTimeout = d
