@@ -65,7 +65,9 @@ type tally struct {
 	ours     map[string]int // message ID -> index in jobs
 	want     int
 	calls    map[string]int           // handler invocations per message
-	took     map[string]time.Duration // handler durations
+	took     map[string]time.Duration // duration of each message's first completed handler call
+	spent    map[string]time.Duration // handler time per message over all calls, cut-off ones included
+	ran      map[string]bool          // messages whose handler completed at least once
 	held     map[string]time.Duration // receive to confirmed delete
 	renewals map[string]int
 	deleted  map[string]bool
@@ -73,6 +75,8 @@ type tally struct {
 	foreign  int
 	lastAt   time.Time     // when the last of our messages was deleted
 	done     chan struct{} // closed when every message of ours is deleted
+	lastRan  time.Time     // when the last of our messages completed its first handler call
+	allRan   chan struct{} // closed when every message of ours was handled at least once
 }
 
 func newTally(ids []string) *tally {
@@ -81,11 +85,14 @@ func newTally(ids []string) *tally {
 		want:     len(ids),
 		calls:    map[string]int{},
 		took:     map[string]time.Duration{},
+		spent:    map[string]time.Duration{},
+		ran:      map[string]bool{},
 		held:     map[string]time.Duration{},
 		renewals: map[string]int{},
 		deleted:  map[string]bool{},
 		events:   map[sqsconsumer.EventKind]int{},
 		done:     make(chan struct{}),
+		allRan:   make(chan struct{}),
 	}
 	for i, id := range ids {
 		t.ours[id] = i
@@ -94,7 +101,8 @@ func newTally(ids []string) *tally {
 }
 
 // handler simulates the work its message asks for, giving up if the
-// message's context is cancelled (lease lost, shutdown).
+// message's context is cancelled (lease lost, shutdown). It records every
+// call and the time it took, whether it completed or was cut off.
 func (t *tally) handler(run string) sqsconsumer.HandlerFunc {
 	return func(ctx context.Context, m *sqsconsumer.Message) error {
 		var j job
@@ -114,13 +122,56 @@ func (t *tally) handler(run string) sqsconsumer.HandlerFunc {
 		select {
 		case <-timer.C:
 		case <-ctx.Done():
+			t.mu.Lock()
+			t.spent[m.ID] += time.Since(start)
+			t.mu.Unlock()
 			return context.Cause(ctx)
 		}
+		took := time.Since(start)
 		t.mu.Lock()
-		t.took[m.ID] = time.Since(start)
-		t.mu.Unlock()
+		defer t.mu.Unlock()
+		t.spent[m.ID] += took
+		if !t.ran[m.ID] {
+			t.ran[m.ID] = true
+			t.took[m.ID] = took
+			if len(t.ran) == t.want {
+				t.lastRan = time.Now()
+				close(t.allRan)
+			}
+		}
 		return nil
 	}
+}
+
+// duplicates is how many handler calls there were beyond one per message.
+func (t *tally) duplicates() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, c := range t.calls {
+		n += c - 1
+	}
+	return n
+}
+
+// wasted is the handler time beyond one completed run of each message:
+// repeated runs and runs cut off before they finished.
+func (t *tally) wasted() time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var w time.Duration
+	for id, d := range t.spent {
+		w += d - t.took[id]
+	}
+	return w
+}
+
+// progress returns how many messages were deleted and how many handled at
+// least once so far.
+func (t *tally) progress() (deleted, ran int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.deleted), len(t.ran)
 }
 
 // Observe counts the Consumer's events.
@@ -160,9 +211,9 @@ type result struct {
 }
 
 // consume runs a Consumer on q until every message in ids is deleted or ctx
-// ends, and gathers the result.
-func consume(ctx context.Context, q *queue, cfg runConfig, jobs []job, ids []string) (*result, error) {
-	t := newTally(ids)
+// ends, and gathers the result. t records the run; it must be
+// newTally(ids).
+func consume(ctx context.Context, q *queue, cfg runConfig, jobs []job, ids []string, t *tally) (*result, error) {
 	c, err := sqsconsumer.New(q.client, q.url, t.handler(jobs[0].Run),
 		sqsconsumer.WithVisibilityTimeout(cfg.Lease),
 		sqsconsumer.WithConcurrency(cfg.Concurrency),
@@ -213,15 +264,7 @@ func (r *result) processed() int {
 }
 
 // duplicates is how many handler calls there were beyond one per message.
-func (r *result) duplicates() int {
-	r.t.mu.Lock()
-	defer r.t.mu.Unlock()
-	n := 0
-	for _, c := range r.t.calls {
-		n += c - 1
-	}
-	return n
-}
+func (r *result) duplicates() int { return r.t.duplicates() }
 
 // verdict is nil when every message was processed exactly once.
 func (r *result) verdict() error {

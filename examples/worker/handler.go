@@ -11,7 +11,11 @@ import (
 	"github.com/sqskit/sqsconsumer"
 )
 
-// order is the example message body.
+// order is the example message body, one JSON object:
+//
+//	{"order_id": "o-1001", "amount_cents": 2599}
+//
+// OrderID is required; other fields are ignored.
 type order struct {
 	OrderID     string `json:"order_id"`
 	AmountCents int64  `json:"amount_cents"`
@@ -19,6 +23,31 @@ type order struct {
 
 // errMalformed marks a message that no retry will fix.
 var errMalformed = errors.New("malformed order")
+
+// parseOrder decodes a message body. Its errors wrap errMalformed.
+func parseOrder(body string) (order, error) {
+	var o order
+	if err := json.Unmarshal([]byte(body), &o); err != nil {
+		return order{}, fmt.Errorf("%w: %v", errMalformed, err)
+	}
+	if o.OrderID == "" {
+		return order{}, fmt.Errorf("%w: no order_id", errMalformed)
+	}
+	return o, nil
+}
+
+// orderKey is the idempotency key of a message: its order ID, so that two
+// messages about the same order (a redelivery, or a producer that sent the
+// order twice) are processed once. The prefix keeps the keys apart from
+// other kinds of work in a shared store. A malformed body fails the
+// message before the handler runs.
+func orderKey(m *sqsconsumer.Message) (string, error) {
+	o, err := parseOrder(m.Body)
+	if err != nil {
+		return "", err
+	}
+	return "order:" + o.OrderID, nil
+}
 
 // orderHandler is the example handler: it decodes an order and "processes"
 // it (waits work). Replace it with your own.
@@ -31,8 +60,12 @@ var errMalformed = errors.New("malformed order")
 //     ends.)
 //   - The context is honoured: it is cancelled when the lease is lost or
 //     the shutdown budget runs out, and context.Cause says which.
-//   - Processing must be safe to repeat: SQS delivers at least once, and a
-//     handler cut off by SIGKILL runs again elsewhere.
+//   - It runs inside the Idempotent middleware (see runWith), keyed on the
+//     order ID: an order already processed is skipped, so a redelivery or a
+//     second message about the same order does not process it again. The
+//     work itself should still tolerate a repeat: a handler cut off by
+//     SIGKILL after its effect and before the completion was recorded runs
+//     again elsewhere.
 type orderHandler struct {
 	log  *slog.Logger
 	work time.Duration
@@ -40,12 +73,9 @@ type orderHandler struct {
 
 // HandleMessage processes one order.
 func (h orderHandler) HandleMessage(ctx context.Context, m *sqsconsumer.Message) error {
-	var o order
-	if err := json.Unmarshal([]byte(m.Body), &o); err != nil {
-		return fmt.Errorf("%w: %v", errMalformed, err)
-	}
-	if o.OrderID == "" {
-		return fmt.Errorf("%w: no order_id", errMalformed)
+	o, err := parseOrder(m.Body)
+	if err != nil {
+		return err
 	}
 
 	// The real work goes here: call services with ctx so that they stop
@@ -61,6 +91,21 @@ func (h orderHandler) HandleMessage(ctx context.Context, m *sqsconsumer.Message)
 	h.log.LogAttrs(ctx, slog.LevelInfo, "order processed",
 		slog.String("order_id", o.OrderID),
 		slog.Int64("amount_cents", o.AmountCents),
+		slog.String("message_id", m.ID),
+		slog.Int("receive_count", m.ReceiveCount))
+	return nil
+}
+
+// logDuplicate is the Idempotent middleware's duplicate hook: it logs an
+// order skipped because it was already processed. The message is then
+// deleted.
+func (h orderHandler) logDuplicate(ctx context.Context, m *sqsconsumer.Message, _ []byte) error {
+	o, err := parseOrder(m.Body)
+	if err != nil {
+		return err // cannot happen: the key was derived from this body
+	}
+	h.log.LogAttrs(ctx, slog.LevelInfo, "duplicate order skipped",
+		slog.String("order_id", o.OrderID),
 		slog.String("message_id", m.ID),
 		slog.Int("receive_count", m.ReceiveCount))
 	return nil

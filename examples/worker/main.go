@@ -2,7 +2,29 @@
 // shape of a binary that runs as an ECS task (or a Kubernetes pod, or a
 // systemd unit) and consumes one queue until it is told to stop.
 //
-// Configuration comes from the environment:
+// # Messages
+//
+// Each message body is one JSON object, an order:
+//
+//	{"order_id": "o-1001", "amount_cents": 2599}
+//
+// order_id (a non-empty string) is required and is the idempotency key: the
+// worker processes each order once, however many messages about it arrive
+// (SQS delivers at least once; producers retry), as long as the duplicates
+// arrive within WORKER_IDEMPOTENCY_TTL. amount_cents is optional; other
+// fields are ignored. A body that is not such an object fails without being
+// processed, and is retried with backoff until the queue's redrive policy
+// moves it to the dead-letter queue.
+//
+// The completed orders are remembered in this process's memory
+// (sqsconsumer.NewMemoryStore), which recognises duplicates only within
+// one worker and forgets them when it exits. When several workers consume
+// the queue, pass a shared store instead (packages redisstore, pgstore or
+// dynamostore of this module): the middleware and the key stay the same.
+//
+// # Environment
+//
+// The worker's settings:
 //
 //	SQS_QUEUE_URL              required: the queue to consume
 //	WORKER_CONCURRENCY         handlers at once (default 10)
@@ -11,10 +33,37 @@
 //	                           ECS's stopTimeout (default 30s)
 //	WORKER_SHUTDOWN_TIMEOUT    how long running handlers may finish after SIGTERM
 //	                           (default WORKER_STOP_TIMEOUT minus 5s; must be below it)
+//	WORKER_IDEMPOTENCY_TTL     how long a processed order is remembered, e.g. 96h
+//	                           (default 24h; from 1s to 366 days)
 //	LOG_LEVEL                  debug, info, warn or error (default info)
 //
-// AWS credentials and region come from the default AWS configuration
-// (environment, shared files, the ECS task role).
+// The SQS client comes from the default AWS configuration (environment,
+// shared files, the ECS task role), so the SDK's usual variables apply:
+//
+//	AWS_REGION                 the queue's region, e.g. us-east-1 (required unless a profile sets it)
+//	AWS_ACCESS_KEY_ID,         static credentials; on ECS leave them unset and give the
+//	AWS_SECRET_ACCESS_KEY      task role sqs:ReceiveMessage, DeleteMessage, ChangeMessageVisibility
+//	                           and GetQueueAttributes
+//	AWS_PROFILE                a profile of the shared config files
+//	AWS_ENDPOINT_URL           send the requests elsewhere, e.g. to a local server
+//	                           (AWS_ENDPOINT_URL_SQS for SQS alone)
+//
+// To try it on this machine with the module's in-memory SQS (any
+// credentials do; the server checks no signatures):
+//
+//	go run ./cmd/sqstest -listen 127.0.0.1:9324 -queue orders
+//
+//	AWS_ENDPOINT_URL=http://127.0.0.1:9324 AWS_REGION=us-east-1 \
+//	AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local \
+//	SQS_QUEUE_URL=http://127.0.0.1:9324/123456789012/orders go run ./examples/worker
+//
+//	AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local aws --region us-east-1 \
+//	  --endpoint-url http://127.0.0.1:9324 sqs send-message \
+//	  --queue-url http://127.0.0.1:9324/123456789012/orders \
+//	  --message-body '{"order_id":"o-1001","amount_cents":2599}'
+//
+// Send the same order twice and the second is logged as "duplicate order
+// skipped".
 //
 // It logs JSON lines to standard error and exits with status 0 after a clean
 // shutdown on SIGTERM or SIGINT, 1 when the consumer stopped on a permanent
@@ -113,13 +162,14 @@ type settings struct {
 	visibility      time.Duration // 0: the queue's VisibilityTimeout
 	stopTimeout     time.Duration
 	shutdownTimeout time.Duration
+	idempotencyTTL  time.Duration
 	logLevel        slog.Level
 }
 
 // loadSettings reads the settings through getenv and reports every invalid
 // or missing value at once.
 func loadSettings(getenv func(string) string) (settings, error) {
-	s := settings{concurrency: defaultConcurrency, stopTimeout: defaultStopTimeout}
+	s := settings{concurrency: defaultConcurrency, stopTimeout: defaultStopTimeout, idempotencyTTL: sqsconsumer.DefaultIdempotencyTTL}
 	var errs []error
 	s.queueURL = strings.TrimSpace(getenv("SQS_QUEUE_URL"))
 	if s.queueURL == "" {
@@ -148,6 +198,10 @@ func loadSettings(getenv func(string) string) (settings, error) {
 	duration("WORKER_STOP_TIMEOUT", &s.stopTimeout)
 	s.shutdownTimeout = max(s.stopTimeout-shutdownMargin, s.stopTimeout/2)
 	duration("WORKER_SHUTDOWN_TIMEOUT", &s.shutdownTimeout)
+	duration("WORKER_IDEMPOTENCY_TTL", &s.idempotencyTTL)
+	if s.idempotencyTTL < time.Second || s.idempotencyTTL > sqsconsumer.MaxIdempotencyTTL {
+		errs = append(errs, fmt.Errorf("WORKER_IDEMPOTENCY_TTL (%v): must be from 1s to %v", s.idempotencyTTL, sqsconsumer.MaxIdempotencyTTL))
+	}
 	if s.shutdownTimeout >= s.stopTimeout {
 		errs = append(errs, fmt.Errorf("WORKER_SHUTDOWN_TIMEOUT (%v) must be below WORKER_STOP_TIMEOUT (%v): SIGKILL would cut the shutdown short", s.shutdownTimeout, s.stopTimeout))
 	}
@@ -180,7 +234,19 @@ func runWith(ctx context.Context, getenv func(string) string, stderr io.Writer, 
 		return exitConfig
 	}
 
+	handler := orderHandler{log: logger, work: work}
+	// Each order is processed once: the middleware claims its order ID
+	// before the handler runs and records it as completed after.
+	idempotent, err := sqsconsumer.NewIdempotent(sqsconsumer.NewMemoryStore(),
+		sqsconsumer.WithIdempotencyKey(orderKey),
+		sqsconsumer.WithIdempotencyTTL(s.idempotencyTTL),
+		sqsconsumer.WithDuplicateHook(handler.logDuplicate))
+	if err != nil {
+		logger.Error("invalid idempotency options", "error", err)
+		return exitConfig
+	}
 	opts := []sqsconsumer.Option{
+		sqsconsumer.WithMiddleware(idempotent),
 		sqsconsumer.WithConcurrency(s.concurrency),
 		sqsconsumer.WithShutdownTimeout(s.shutdownTimeout),
 		// The library logs what needs attention (lost leases, panics,
@@ -191,7 +257,7 @@ func runWith(ctx context.Context, getenv func(string) string, stderr io.Writer, 
 	if s.visibility > 0 {
 		opts = append(opts, sqsconsumer.WithVisibilityTimeout(s.visibility))
 	}
-	c, err := sqsconsumer.New(client, s.queueURL, orderHandler{log: logger, work: work}, opts...)
+	c, err := sqsconsumer.New(client, s.queueURL, handler, opts...)
 	if err != nil {
 		logger.Error("invalid consumer options", "error", err)
 		return exitConfig

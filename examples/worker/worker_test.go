@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -33,25 +32,26 @@ func TestLoadSettings(t *testing.T) {
 		{
 			name: "defaults",
 			env:  map[string]string{"SQS_QUEUE_URL": url},
-			want: settings{queueURL: url, concurrency: 10, stopTimeout: 30 * time.Second, shutdownTimeout: 25 * time.Second},
+			want: settings{queueURL: url, concurrency: 10, stopTimeout: 30 * time.Second, shutdownTimeout: 25 * time.Second, idempotencyTTL: 24 * time.Hour},
 		},
 		{
 			name: "everything set",
 			env: map[string]string{
 				"SQS_QUEUE_URL": url, "WORKER_CONCURRENCY": "40", "WORKER_VISIBILITY_TIMEOUT": "2m",
-				"WORKER_STOP_TIMEOUT": "120s", "WORKER_SHUTDOWN_TIMEOUT": "100s", "LOG_LEVEL": "debug",
+				"WORKER_STOP_TIMEOUT": "120s", "WORKER_SHUTDOWN_TIMEOUT": "100s", "WORKER_IDEMPOTENCY_TTL": "96h",
+				"LOG_LEVEL": "debug",
 			},
-			want: settings{queueURL: url, concurrency: 40, visibility: 2 * time.Minute, stopTimeout: 120 * time.Second, shutdownTimeout: 100 * time.Second, logLevel: -4},
+			want: settings{queueURL: url, concurrency: 40, visibility: 2 * time.Minute, stopTimeout: 120 * time.Second, shutdownTimeout: 100 * time.Second, idempotencyTTL: 96 * time.Hour, logLevel: -4},
 		},
 		{
 			name: "shutdown budget follows the stop timeout",
 			env:  map[string]string{"SQS_QUEUE_URL": url, "WORKER_STOP_TIMEOUT": "60s"},
-			want: settings{queueURL: url, concurrency: 10, stopTimeout: time.Minute, shutdownTimeout: 55 * time.Second},
+			want: settings{queueURL: url, concurrency: 10, stopTimeout: time.Minute, shutdownTimeout: 55 * time.Second, idempotencyTTL: 24 * time.Hour},
 		},
 		{
 			name: "short stop timeout keeps half for the handlers",
 			env:  map[string]string{"SQS_QUEUE_URL": url, "WORKER_STOP_TIMEOUT": "6s"},
-			want: settings{queueURL: url, concurrency: 10, stopTimeout: 6 * time.Second, shutdownTimeout: 3 * time.Second},
+			want: settings{queueURL: url, concurrency: 10, stopTimeout: 6 * time.Second, shutdownTimeout: 3 * time.Second, idempotencyTTL: 24 * time.Hour},
 		},
 		{name: "missing queue URL", env: map[string]string{}, wantErr: []string{"SQS_QUEUE_URL is required"}},
 		{name: "blank queue URL", env: map[string]string{"SQS_QUEUE_URL": "  "}, wantErr: []string{"SQS_QUEUE_URL is required"}},
@@ -61,11 +61,22 @@ func TestLoadSettings(t *testing.T) {
 			wantErr: []string{"WORKER_SHUTDOWN_TIMEOUT (30s) must be below WORKER_STOP_TIMEOUT (30s)"},
 		},
 		{
+			name:    "idempotency TTL too short",
+			env:     map[string]string{"SQS_QUEUE_URL": url, "WORKER_IDEMPOTENCY_TTL": "500ms"},
+			wantErr: []string{"WORKER_IDEMPOTENCY_TTL (500ms): must be from 1s to 8784h0m0s"},
+		},
+		{
+			name:    "idempotency TTL too long",
+			env:     map[string]string{"SQS_QUEUE_URL": url, "WORKER_IDEMPOTENCY_TTL": "9000h"},
+			wantErr: []string{"WORKER_IDEMPOTENCY_TTL (9000h0m0s): must be from 1s to 8784h0m0s"},
+		},
+		{
 			name: "every bad value reported",
 			env: map[string]string{
 				"WORKER_CONCURRENCY": "0", "WORKER_VISIBILITY_TIMEOUT": "soon", "WORKER_STOP_TIMEOUT": "-1s", "LOG_LEVEL": "loud",
+				"WORKER_IDEMPOTENCY_TTL": "forever",
 			},
-			wantErr: []string{"SQS_QUEUE_URL", `WORKER_CONCURRENCY="0"`, `WORKER_VISIBILITY_TIMEOUT="soon"`, `WORKER_STOP_TIMEOUT="-1s"`, `LOG_LEVEL="loud"`},
+			wantErr: []string{"SQS_QUEUE_URL", `WORKER_CONCURRENCY="0"`, `WORKER_VISIBILITY_TIMEOUT="soon"`, `WORKER_STOP_TIMEOUT="-1s"`, `LOG_LEVEL="loud"`, `WORKER_IDEMPOTENCY_TTL="forever"`},
 		},
 	}
 	for _, tt := range tests {
@@ -180,7 +191,10 @@ func TestRunShutsDownOnSignal(t *testing.T) {
 		require.Equal(t, 1, messages(lines, "worker stopped cleanly"))
 		for _, l := range lines {
 			if l["msg"] == "message failed" {
-				require.True(t, strings.HasPrefix(l["error"].(string), "malformed order"), "error %v", l["error"])
+				// The idempotency key is read from the body, so a malformed
+				// order fails before the handler runs.
+				require.Contains(t, l["error"], "cannot derive the idempotency key")
+				require.Contains(t, l["error"], "malformed order")
 			}
 		}
 	})
@@ -235,4 +249,80 @@ func TestRunPermanentError(t *testing.T) {
 		require.Equal(t, exitFailed, code)
 		require.Equal(t, 1, messages(out.lines(t), "worker stopped on an error"))
 	})
+}
+
+// TestRunProcessesEachOrderOnce delivers the same order twice, once as two
+// messages (a producer that sent it again) and once as one message
+// delivered again after its delete failed: the order is processed once,
+// the duplicate is skipped and deleted.
+func TestRunProcessesEachOrderOnce(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		bodies []string
+		// prepare runs before the worker starts.
+		prepare func(srv *sqstest.Server)
+		// receives is the total number of receives of the queue's messages.
+		receives int
+	}{
+		{
+			name:     "sent twice",
+			bodies:   []string{`{"order_id":"o-1","amount_cents":100}`, `{"order_id":"o-1","amount_cents":100,"retry":true}`},
+			receives: 3, // the second message waits while the first holds the order, then is received again and skipped
+		},
+		{
+			name:   "delivered again after a failed delete",
+			bodies: []string{`{"order_id":"o-1","amount_cents":100}`},
+			prepare: func(srv *sqstest.Server) {
+				// The delete is refused, as for a worker that died between
+				// the work and the delete: the message returns when its
+				// visibility timeout ends.
+				srv.FailNextEntries("DeleteMessageBatch", 1, sqstest.FaultReceiptHandleIsInvalid)
+			},
+			receives: 2,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				srv := sqstest.New(t)
+				url, err := srv.CreateQueue("orders", map[string]string{"VisibilityTimeout": "30"})
+				require.NoError(t, err)
+				for _, b := range tt.bodies {
+					_, err := srv.Send(url, b)
+					require.NoError(t, err)
+				}
+				if tt.prepare != nil {
+					tt.prepare(srv)
+				}
+
+				ctx, sigterm := context.WithCancel(context.Background())
+				var out syncBuffer
+				done := make(chan int, 1)
+				go func() {
+					done <- run(ctx, env(map[string]string{"SQS_QUEUE_URL": url}), &out,
+						func(context.Context) (sqsconsumer.Client, error) { return srv.Client(), nil })
+				}()
+				time.Sleep(2 * time.Minute) // virtual: past the 30 s visibility timeout and the retry
+				sigterm()
+				require.Equal(t, exitOK, <-done)
+
+				receives := 0
+				for _, st := range srv.Messages(url) {
+					require.True(t, st.Deleted, "message %q", st.Body)
+					receives += st.ReceiveCount
+				}
+				require.Equal(t, tt.receives, receives)
+				lines := out.lines(t)
+				require.Equal(t, 1, messages(lines, "order processed"), "the effect ran once")
+				require.Equal(t, 1, messages(lines, "duplicate order skipped"))
+				for _, l := range lines {
+					if l["msg"] == "duplicate order skipped" {
+						require.Equal(t, "o-1", l["order_id"])
+					}
+				}
+			})
+		})
+	}
 }
