@@ -33,32 +33,25 @@ type Consumer struct {
 	stats *StatsRecorder // always on: Stats, Advice, adaptive leases
 
 	// Set up at Run, read-only afterwards.
-	cfg   leaseConfig
-	qs    QueueSettings
-	fifo  bool
-	calls *batchedCalls
+	cfg      leaseConfig
+	qs       QueueSettings
+	fifo     bool
+	calls    *batchedCalls
+	fl       *flow         // when to receive, how much; the handler slots
+	pollWait time.Duration // WaitTimeSeconds of every receive
 
-	slotMu    sync.Mutex // guards freeSlots, slotFreed and settling
-	freeSlots int        // handler slots not holding a message
-	// settling counts messages whose handler succeeded and gave its slot
-	// back before SQS confirmed the delete; at most the concurrency.
-	settling int
-	// starting counts messages handed to a worker whose handler has not
-	// begun. While startingLimit are starting, the process is not
-	// keeping up (CPU-bound), and pollers wait rather than receive
-	// messages that would only queue here, leased, unavailable to other
-	// consumers.
-	starting      int
-	startingLimit int // set at Run: startingBatches batches
-	// slotFreed wakes the waiting pollers when slotWant slots are free:
-	// the fewest a waiting poller will take (a full batch while it
-	// gathers, 1 after). Waking pollers for fewer would only send them
-	// back to sleep.
-	slotFreed wakeup
-	slotWant  int
-
-	// afterDelete is c.deleted as a func value made once: a lease's
-	// asynchronous delete reports to it without allocating.
+	// settleCtx bounds every settling call (deletes, releases) and
+	// pollCtx every receive; both are cancelled at the hard stop, one
+	// call timeout after the shutdown budget, so Run returns in time
+	// even when SQS does not answer.
+	settleCtx   context.Context
+	pollCtx     context.Context
+	hardStop    context.CancelFunc
+	stopPolls   chan struct{}      // closed at shutdown: parked pollers return
+	fatalStop   context.CancelFunc // ends Run's wait after a permanent receive error
+	settleMu    sync.Mutex         // guards settling
+	settling    int                // succeeded messages whose slot was given back before the delete confirmed
+	pollers     sync.WaitGroup     // poller goroutines
 	afterDelete func(*Lease, error)
 
 	mu sync.Mutex // guards the fields below
@@ -108,7 +101,9 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 		return nil, err
 	}
 	if s.pollers == 0 {
-		s.pollers = min((s.concurrency+MaxBatchSize-1)/MaxBatchSize, 16)
+		// Enough receives in flight to ask for every slot and the whole
+		// read-ahead in full batches.
+		s.pollers = (s.concurrency+s.maxAhead+s.batchSize-1)/s.batchSize + 1
 	}
 	stats := NewStatsRecorder()
 	stats.direct = true
@@ -144,18 +139,32 @@ func (c *Consumer) Advice() Advice {
 func (c *Consumer) QueueURL() string { return c.queueURL }
 
 // Run receives and handles messages until ctx is cancelled or a permanent
-// error occurs (the queue does not exist, access is denied). It blocks.
+// error occurs (the queue does not exist, access is denied, or every
+// receive fails the same way, see maxSameReceiveFailures). It blocks.
 //
-// When ctx is cancelled Run stops receiving at once (an in-flight long poll
-// is abandoned), releases messages whose handlers have not started
-// (visibility 0), and gives running handlers the shutdown timeout to finish
-// while their leases stay renewed; then their contexts are cancelled with
-// ErrShutdown and, unless they succeed, their messages are released. Run
-// returns only after every goroutine it started has exited: nil after a
+// When ctx is cancelled Run stops receiving: it sends no new receive, and
+// never cancels one in flight, which may already hold messages (they would
+// stay invisible for a whole lease); such a receive returns within its
+// long-poll wait, which is never longer than the shutdown timeout, and its
+// messages are released at once (visibility 0; another receive still in
+// flight may take such a message once more, and release it too). Messages
+// whose handlers
+// have not started are released too, and running handlers get the shutdown
+// timeout to finish while their leases stay renewed; then their contexts
+// are cancelled with ErrShutdown and, unless they succeed, their messages
+// are released. Calls to SQS still pending one call timeout
+// (shutdownCallTimeout, 5 s) after the shutdown timeout are abandoned, so
+// Run returns within the shutdown timeout plus that, unless a handler
+// ignores its cancelled context: Run waits for every handler it started.
+//
+// Run returns only after every goroutine it started has exited: nil after a
 // clean shutdown, the permanent error otherwise. The handlers' contexts
 // derive from context.Background, not from ctx, so cancelling ctx never
 // interrupts a handler by itself.
 func (c *Consumer) Run(ctx context.Context) error {
+	if ctx == nil {
+		return errors.New("sqsconsumer: Run(nil): a context is required")
+	}
 	first := false
 	c.runOnce.Do(func() { first = true })
 	if !first {
@@ -164,28 +173,31 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err := c.setup(ctx); err != nil {
 		return err
 	}
-	pollCtx, stopPolling := context.WithCancelCause(ctx)
-	defer stopPolling(nil)
-	var pollers sync.WaitGroup
-	for range c.s.pollers {
-		pollers.Add(1)
-		go func() {
-			defer pollers.Done()
-			c.poll(pollCtx, stopPolling)
-		}()
-	}
-	pollers.Wait()
+	runCtx, fatalStop := context.WithCancel(ctx)
+	defer fatalStop()
+	c.fatalStop = fatalStop
+	c.fl.mu.Lock()
+	c.fl.wakeLocked(time.Now()) // the first poller; it starts the others
+	c.fl.mu.Unlock()
+	<-runCtx.Done()
 
 	c.shutdown()
+	c.pollers.Wait()
 	close(c.quit)
 	c.workers.Wait()
 	c.hbStarters.Wait() // every lease is stopped: their groups' timers are stopped or done
 	c.calls.close()
+	c.hardStop()
 	c.logAdvice()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.fatal
 }
+
+// shutdownCallTimeout is how long after the shutdown timeout calls to SQS
+// still pending (a delete, a release, a receive that does not return) are
+// given before they are abandoned.
+const shutdownCallTimeout = 5 * time.Second
 
 // logAdvice logs the run's figures and the advice drawn from them, when a
 // logger is set and anything was processed.
@@ -248,15 +260,29 @@ func (c *Consumer) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.calls = newBatchedCalls(c.client, c.queueURL, max(deleteCallsPerPoller*c.s.pollers, minDeleteCalls))
-	cfg.calls, cfg.queueURL = c.calls, c.queueURL
+	c.calls = newBatchedCalls(c.client, c.queueURL, max(c.s.pollers, minDeleteCalls))
+	settleCtx, cancelSettle := context.WithCancel(context.Background())
+	pollCtx, cancelPolls := context.WithCancel(context.Background())
+	c.settleCtx, c.pollCtx = settleCtx, pollCtx
+	c.hardStop = func() { cancelPolls(); cancelSettle() }
+	cfg.calls, cfg.queueURL, cfg.settleCtx = c.calls, c.queueURL, settleCtx
 	c.cfg = cfg
 	qs.VisibilityTimeout, qs.ShutdownTimeout = cfg.lease, c.s.shutdownTimeout
 	c.mu.Lock()
 	c.qs = qs
 	c.mu.Unlock()
-	c.freeSlots = c.s.concurrency
-	c.startingLimit = startingBatches * c.s.batchSize
+	c.pollWait = c.s.waitTime
+	if c.pollWait > 0 {
+		// A receive in flight at shutdown is never cancelled, so it must
+		// return within the shutdown timeout (at least a second: the SDK
+		// cannot send a wait of 0).
+		c.pollWait = max(min(c.pollWait, c.s.shutdownTimeout.Truncate(time.Second)), time.Second)
+	}
+	c.stopPolls = make(chan struct{})
+	c.fl = newFlow(c.s.concurrency, c.s.batchSize, c.s.maxAhead, c.s.pollers, func() {
+		c.pollers.Add(1)
+		go c.poll()
+	})
 	c.inflight = make(map[string]*Lease)
 	c.work = make(chan *Lease)
 	c.quit = make(chan struct{})
@@ -265,118 +291,17 @@ func (c *Consumer) setup(ctx context.Context) error {
 	return nil
 }
 
-// A Consumer's delete batch calls in flight are limited to
-// deleteCallsPerPoller per poller (at least minDeleteCalls): a poller
-// receives at most one batch per round trip, so this leaves the deletes
-// twice the receives' pace, and a burst of settlements waits for a call
-// instead of opening a connection of its own.
-const (
-	deleteCallsPerPoller = 2
-	minDeleteCalls       = 4
-)
-
-// startingBatches is how many receives' worth of messages may wait for
-// their worker to begin before the pollers hold off (see starting). One
-// made pollers stall behind each other's fresh batch when the receive
-// answered at once (BenchmarkConsumerOverhead c=200: 1.8 -> 3.5 us); two
-// keeps that and still curbs the queueing.
-const startingBatches = 2
-
-// receiveGather is how long a poller of a busy queue waits for more handler
-// slots to free up before it receives fewer than a full batch. Slots come
-// back one by one as handlers finish; receiving each as it frees would
-// double the calls per message for no gain in latency that matters. The
-// wait ends as soon as a full batch (or the concurrency) is free, so only
-// slowly freeing slots ever wait it out. 100 ms keeps the quickstart at
-// 1.11 calls per message (20 ms: 1.45, 50 ms: 1.28), its elapsed time
-// unchanged.
-const receiveGather = 100 * time.Millisecond
-
-// acquire takes between 1 and n free handler slots, waiting for the first.
-// When gather is set (the last receive came back full: the queue has a
-// backlog) it waits up to receiveGather for n to be free. Slots are taken
-// all at once, so pollers do not split a batch's worth between them. It
-// returns 0 when ctx ends first.
-func (c *Consumer) acquire(ctx context.Context, n int, gather bool, timer *time.Timer) int {
-	timedOut, armed := !gather, false
-	defer func() {
-		if armed {
-			timer.Stop()
-		}
-	}()
-	var timeout <-chan time.Time
-	for {
-		c.slotMu.Lock()
-		free := c.freeSlots
-		if c.starting >= c.startingLimit {
-			free = 0
-		}
-		if free >= n || (free >= 1 && timedOut) {
-			take := min(free, n)
-			c.freeSlots -= take
-			c.slotMu.Unlock()
-			return take
-		}
-		if !c.slotFreed.waiting() {
-			c.slotWant = n
-		}
-		// Wake for the first free slot (to start gathering, or to take
-		// it once the gather is over), else for a full batch.
-		want := min(n, c.s.concurrency)
-		if timedOut || free == 0 {
-			want = 1
-		}
-		c.slotWant = min(c.slotWant, want)
-		freed := c.slotFreed.wait()
-		c.slotMu.Unlock()
-		if free >= 1 && !armed {
-			timer.Reset(receiveGather)
-			armed, timeout = true, timer.C
-		}
-		select {
-		case <-freed:
-		case <-timeout:
-			timedOut, armed, timeout = true, false, nil
-		case <-ctx.Done():
-			return 0
-		}
-	}
-}
-
-func (c *Consumer) free(n int) {
-	if n <= 0 {
-		return
-	}
-	c.slotMu.Lock()
-	c.freeSlots += n
-	c.wakePollersLocked()
-	c.slotMu.Unlock()
-}
-
-// begun counts a delivery out of starting: its worker picked it up.
-func (c *Consumer) begun() {
-	c.slotMu.Lock()
-	c.starting--
-	if c.starting == c.startingLimit-1 {
-		c.wakePollersLocked()
-	}
-	c.slotMu.Unlock()
-}
-
-// wakePollersLocked wakes the waiting pollers if what they wait for is
-// there: slotWant free slots, and fewer than startingLimit messages
-// still starting. The caller holds slotMu.
-func (c *Consumer) wakePollersLocked() {
-	if c.freeSlots >= c.slotWant && c.starting < c.startingLimit {
-		c.slotFreed.fire()
-	}
-}
+// minDeleteCalls is the least number of delete batch calls a Consumer lets
+// be in flight at once (otherwise one per receive it may have in flight):
+// a burst of settlements waits for a call instead of opening a connection
+// of its own.
+const minDeleteCalls = 4
 
 // takeSettleSlot reserves room for one more message that has given its
 // handler slot back before its delete was confirmed.
 func (c *Consumer) takeSettleSlot() bool {
-	c.slotMu.Lock()
-	defer c.slotMu.Unlock()
+	c.settleMu.Lock()
+	defer c.settleMu.Unlock()
 	if c.settling >= c.s.concurrency {
 		return false
 	}
@@ -385,75 +310,126 @@ func (c *Consumer) takeSettleSlot() bool {
 }
 
 func (c *Consumer) giveSettleSlot() {
-	c.slotMu.Lock()
+	c.settleMu.Lock()
 	c.settling--
-	c.slotMu.Unlock()
+	c.settleMu.Unlock()
 }
 
-// poll is one poller: it reserves free handler slots, long-polls for at
-// most that many messages, and dispatches them.
-func (c *Consumer) poll(ctx context.Context, stop context.CancelCauseFunc) {
-	failures := 0
-	full := false // the last receive returned all it asked for
-	gather := time.NewTimer(receiveGather)
-	gather.Stop()
+// poll is one poller: it takes the receive the flow says is due, sends it,
+// and dispatches what comes back; with nothing due it parks until the flow
+// kicks it. It returns when receiving stops.
+func (c *Consumer) poll() {
+	defer c.pollers.Done()
+	var failures, same int // consecutive failures; of them, identical client errors
+	var last string
 	for {
-		n := c.acquire(ctx, c.s.batchSize, full, gather)
+		n := c.fl.take()
 		if n == 0 {
-			return
+			select {
+			case <-c.fl.kick:
+				c.fl.unpark()
+				continue
+			case <-c.stopPolls:
+				c.fl.unpark()
+				return
+			}
 		}
-		cfg := c.leaseFor()
-		sent := time.Now()
-		out, err := c.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-			QueueUrl:                    aws.String(c.queueURL),
-			MaxNumberOfMessages:         int32(n),
-			WaitTimeSeconds:             int32(c.s.waitTime / time.Second),
-			VisibilityTimeout:           int32(cfg.lease / time.Second),
-			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
-			MessageAttributeNames:       []string{"All"},
-		})
-		if err != nil {
-			c.free(n)
-			if ctx.Err() != nil {
-				return
-			}
-			if classify(err) == kindPermanent {
-				c.mu.Lock()
-				if c.fatal == nil {
-					c.fatal = fmt.Errorf("sqsconsumer: ReceiveMessage: %w", err)
-				}
-				c.mu.Unlock()
-				c.log(slog.LevelError, "sqsconsumer: permanent receive error; shutting down", "error", err)
-				stop(err)
-				return
-			}
-			c.log(slog.LevelWarn, "sqsconsumer: receive failed; backing off", "error", err, "attempt", failures+1)
-			if !sleepCtx(ctx, receiveBackoff(failures)) {
-				return
-			}
-			failures++
+		err := c.receive(n)
+		if err == nil {
+			failures, same, last = 0, 0, ""
 			continue
 		}
-		arrived := time.Now()
-		handedOver := HandoverTime(sent, arrived)
-		failures = 0
-		full = len(out.Messages) >= n
-		if len(out.Messages) > n {
-			// SQS never does this; a misbehaving endpoint must not
-			// break the slot accounting.
-			c.log(slog.LevelError, "sqsconsumer: ReceiveMessage returned more messages than asked for; releasing the extra", "asked", n, "got", len(out.Messages))
-			for _, m := range out.Messages[n:] {
-				c.releaseRaw(m, 0)
-			}
-			out.Messages = out.Messages[:n]
+		if c.pollCtx.Err() != nil {
+			return
 		}
-		c.free(n - len(out.Messages))
-		g := newHBGroup(&c.hbStarters)
-		for _, m := range out.Messages {
-			c.dispatch(m, handedOver, arrived, cfg, g)
+		if classify(err) == kindPermanent {
+			c.fail(err, "sqsconsumer: permanent receive error; shutting down")
+			return
+		}
+		if persistentClientError(err) && err.Error() == last {
+			same++
+		} else if persistentClientError(err) {
+			same, last = 1, err.Error()
+		} else {
+			same, last = 0, ""
+		}
+		if same >= maxSameReceiveFailures {
+			c.fail(fmt.Errorf("failed %d times in a row with the same client error: %w", same, err), "sqsconsumer: every receive fails the same way; shutting down")
+			return
+		}
+		c.log(slog.LevelWarn, "sqsconsumer: receive failed; backing off", "error", err, "attempt", failures+1)
+		t := time.NewTimer(receiveBackoff(failures))
+		failures++
+		select {
+		case <-t.C:
+		case <-c.stopPolls:
+			t.Stop()
+			return
 		}
 	}
 }
+
+// maxSameReceiveFailures is how many receives in a row may fail with the
+// same client error (a 4xx answer other than throttling, such as an answer
+// the SDK cannot decode) before Run gives up and returns it: about a
+// minute of backoff. Throttling, server errors and network failures are
+// retried for as long as Run runs.
+const maxSameReceiveFailures = 10
+
+// fail records a permanent receive error and ends Run.
+func (c *Consumer) fail(err error, msg string) {
+	c.mu.Lock()
+	if c.fatal == nil {
+		c.fatal = fmt.Errorf("sqsconsumer: ReceiveMessage: %w", err)
+	}
+	c.mu.Unlock()
+	c.log(slog.LevelError, msg, "error", err)
+	c.fatalStop()
+}
+
+// receive sends one ReceiveMessage for n messages and dispatches the
+// answer. Its context is not Run's: a receive is never cancelled by a
+// shutdown, only by the hard stop after it.
+func (c *Consumer) receive(n int) error {
+	cfg := c.leaseFor()
+	ctx, cancel := context.WithTimeout(c.pollCtx, c.pollWait+receiveCallTimeout)
+	sent := time.Now()
+	out, err := c.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+		QueueUrl:                    aws.String(c.queueURL),
+		MaxNumberOfMessages:         int32(n),
+		WaitTimeSeconds:             int32(c.pollWait / time.Second),
+		VisibilityTimeout:           int32(cfg.lease / time.Second),
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
+		MessageAttributeNames:       []string{"All"},
+	})
+	cancel()
+	arrived := time.Now()
+	if err != nil {
+		c.fl.received(n, 0, arrived.Sub(sent))
+		return err
+	}
+	msgs := out.Messages
+	if len(msgs) > n {
+		// SQS never does this; a misbehaving endpoint must not break
+		// the accounting.
+		c.log(slog.LevelError, "sqsconsumer: ReceiveMessage returned more messages than asked for; releasing the extra", "asked", n, "got", len(msgs))
+		for _, m := range msgs[n:] {
+			c.releaseRaw(m, 0)
+		}
+		msgs = msgs[:n]
+	}
+	c.fl.received(n, len(msgs), arrived.Sub(sent))
+	handedOver := HandoverTime(sent, arrived)
+	g := newHBGroup(&c.hbStarters)
+	for _, m := range msgs {
+		c.dispatch(m, handedOver, arrived, cfg, g)
+	}
+	return nil
+}
+
+// receiveCallTimeout is how long a receive may take beyond its long-poll
+// wait (the SDK's own retries included) before it is abandoned.
+const receiveCallTimeout = 10 * time.Second
 
 // receiveBackoff is the pause after the n-th consecutive receive failure:
 // 100 ms doubling to 10 s, jittered.
@@ -466,23 +442,23 @@ func receiveBackoff(n int) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-// dispatch takes one received message: a redelivery of a message already
-// held here is adopted by its lease; anything else gets a lease at once
-// (so it is renewed while it waits) and a handler when its turn comes.
-// It owns one slot for the message. handedOver is the receive's
+// dispatch takes one received message, counted as waiting in the flow: a
+// redelivery of a message already held here is adopted by its lease;
+// anything else gets a lease at once (so it is renewed while it waits) and
+// a handler slot when its turn comes. handedOver is the receive's
 // conservative hand-over estimate (the lease clock), arrived when its
 // answer came.
 func (c *Consumer) dispatch(raw types.Message, handedOver, arrived time.Time, cfg *leaseConfig, g *hbGroup) {
 	id, handle := aws.ToString(raw.MessageId), aws.ToString(raw.ReceiptHandle)
 	if id == "" || handle == "" {
 		c.log(slog.LevelError, "sqsconsumer: ReceiveMessage returned a message without MessageId or ReceiptHandle; skipping it", "message_id", id)
-		c.free(1)
+		c.fl.drop(1)
 		return
 	}
 	c.mu.Lock()
 	if d, ok := c.inflight[id]; ok {
 		c.mu.Unlock()
-		c.free(1)
+		c.fl.drop(1)
 		count, _ := strconv.Atoi(raw.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
 		if d.adopt(handle, handedOver, count, cfg.lease) {
 			c.log(slog.LevelInfo, "sqsconsumer: message redelivered while still being handled here; the running lease adopted the new receipt handle", "message_id", id, "receive_count", count)
@@ -496,8 +472,10 @@ func (c *Consumer) dispatch(raw types.Message, handedOver, arrived time.Time, cf
 		return
 	}
 	if c.stopping.Load() {
+		// A receive that was in flight when the shutdown began: hand its
+		// messages back at once rather than leave them invisible.
 		c.mu.Unlock()
-		c.free(1)
+		c.fl.drop(1)
 		c.releaseRaw(raw, 0)
 		return
 	}
@@ -508,15 +486,16 @@ func (c *Consumer) dispatch(raw types.Message, handedOver, arrived time.Time, cf
 	// a parent would take a shared lock for every message.
 	l.start(context.Background(), g)
 	c.inflight[id] = l
-	startNow := true
+	ready := true
 	if c.fifo && m.GroupID != "" {
 		q, busy := c.groups[m.GroupID]
 		c.groups[m.GroupID] = append(q, l)
-		startNow = !busy
+		ready = !busy
 	}
+	c.handlers.Add(1) // done in finish or settleUnstarted
 	c.mu.Unlock()
 	c.observe(EventReceived, m, nil)
-	if startNow {
+	if ready && c.fl.enqueue(l) {
 		c.start(l)
 	}
 }
@@ -526,13 +505,9 @@ func (c *Consumer) dispatch(raw types.Message, handedOver, arrived time.Time, cf
 // for every message.
 const workerIdle = 30 * time.Second
 
-// start hands d to an idle worker, or to a new one. There are never more
-// workers busy than handler slots.
+// start hands d, which holds a handler slot, to an idle worker, or to a
+// new one. There are never more workers busy than handler slots.
 func (c *Consumer) start(d *Lease) {
-	c.handlers.Add(1)
-	c.slotMu.Lock()
-	c.starting++
-	c.slotMu.Unlock()
 	select {
 	case c.work <- d:
 		return
@@ -559,10 +534,8 @@ func (c *Consumer) worker(d *Lease) {
 	}
 }
 
-// handle runs the handler for one delivery and settles it, then starts the
-// next message of its FIFO group, if any.
+// handle runs the handler for one delivery and settles it.
 func (c *Consumer) handle(d *Lease) {
-	c.begun()
 	if c.stopping.Load() {
 		c.settle(d, nil, false)
 		return
@@ -574,7 +547,9 @@ func (c *Consumer) handle(d *Lease) {
 		ctx, cancel = context.WithTimeout(ctx, c.s.handlerTimeout)
 		defer cancel()
 	}
+	d.inHandler.Store(true)
 	err := c.call(ctx, d.msg)
+	d.inHandler.Store(false)
 	c.settle(d, err, true)
 }
 
@@ -630,9 +605,10 @@ func panicSite() string {
 // runs when SQS has answered.
 func (c *Consumer) settle(l *Lease, err error, ran bool) {
 	m := l.msg
-	// Settling uses its own context: the handler's may be cancelled, and
-	// the lease's deadline bounds every call anyway.
-	ctx := context.Background()
+	// Settling uses its own context: the handler's may be cancelled. The
+	// lease's deadline bounds every call, and the hard stop bounds them
+	// at shutdown.
+	ctx := c.settleCtx
 	failed := !ran || err != nil
 	switch {
 	case l.settled():
@@ -652,7 +628,7 @@ func (c *Consumer) settle(l *Lease, err error, ran bool) {
 		// next message: the lease keeps renewing until then. At most
 		// the concurrency of such messages are held at once.
 		if l.slotEarly = c.takeSettleSlot(); l.slotEarly {
-			c.free(1)
+			c.freeSlot(true)
 		}
 		if !l.deleteAsync(c.afterDelete) {
 			c.deleted(l, l.Delete(ctx))
@@ -726,20 +702,31 @@ func (c *Consumer) finish(l *Lease, failed, ran bool) {
 	if l.slotEarly {
 		c.giveSettleSlot()
 	} else {
-		c.free(1)
+		c.freeSlot(ran)
 	}
 	for _, n := range drop {
 		c.settleUnstarted(n)
 	}
-	if next != nil {
+	c.fl.drop(len(drop))
+	if next != nil && c.fl.enqueue(next) {
+		c.start(next)
+	}
+}
+
+// freeSlot gives a handler slot back (done: its handler returned) and
+// starts the next ready message in it.
+func (c *Consumer) freeSlot(done bool) {
+	if next := c.fl.slotDone(done); next != nil {
 		c.start(next)
 	}
 }
 
 // settleUnstarted hands a message that never reached its handler back to
-// SQS (visibility 0) and frees its slot.
+// SQS (visibility 0) and ends its delivery. The caller takes it out of the
+// flow's waiting count.
 func (c *Consumer) settleUnstarted(d *Lease) {
-	if err := d.Release(context.Background(), 0); err != nil {
+	defer c.handlers.Done()
+	if err := d.Release(c.settleCtx, 0); err != nil {
 		c.log(slog.LevelWarn, "sqsconsumer: could not release a message", "message_id", d.msg.ID, "error", err)
 	}
 	d.Stop()
@@ -747,12 +734,11 @@ func (c *Consumer) settleUnstarted(d *Lease) {
 	c.mu.Lock()
 	delete(c.inflight, d.msg.ID)
 	c.mu.Unlock()
-	c.free(1)
 }
 
 // releaseRaw sets the visibility of a message that never got a lease.
 func (c *Consumer) releaseRaw(m types.Message, after time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(c.settleCtx, 10*time.Second)
 	defer cancel()
 	secs := int32((after + time.Second - 1) / time.Second)
 	if err := c.calls.changeVisibility(ctx, aws.ToString(m.ReceiptHandle), secs); err != nil {
@@ -760,22 +746,33 @@ func (c *Consumer) releaseRaw(m types.Message, after time.Duration) {
 	}
 }
 
-// shutdown runs after the pollers stopped: it releases what has not
-// started, waits for running handlers within the shutdown timeout, then
-// cancels them with ErrShutdown and waits for them to return.
+// shutdown stops receiving, releases what has not started, waits for
+// running handlers within the shutdown timeout, then cancels them with
+// ErrShutdown and waits for them to return. One call timeout after the
+// shutdown timeout it abandons calls to SQS still pending (hardStop).
 func (c *Consumer) shutdown() {
+	begun := time.Now()
+	hard := time.AfterFunc(c.s.shutdownTimeout+shutdownCallTimeout, c.hardStop)
+	defer hard.Stop()
 	c.mu.Lock()
 	c.stopping.Store(true)
-	var waiting []*Lease
+	var unstarted []*Lease
 	for g, q := range c.groups {
 		if len(q) > 1 {
-			waiting = append(waiting, q[1:]...)
+			unstarted = append(unstarted, q[1:]...)
 			c.groups[g] = q[:1]
 		}
 	}
 	c.mu.Unlock()
+	blocked := len(unstarted)
+	unstarted = append(unstarted, c.fl.stop()...)
+	c.fl.drop(blocked)
+	close(c.stopPolls)
+	running, _, asked, _ := c.fl.snapshot()
+	c.log(slog.LevelInfo, "sqsconsumer: shutting down: receiving stopped, unstarted messages released, running handlers have the shutdown timeout to finish",
+		"running", running, "released_unstarted", len(unstarted), "receives_in_flight_messages", asked, "shutdown_timeout", c.s.shutdownTimeout.String())
 	var wg sync.WaitGroup
-	for _, d := range waiting {
+	for _, d := range unstarted {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -789,7 +786,7 @@ func (c *Consumer) shutdown() {
 		c.handlers.Wait()
 		close(done)
 	}()
-	timer := time.NewTimer(c.s.shutdownTimeout)
+	timer := time.NewTimer(time.Until(begun.Add(c.s.shutdownTimeout)))
 	defer timer.Stop()
 	select {
 	case <-done:
@@ -797,29 +794,48 @@ func (c *Consumer) shutdown() {
 	case <-timer.C:
 	}
 	c.mu.Lock()
-	running := make([]*Lease, 0, len(c.inflight))
+	held := make([]*Lease, 0, len(c.inflight))
 	for _, d := range c.inflight {
-		running = append(running, d)
+		held = append(held, d)
 	}
 	c.mu.Unlock()
-	c.log(slog.LevelWarn, "sqsconsumer: shutdown timeout reached; cancelling running handlers", "running", len(running))
-	for _, d := range running {
+	c.log(slog.LevelWarn, "sqsconsumer: shutdown timeout reached; cancelling running handlers", "running", countInHandler(held))
+	for _, d := range held {
 		d.abort(ErrShutdown)
 	}
+	warn := time.NewTicker(max(c.cfg.interval, time.Second))
+	defer warn.Stop()
 	for {
 		select {
 		case <-done:
 			return
-		case <-time.After(c.cfg.interval):
+		case <-warn.C:
+			// Only handlers still inside their function hold Run up for
+			// good; settling calls end at the hard stop.
 			c.mu.Lock()
-			ids := make([]string, 0, len(c.inflight))
-			for id := range c.inflight {
-				ids = append(ids, id)
+			var ids []string
+			for id, d := range c.inflight {
+				if d.inHandler.Load() {
+					ids = append(ids, id)
+				}
 			}
 			c.mu.Unlock()
-			c.log(slog.LevelWarn, "sqsconsumer: still waiting for handlers that ignore their cancelled context", "message_ids", ids)
+			if len(ids) > 0 {
+				c.log(slog.LevelWarn, "sqsconsumer: still waiting for handlers that ignore their cancelled context", "message_ids", ids)
+			}
 		}
 	}
+}
+
+// countInHandler counts the deliveries whose handler is running.
+func countInHandler(ls []*Lease) int {
+	n := 0
+	for _, l := range ls {
+		if l.inHandler.Load() {
+			n++
+		}
+	}
+	return n
 }
 
 // leaseFor is the lease configuration for the next receive: the fixed one,

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"strings"
 	"time"
 
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 )
@@ -186,6 +188,28 @@ func isAccessDenied(err error) bool {
 		return true
 	}
 	return false
+}
+
+// persistentClientError reports whether err is an answer that retrying
+// will not change: a 4xx other than throttling (or an answer the SDK could
+// not decode as one).
+func persistentClientError(err error) bool {
+	var re *awshttp.ResponseError
+	if !errors.As(err, &re) {
+		return false
+	}
+	st := re.HTTPStatusCode()
+	if st < 400 || st >= 500 || st == http.StatusTooManyRequests {
+		return false
+	}
+	var apiErr smithy.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode() {
+		case "RequestThrottled", "ThrottlingException", "Throttling", "OverLimit", "KMS.ThrottlingException":
+			return false
+		}
+	}
+	return true
 }
 
 // IsLeaseLost reports whether err, returned by an SQS ChangeMessageVisibility

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -61,7 +62,11 @@ type leaseConfig struct {
 	stats    *StatsRecorder // a Consumer's: counts every event
 	calls    sqsCalls       // how the leases reach SQS
 	queueURL string
-	logger   *slog.Logger
+	// settleCtx bounds the calls a lease makes on its own after an
+	// asynchronous delete's first attempt (a Consumer cancels it at its
+	// hard stop); nil means context.Background.
+	settleCtx context.Context
+	logger    *slog.Logger
 }
 
 func (s *settings) leaseConfig(lease time.Duration) (leaseConfig, error) {
@@ -135,6 +140,8 @@ type Lease struct {
 	// slotEarly is the Consumer's: the handler slot was freed when the
 	// handler succeeded, before the delete was confirmed.
 	slotEarly bool
+	// inHandler is the Consumer's: set while the handler runs.
+	inHandler atomic.Bool
 
 	mu sync.Mutex // guards the fields below
 	// calling is the call token, set while an SQS call of this lease is
@@ -596,7 +603,11 @@ func asyncDeleted(arg any, err error) {
 // deleteRetry carries on a deleteAsync whose first attempt did not simply
 // succeed.
 func (l *Lease) deleteRetry(first outcome) {
-	err := l.retryFrom(context.Background(), "DeleteMessage", l.deleteCall, &first)
+	ctx := l.cfg.settleCtx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	err := l.retryFrom(ctx, "DeleteMessage", l.deleteCall, &first)
 	l.endSettle(err, leaseDeleted, EventDeleted, 0)
 	l.asyncDone(l, err)
 }

@@ -35,6 +35,12 @@ const (
 	// DefaultShutdownTimeout is how long running handlers may finish after
 	// Run's context is cancelled. It is below ECS's default 30 s stopTimeout.
 	DefaultShutdownTimeout = 20 * time.Second
+	// DefaultMaxReadAhead is the default WithMaxReadAhead, as many as
+	// Pub/Sub's default MaxOutstandingMessages.
+	DefaultMaxReadAhead = 1000
+	// MaxReadAheadLimit is the largest WithMaxReadAhead: SQS lets about
+	// 120,000 messages of a standard queue be in flight at once.
+	MaxReadAheadLimit = 120_000
 )
 
 // settings holds every option's value. New and NewLease fill it with
@@ -48,7 +54,8 @@ type settings struct {
 	concurrency     int
 	batchSize       int
 	waitTime        time.Duration
-	pollers         int // 0 = derived from concurrency
+	pollers         int // 0 = derived from concurrency and maxAhead
+	maxAhead        int // read-ahead bound
 	shutdownTimeout time.Duration
 	handlerTimeout  time.Duration // 0 = none
 	backoff         func(receiveCount int) time.Duration
@@ -68,6 +75,7 @@ func defaultSettings() settings {
 		concurrency:     DefaultConcurrency,
 		batchSize:       DefaultBatchSize,
 		waitTime:        DefaultWaitTime,
+		maxAhead:        DefaultMaxReadAhead,
 		shutdownTimeout: DefaultShutdownTimeout,
 		backoff:         DefaultBackoff,
 	}
@@ -218,11 +226,11 @@ func WithLogger(l *slog.Logger) LeaseOption {
 }
 
 // WithConcurrency sets how many handlers run at once. Range 1 to 100,000;
-// default DefaultConcurrency (10). A poller never asks for more messages
-// than there are free handler slots. A handler that succeeded gives its
-// slot back at once while its message, still leased, waits for SQS to
-// confirm the delete; at most n messages wait like that, so the Consumer
-// holds at most 2n messages.
+// default DefaultConcurrency (10). Beyond the free handler slots the
+// Consumer reads ahead a little (see WithMaxReadAhead), so a slot that
+// frees finds a message waiting. A handler that succeeded gives its slot
+// back at once while its message, still leased, waits for SQS to confirm
+// the delete; at most n messages wait like that.
 func WithConcurrency(n int) Option {
 	return option(func(s *settings) {
 		if n < 1 || n > 100_000 {
@@ -234,8 +242,8 @@ func WithConcurrency(n int) Option {
 }
 
 // WithBatchSize sets MaxNumberOfMessages for each ReceiveMessage call,
-// 1 to 10; default 10. A poller asks for fewer when fewer handler slots
-// are free.
+// 1 to 10; default 10. A receive asks for fewer only when a free handler
+// slot would otherwise have nothing coming.
 func WithBatchSize(n int) Option {
 	return option(func(s *settings) {
 		if n < 1 || n > MaxBatchSize {
@@ -249,6 +257,9 @@ func WithBatchSize(n int) Option {
 // WithWaitTime sets the long-poll wait of each ReceiveMessage call, whole
 // seconds from 0 to 20 s; default 20 s. 0 omits WaitTimeSeconds, so the
 // queue's ReceiveMessageWaitTimeSeconds applies (the Go SDK cannot send 0).
+// A Consumer never waits longer than its shutdown timeout (at least 1 s):
+// a shutdown never cancels a receive in flight, which may already hold
+// messages, so each must return within the shutdown budget.
 func WithWaitTime(d time.Duration) Option {
 	return option(func(s *settings) {
 		if d < 0 || d > MaxWaitTime || d%time.Second != 0 {
@@ -259,16 +270,48 @@ func WithWaitTime(d time.Duration) Option {
 	})
 }
 
-// WithPollers sets how many goroutines call ReceiveMessage at once, 1 to
-// 100. Default: enough to fill the handler slots, ceil(concurrency/10),
-// at most 16.
+// WithPollers sets the most ReceiveMessage calls a Consumer has in flight
+// at once, 1 to 1000. Default: enough to ask for every handler slot and
+// the whole read-ahead in full batches, (concurrency + max read-ahead) /
+// batch size + 1. Pollers start as the flow needs them.
 func WithPollers(n int) Option {
 	return option(func(s *settings) {
-		if n < 1 || n > 100 {
-			s.fail("WithPollers(%d): must be from 1 to 100", n)
+		if n < 1 || n > 1000 {
+			s.fail("WithPollers(%d): must be from 1 to 1000", n)
 			return
 		}
 		s.pollers = n
+	})
+}
+
+// WithMaxReadAhead bounds how many messages a Consumer holds or has asked
+// for beyond its handler slots: received and waiting for a slot (leased:
+// their visibility is renewed while they wait), or asked for by receives
+// in flight. Range 0 to MaxReadAheadLimit; default DefaultMaxReadAhead.
+// 0 turns read-ahead off: a receive then asks only for free slots, and
+// each freed slot waits a receive round trip for its next message.
+//
+// Within the bound the Consumer reads ahead only what it needs: the
+// messages its handlers finish during one receive round trip (Little's
+// law, from its own measurements of both), plus up to one batch, as much
+// as handlers finish in 100 ms, so that receives stay full. Fast handlers
+// then never wait for a receive, and slow ones hold almost nothing
+// unstarted, leaving the queue to other processes. The bound caps memory
+// and what one process can take from a queue: throughput is at most about
+// (concurrency + n) / (receive round trip + handler time).
+//
+// What calls cost: at saturation a receive and a delete each serve 10
+// messages (0.2 calls a message, plus renewals for long handlers). Below
+// saturation a receive asks for fewer only when a free slot would
+// otherwise wait for nothing, so a lightly loaded consumer makes more,
+// smaller receives: it trades calls for latency.
+func WithMaxReadAhead(n int) Option {
+	return option(func(s *settings) {
+		if n < 0 || n > MaxReadAheadLimit {
+			s.fail("WithMaxReadAhead(%d): must be from 0 to %d", n, MaxReadAheadLimit)
+			return
+		}
+		s.maxAhead = n
 	})
 }
 

@@ -1,0 +1,277 @@
+package sqsconsumer
+
+import (
+	"math"
+	"sync"
+	"time"
+)
+
+// flow decides when the Consumer receives and how many messages it asks
+// for, so that a handler slot that frees never waits for a round trip.
+//
+// A message is asked for (by a receive in flight), then waiting (received,
+// leased, not started: ready for a slot, or behind its FIFO group), then
+// running (it holds a handler slot). The flow keeps, beyond the free slots,
+// a read-ahead of messages waiting or on their way: by Little's law, the
+// messages handlers finish during one receive round trip, plus at most one
+// batch so that receives stay full (see readAhead). A slot that frees then
+// finds a message waiting, while slow handlers (a low completion rate) hold
+// almost nothing beyond their slots and leave the queue to other processes.
+//
+// Pollers are started on demand, up to maxPollers, and park on kick when
+// there is nothing to ask for; the flow wakes one when a receive is due.
+// All fields are guarded by mu.
+type flow struct {
+	mu sync.Mutex
+
+	conc       int // handler slots
+	batch      int // MaxNumberOfMessages of a full receive
+	maxAhead   int // hard bound on waiting + asked beyond the slots
+	maxPollers int
+
+	running int      // handler slots in use
+	waiting int      // received and leased, not started
+	asked   int      // asked for by receives in flight
+	ready   []*Lease // waiting messages free to start, oldest first
+	rate    rateMeter
+	rtt     time.Duration // smoothed round trip of receives answered at once
+	stopped bool
+	// quiet is set while the queue looks empty (the latest receive got
+	// nothing, or none has answered yet): then one receive at a time
+	// waits in its long poll instead of one per batch of free slots. An
+	// idle process costs one receive per wait time, and at a shutdown
+	// only one poll is in flight to bring back messages that must be
+	// released.
+	quiet bool
+
+	pollers   int // poller goroutines started
+	idle      int // pollers parked on kick
+	kick      chan struct{}
+	spawn     func() // starts one more poller; called with mu held
+	peakAhead int    // most messages waiting + asked beyond the free slots
+}
+
+// receiveGather is how much work, in time at the current completion rate,
+// the read-ahead may hold beyond one round trip so that receives ask for
+// full batches (capped at one batch). Below saturation it trades a little
+// waiting in the process for calls: at 100 completions a second, receives
+// of 10 instead of 1.
+const receiveGather = 100 * time.Millisecond
+
+// rateTau is the time constant of the completion-rate estimate.
+const rateTau = time.Second
+
+func newFlow(conc, batch, maxAhead, maxPollers int, spawn func()) *flow {
+	return &flow{conc: conc, batch: batch, maxAhead: maxAhead, maxPollers: maxPollers, kick: make(chan struct{}, 1), spawn: spawn, quiet: true}
+}
+
+// readAhead is how many messages the flow keeps waiting or on their way
+// beyond the free handler slots: ceil(rate x rtt), the completions of one
+// receive round trip, plus ceil(rate x receiveGather) up to one batch.
+// rate is completions per second. It is pure, for table tests.
+func readAhead(rate float64, rtt time.Duration, batch, limit int) int {
+	if rate <= 0 {
+		return 0
+	}
+	a := math.Ceil(rate*rtt.Seconds()) + min(float64(batch), math.Ceil(rate*receiveGather.Seconds()))
+	return int(min(a, float64(limit)))
+}
+
+// flowCounts is the state receiveSize decides on.
+type flowCounts struct {
+	conc, batch      int
+	running, waiting int
+	asked, ahead     int  // ahead: the read-ahead target (readAhead)
+	quiet            bool // the queue looks empty: one receive at a time
+}
+
+// receiveSize is how many messages the next receive should ask for, 0 for
+// none yet. The flow wants the free slots plus the read-ahead covered by
+// messages waiting or asked for. It asks for a full batch whenever that
+// much is missing, and for less only when a free slot has nothing coming
+// at all: so receives stay full at saturation, and an idle slot is never
+// left without a receive. While the queue looks empty only one receive is
+// in flight. It is pure, for table tests.
+func receiveSize(c flowCounts) int {
+	if c.quiet && c.asked > 0 {
+		return 0
+	}
+	free := c.conc - c.running
+	deficit := free + c.ahead - c.waiting - c.asked
+	if deficit <= 0 {
+		return 0
+	}
+	if deficit >= c.batch || free-c.waiting-c.asked > 0 {
+		return min(c.batch, deficit)
+	}
+	return 0
+}
+
+func (f *flow) countsLocked(now time.Time) flowCounts {
+	return flowCounts{
+		conc: f.conc, batch: f.batch,
+		running: f.running, waiting: f.waiting, asked: f.asked,
+		ahead: readAhead(f.rate.value(now), f.rtt, f.batch, f.maxAhead),
+		quiet: f.quiet,
+	}
+}
+
+// nextLocked is the size of the receive due now, 0 if none.
+func (f *flow) nextLocked(now time.Time) int {
+	if f.stopped {
+		return 0
+	}
+	return receiveSize(f.countsLocked(now))
+}
+
+// wakeLocked makes sure a poller will look, if a receive is due.
+func (f *flow) wakeLocked(now time.Time) {
+	if f.nextLocked(now) == 0 {
+		return
+	}
+	if f.idle == 0 && f.pollers < f.maxPollers {
+		f.pollers++
+		f.spawn()
+		return
+	}
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+// take reserves the next receive for a poller: the number of messages to
+// ask for, or 0 if none is due; then the poller counts as idle and must
+// wait on kick (or for the stop) and call unpark.
+func (f *flow) take() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := time.Now()
+	n := f.nextLocked(now)
+	if n == 0 {
+		f.idle++
+		return 0
+	}
+	f.asked += n
+	if free := f.conc - f.running; f.waiting+f.asked-free > f.peakAhead {
+		f.peakAhead = f.waiting + f.asked - free
+	}
+	f.wakeLocked(now) // another receive may be due as well
+	return n
+}
+
+// unpark counts a poller that take left idle as busy again.
+func (f *flow) unpark() {
+	f.mu.Lock()
+	f.idle--
+	f.mu.Unlock()
+}
+
+// received records a receive that asked for asked messages and got got
+// after took; the got messages are waiting until dispatched.
+func (f *flow) received(asked, got int, took time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked -= asked
+	f.waiting += got
+	f.quiet = got == 0
+	// A full answer of several messages means they were waiting in the
+	// queue, so the call took one round trip: that is what the read-ahead
+	// must cover. A quicker answer of any size bounds it too.
+	if (got == asked && got >= 2) || (got > 0 && took < f.rtt) {
+		if f.rtt == 0 {
+			f.rtt = took
+		} else {
+			f.rtt += (took - f.rtt) / 8
+		}
+	}
+	f.wakeLocked(time.Now())
+}
+
+// drop takes n waiting messages out: adopted by a running lease, handed
+// back, or released unstarted.
+func (f *flow) drop(n int) {
+	if n == 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.waiting -= n
+	f.wakeLocked(time.Now())
+}
+
+// enqueue makes a waiting message ready to start. It reports true when a
+// slot is free and nothing older is ready: the caller starts it now;
+// otherwise it starts when a slot frees (slotDone).
+func (f *flow) enqueue(l *Lease) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.stopped && f.running < f.conc && len(f.ready) == 0 {
+		f.waiting--
+		f.running++
+		return true
+	}
+	f.ready = append(f.ready, l)
+	return false
+}
+
+// slotDone gives back a handler slot whose handler returned (it counts in
+// the completion rate when done is set) and returns the next ready message
+// to start in it, if any.
+func (f *flow) slotDone(done bool) *Lease {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := time.Now()
+	f.running--
+	if done {
+		f.rate.add(now)
+	}
+	var next *Lease
+	if len(f.ready) > 0 && !f.stopped {
+		next = f.ready[0]
+		f.ready[0] = nil
+		f.ready = f.ready[1:]
+		f.waiting--
+		f.running++
+	}
+	f.wakeLocked(now)
+	return next
+}
+
+// stop ends receiving and returns the ready messages, which will not
+// start; they no longer count as waiting.
+func (f *flow) stop() []*Lease {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopped = true
+	ready := f.ready
+	f.ready = nil
+	f.waiting -= len(ready)
+	return ready
+}
+
+// snapshot returns the flow's counts for Stats.
+func (f *flow) snapshot() (running, waiting, asked, peakAhead int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.running, f.waiting, f.asked, f.peakAhead
+}
+
+// rateMeter estimates events per second as an exponentially decaying count
+// with time constant rateTau. The zero value is ready (rate 0).
+type rateMeter struct {
+	r  float64 // rate at t
+	at time.Time
+}
+
+func (m *rateMeter) add(now time.Time) {
+	m.r = m.value(now) + 1/rateTau.Seconds()
+	m.at = now
+}
+
+func (m *rateMeter) value(now time.Time) float64 {
+	if m.at.IsZero() {
+		return 0
+	}
+	return m.r * math.Exp(-now.Sub(m.at).Seconds()/rateTau.Seconds())
+}
