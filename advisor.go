@@ -509,17 +509,51 @@ func (s Stats) Redeliveries() int64 {
 	return n
 }
 
-// LogValue makes a Stats log as a group of its main figures.
+// LogValue makes a Stats log as a group of its main figures, readable by
+// any slog handler: durations are strings in time.Duration's format
+// ("1.234s", "250ms", "3m10.5s"; time.ParseDuration reads them back),
+// rounded to the millisecond (to the microsecond below a millisecond),
+// rather than the integer nanoseconds slog.JSONHandler would write for a
+// time.Duration; ratios are rounded to two decimals. Leases lost (a
+// renewal refused: another receive took the message) and leases expired
+// (no renewal landed in time) are logged apart, since they have different
+// causes.
 func (s Stats) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.Int64("processed", s.Processed),
-		slog.Duration("p50", s.P50), slog.Duration("p90", s.P90),
-		slog.Duration("p99", s.P99), slog.Duration("p999", s.P999), slog.Duration("max", s.Max),
+		logDur("p50", s.P50), logDur("p90", s.P90), logDur("p99", s.P99), logDur("p999", s.P999),
+		logDur("max", s.Max), logDur("mean", s.Mean),
 		slog.Int64("received", s.Received), slog.Int64("redeliveries", s.Redeliveries()),
-		slog.Int64("failed", s.Failed), slog.Float64("renewals_per_message", s.RenewalsPerMessage),
-		slog.Int64("leases_lost", s.LeasesLost+s.LeasesExpired), slog.Int64("ceiling_hits", s.CeilingHits),
+		slog.Int64("deleted", s.Deleted), slog.Int64("released", s.Released), slog.Int64("failed", s.Failed),
+		slog.Int64("renewals", s.Renewals), slog.Int64("renewal_failures", s.RenewalFailures),
+		slog.Float64("renewals_per_message", round2(s.RenewalsPerMessage)), slog.Float64("renewed_share", round2(s.RenewedShare)),
+		slog.Int64("leases_lost", s.LeasesLost), slog.Int64("leases_expired", s.LeasesExpired),
+		slog.Int64("ceiling_hits", s.CeilingHits),
 	)
 }
+
+// LogValue makes a Recommendation log as a group: topic, severity, the
+// value as a duration string (as in Stats.LogValue; omitted when 0) and
+// the message.
+func (r Recommendation) LogValue() slog.Value {
+	attrs := []slog.Attr{slog.String("topic", string(r.Topic)), slog.String("severity", r.Severity.String())}
+	if r.Value != 0 {
+		attrs = append(attrs, logDur("value", r.Value))
+	}
+	return slog.GroupValue(append(attrs, slog.String("message", r.Message))...)
+}
+
+// logDur is a duration attribute as a string, rounded to the millisecond
+// (the microsecond below a millisecond).
+func logDur(key string, d time.Duration) slog.Attr {
+	if d > -time.Millisecond && d < time.Millisecond {
+		return slog.String(key, d.Round(time.Microsecond).String())
+	}
+	return slog.String(key, d.Round(time.Millisecond).String())
+}
+
+// round2 rounds f to two decimals.
+func round2(f float64) float64 { return math.Round(f*100) / 100 }
 
 // QueueSettings describes what Stats.Advise checks the figures against.
 // A zero field is unknown and the checks that need it are skipped; the

@@ -1,8 +1,10 @@
 package sqsconsumer
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math"
 	"regexp"
 	"strconv"
@@ -874,4 +876,53 @@ func TestAdviceArithmetic(t *testing.T) {
 		}
 	}
 	t.Logf("%d p99 values checked", n)
+}
+
+// TestStatsLogJSON logs Stats and a Recommendation through slog's JSON
+// handler and checks the shape: durations as duration strings rounded to
+// the millisecond (the microsecond below one), ratios to two decimals,
+// leases lost and expired apart.
+func TestStatsLogJSON(t *testing.T) {
+	t.Parallel()
+	st := Stats{
+		Received: 12, Deleted: 9, Released: 2, Failed: 2, Renewals: 4, RenewalFailures: 1,
+		LeasesLost: 2, LeasesExpired: 5, CeilingHits: 1, Adopted: 1,
+		Processed: 11,
+		P50:       345678 * time.Nanosecond, P90: 1234567891 * time.Nanosecond, P99: 9999600 * time.Microsecond,
+		P999: 40 * time.Second, Max: 3*time.Minute + 10500400*time.Microsecond, Mean: 2 * time.Second,
+		ReceiveCounts:      map[int]int64{1: 10, 2: 2},
+		RenewalsPerMessage: 4.0 / 11, RenewedShare: 2.0 / 3,
+	}
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	log.Info("stats", "stats", st)
+	log.Warn("advice", "recommendation", Recommendation{Topic: TopicVisibility, Severity: SeverityWarn, Value: 20 * time.Second, Message: "use 20s"})
+	log.Info("advice", "recommendation", Recommendation{Topic: TopicRedelivery, Message: "fine"})
+
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	require.Len(t, lines, 3)
+	var got struct {
+		Stats map[string]any `json:"stats"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &got), lines[0])
+	require.Equal(t, map[string]any{
+		"processed": 11.0,
+		"p50":       "346µs", "p90": "1.235s", "p99": "10s", "p999": "40s", "max": "3m10.5s", "mean": "2s",
+		"received": 12.0, "redeliveries": 3.0, "deleted": 9.0, "released": 2.0, "failed": 2.0,
+		"renewals": 4.0, "renewal_failures": 1.0, "renewals_per_message": 0.36, "renewed_share": 0.67,
+		"leases_lost": 2.0, "leases_expired": 5.0, "ceiling_hits": 1.0,
+	}, got.Stats)
+	for _, k := range []string{"p50", "p90", "p99", "p999", "max", "mean"} {
+		_, err := time.ParseDuration(got.Stats[k].(string))
+		require.NoError(t, err, "%s reads back as a duration", k)
+	}
+
+	var rec struct {
+		Recommendation map[string]any `json:"recommendation"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(lines[1]), &rec), lines[1])
+	require.Equal(t, map[string]any{"topic": "visibility_timeout", "severity": "warn", "value": "20s", "message": "use 20s"}, rec.Recommendation)
+	rec.Recommendation = nil
+	require.NoError(t, json.Unmarshal([]byte(lines[2]), &rec), lines[2])
+	require.Equal(t, map[string]any{"topic": "redelivery", "severity": "info", "message": "fine"}, rec.Recommendation, "no value: none logged")
 }
