@@ -815,7 +815,7 @@ func (s Stats) adviseLease(q QueueSettings, a *Advice, add func(Topic, Severity,
 	case cur < lease/2 && longer > 0.10:
 		measured := ""
 		if s.RenewalsPerMessage > 0 {
-			measured = fmt.Sprintf(" (%s per message on average here)", sig2(s.RenewalsPerMessage))
+			measured = fmt.Sprintf(" (%s renewals per message measured)", sig2(s.RenewalsPerMessage))
 		}
 		add(TopicVisibility, SeverityWarn, lease, "lease %s is %s of the %s recommended (%s), and %s of messages take longer than it: those live on renewals%s, each one a chance to lose the lease; use %s",
 			exactDur(cur), pct(r), rec, basis, about(longer), measured, rec)
@@ -827,7 +827,7 @@ func (s Stats) adviseLease(q QueueSettings, a *Advice, add func(Topic, Severity,
 		add(TopicVisibility, SeverityInfo, lease, "lease %s is %s the %s recommended (%s): it works, but a crashed consumer's messages stay invisible up to %s instead of %s",
 			exactDur(cur), times(r), rec, basis, exactDur(cur), rec)
 	case longer == 0:
-		add(TopicVisibility, SeverityInfo, lease, "lease %s is %s of the %s recommended (%s); no message measured took longer than it, but a slower day would live on renewals",
+		add(TopicVisibility, SeverityInfo, lease, "lease %s is %s of the %s recommended (%s); no message measured took longer than it, but on a slower day some would live on renewals",
 			exactDur(cur), pct(r), rec, basis)
 	default:
 		add(TopicVisibility, SeverityInfo, lease, "lease %s is %s of the %s recommended (%s); %s of messages take longer than it and live on renewals",

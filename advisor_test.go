@@ -732,7 +732,7 @@ func TestAdviceWording(t *testing.T) {
 		{"floor, a lease 3× it", figures(3 * time.Millisecond), 30 * time.Second, TopicVisibility, SeverityWarn,
 			"lease 30s is 3× the 10s the work needs (p99 3ms × 2 = 6ms, raised to the 10s floor): a crashed consumer's messages stay invisible up to 30s instead of 10s, and time to DLQ grows with it; use 10s"},
 		{"a fifth of the lease is not close", figures(12 * time.Second), 5 * time.Second, TopicVisibility, SeverityInfo,
-			"lease 5s is 21% of the 24s recommended (p99 12s × 2 = 24s); no message measured took longer than it, but a slower day would live on renewals"},
+			"lease 5s is 21% of the 24s recommended (p99 12s × 2 = 24s); no message measured took longer than it, but on a slower day some would live on renewals"},
 		{"just below is close", figures(8 * time.Second), 15 * time.Second, TopicVisibility, SeverityInfo,
 			"lease 15s is close to the 16s recommended (p99 8s × 2 = 16s)"},
 		{"equal", figures(8 * time.Second), 16 * time.Second, TopicVisibility, SeverityInfo,
@@ -755,6 +755,8 @@ func TestAdviceWording(t *testing.T) {
 			"p99 × 2 (14h) exceeds the 12h limit of a lease: the slowest work cannot be held by one message; record it as a job and delete the message early"},
 		{"a short lease most work outlives", statsOf(spread(1000, 5*time.Second, 10*time.Second)...), 4 * time.Second, TopicVisibility, SeverityWarn,
 			"lease 4s is 20% of the 20s recommended (p99 9.7s × 2 = 19.4s, rounded up to 20s), and about 100% of messages take longer than it: those live on renewals, each one a chance to lose the lease; use 20s"},
+		{"a short lease with renewals measured", with(statsOf(spread(1000, 5*time.Second, 10*time.Second)...), func(s *Stats) { s.RenewalsPerMessage = 1.46 }), 4 * time.Second, TopicVisibility, SeverityWarn,
+			"lease 4s is 20% of the 20s recommended (p99 9.7s × 2 = 19.4s, rounded up to 20s), and about 100% of messages take longer than it: those live on renewals (1.5 renewals per message measured), each one a chance to lose the lease; use 20s"},
 		{"a long tail raised to the floor", steps, 0, TopicHeartbeat, SeverityInfo,
 			"p99.9 (20s) is 3.9× p99 (5.12s), a long tail: rather than a constant lease of 11s (p99 5.12s × 2 = 10.24s, rounded up to 11s), which leaves a crashed consumer's messages invisible that long, lease 10s (p90 1s × 1.25 = 1.25s, raised to the 10s floor) and let renewals every third of the lease carry the tail; about 1% of messages outlive the first lease"},
 	}
