@@ -2,8 +2,9 @@
 // net/http/httptest: a [Server] that speaks the AWS JSON 1.0 protocol exactly as the
 // aws-sdk-go-v2 sqs client (v1.53) uses it, with AWS's error shapes, status codes,
 // query codes and texts, correct MD5OfBody and MD5OfMessageAttributes, and the
-// receipt-handle edge cases a consumer has to survive. The facts it follows, with
-// their sources, are in SQS-FACTS.md of the project's shared notes.
+// receipt-handle edge cases a consumer has to survive. Where AWS's behaviour is not
+// documented the server makes a choice, listed under "UNCONFIRMED choices" below and
+// kept in unconfirmed.go with its source.
 //
 // # Use
 //
@@ -58,16 +59,24 @@
 // messages whose answer never reaches the client stay in flight until their
 // visibility timeout ends. A client that loses an answer and retries therefore sees
 // the first answer's messages only after that timeout. aws-sdk-go-v2 can do this on
-// its own against a fast local server (seen with smithy-go v1.28.9 and Go 1.26):
-// smithy-go closes its request body as soon as the response arrives, and the closed
-// body's WriteTo returns io.EOF; net/http's connection writer reads the body once more
-// after sending it, and if that happens only now it takes the io.EOF for a write error
-// and closes the connection under the response being read; the SDK retries the "use
-// of closed network connection" silently. It needs the answer to arrive before that
-// writer has finished, a window of microseconds (wider on a busy machine), so it shows
-// against cmd/sqstest on loopback and never through [Server.Transport], which has no
-// connection. Re-buffering the request body in the HTTP client (a RoundTripper that
-// reads it into memory and sends a copy) avoids it.
+// its own over a socket (seen with smithy-go v1.28.9 and Go 1.26): smithy-go closes
+// its request body as soon as the response arrives, and the closed body's WriteTo
+// returns io.EOF; net/http's connection writer reads the body once more after sending
+// it (to check for extra bytes), and if that happens only now it takes the io.EOF for
+// a write error and closes the connection under the response being read; the SDK
+// retries the "use of closed network connection" silently. It needs the answer to
+// arrive before that writer has finished, a window of microseconds (wider on a busy
+// machine), so it shows against cmd/sqstest on loopback under load and never through
+// [Server.Transport], which has no connection.
+//
+// [RebufferingTransport] avoids it: wrap the HTTP client's transport with it, and
+// net/http gets a private in-memory copy of each request body that nothing closes
+// early. Use it for any SDK client that reaches a [Server] through a listener:
+//
+//	HTTPClient: &http.Client{Transport: sqstest.RebufferingTransport(nil)},
+//
+// TestRebufferingTransportOverLoopback in this package replays the race step by step
+// over loopback, with and without it.
 //
 // # Actions
 //
@@ -88,7 +97,7 @@
 // DeadLetterQueueSourceArn) and MessageAttributeNames filtering (All, *, .*, prefix.*);
 // a fresh opaque receipt handle per receive; visibility expiry and
 // ChangeMessageVisibility from now, 0 releasing at once; the 12-hour ceiling counted
-// from the receive that issued the handle; stale handles as SQS-FACTS §2.1 records
+// from the receive that issued the handle; stale handles as SQS answers them
 // (never issued → ReceiptHandleIsInvalid; superseded → delete is a no-op, visibility
 // change fails; deleted → delete succeeds, visibility change fails; expired and not
 // received again → standard deletes, FIFO fails "The receipt handle has expired");

@@ -56,8 +56,8 @@ func WithRegion(r string) Option { return func(c *config) { c.region = r } }
 // most n messages that have left it (deleted, moved to a dead-letter queue, expired
 // or purged); older ones are forgotten. A forgotten message no longer appears in
 // [Server.Messages] or [Server.Message], and its receipt handles answer as never
-// issued (ReceiptHandleIsInvalid) instead of as SQS-FACTS §2.1 says for a deleted
-// message (a delete succeeds, a visibility change fails). Messages still in the queue
+// issued (ReceiptHandleIsInvalid) instead of as SQS answers for a deleted message (a
+// delete succeeds, a visibility change fails). Messages still in the queue
 // and all their handles are always kept.
 //
 // The default, n <= 0, keeps everything for the server's lifetime, which is what

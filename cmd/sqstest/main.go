@@ -18,8 +18,10 @@
 //
 // A Go client (aws-sdk-go-v2) on the same machine can lose an answer to a race of its
 // own and retry, leaving the first answer's messages in flight until their visibility
-// timeout; package sqstest's documentation ("Over a real socket") explains it and how
-// to avoid it.
+// timeout; package sqstest's documentation ("Over a real socket") explains it. Give
+// such a client an HTTP client whose transport is sqstest.RebufferingTransport:
+//
+//	HTTPClient: &http.Client{Transport: sqstest.RebufferingTransport(nil)},
 package main
 
 import (

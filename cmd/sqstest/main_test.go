@@ -15,6 +15,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/sqskit/sqsconsumer/sqstest"
 )
 
 func TestMain(m *testing.M) {
@@ -23,6 +25,8 @@ func TestMain(m *testing.M) {
 
 // TestServe runs the command on a real loopback socket, which is its whole point, so
 // it cannot use synctest: it uses short real timeouts instead (a few seconds at most).
+// The client uses sqstest.RebufferingTransport, as the command's documentation says a
+// Go client should.
 func TestServe(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(t.Context())
@@ -43,7 +47,7 @@ func TestServe(t *testing.T) {
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
 	c := sqs.New(sqs.Options{
-		HTTPClient:   &http.Client{Transport: tr},
+		HTTPClient:   &http.Client{Transport: sqstest.RebufferingTransport(tr)},
 		Region:       "us-east-1",
 		BaseEndpoint: aws.String(base),
 		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
@@ -109,7 +113,7 @@ func TestBadFlags(t *testing.T) {
 
 // TestHistoryFlag checks that -history bounds what the server remembers of deleted
 // messages: with -history 1 a repeated delete with the handle of the last deleted
-// message still succeeds (SQS-FACTS §2.1), one with the handle of an earlier one is
+// message still succeeds (as in SQS), one with the handle of an earlier one is
 // answered as never issued. Real loopback socket, so real time: every call has a 5 s
 // ceiling and nothing waits (no long poll).
 func TestHistoryFlag(t *testing.T) {
@@ -134,7 +138,7 @@ func TestHistoryFlag(t *testing.T) {
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
 	c := sqs.New(sqs.Options{
-		HTTPClient:   &http.Client{Transport: tr},
+		HTTPClient:   &http.Client{Transport: sqstest.RebufferingTransport(tr)},
 		Region:       "us-east-1",
 		BaseEndpoint: aws.String(base),
 		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
