@@ -147,12 +147,14 @@ receive:
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			break receive // the run is over: the message goes back when its visibility ends
+			msg.Nack() // the run is over (the Go CDK logs a message neither acked nor nacked)
+			break receive
 		}
 		go func() {
 			defer func() { <-sem }()
 			runs.started(string(msg.Body))
 			if work(ctx, w.handler) != nil {
+				msg.Nack() // cut short by the end of the run
 				return
 			}
 			msg.Ack()
