@@ -132,6 +132,10 @@ func runGoCDK(ctx context.Context, client *sqs.Client, url string, w workload, l
 	sub := awssnssqs.OpenSubscriptionV2(context.Background(), client, url, &awssnssqs.SubscriptionOptions{
 		Raw:      true, // sent straight to SQS, not through SNS
 		WaitTime: w.wait,
+		// The bench nacks only messages it drops when a run ends; their
+		// visibility may have run out already, so nacking them must not
+		// call SQS (ChangeMessageVisibility would fail on their handles).
+		NackLazy: true,
 	})
 	sem := make(chan struct{}, w.concurrency)
 	var recvErr error

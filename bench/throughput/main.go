@@ -2,8 +2,14 @@
 // possible loop over the same SQS endpoint, and how many API calls it makes
 // per message.
 //
-//	go run ./bench/throughput                       # in-process sqstest on a loopback listener
-//	go run ./bench/throughput -endpoint http://127.0.0.1:9324   # e.g. go run ./cmd/sqstest
+// It is a module of its own (it measures the Go CDK, which the library's
+// module does not require), so it runs from its directory:
+//
+//	cd bench/throughput
+//	go run .                                        # in-process sqstest on a loopback listener
+//	go run . -endpoint http://127.0.0.1:9324        # e.g. go run ./cmd/sqstest from the root
+//	go run . -rtt 10ms                              # every SQS call 10 ms longer
+//	go run . -matrix -endpoint http://127.0.0.1:9324
 //
 // Each round gives every contender a queue of -n messages (default 5,000)
 // to drain, in an order that rotates from round to round (-rounds, default
@@ -32,6 +38,31 @@
 // are listed at the end (the long polls cancelled when a drain ends are
 // expected there). -cpuprofile writes a profile whose samples carry the
 // contender as a label: go tool pprof -tagfocus contender=raw.
+//
+// -rtt adds a round-trip time to every SQS call the contenders make (half
+// before the request is sent, half after the response arrives, each call on
+// its own timer), as a network to SQS would; setting up the queues does not
+// pay it.
+//
+// -matrix measures what users see instead: for each RTT (-rtt, default 0
+// and 10 ms), each handler duration (-handlers, default none, 5 ms and
+// 50 ms) and each concurrency C (-concurrency, default 20 and 100), three
+// contenders drain a queue (about a second's worth at the ideal rate, at
+// most -n messages; -rounds, default 1, drains each):
+//
+//   - sqsconsumer: a Consumer with WithConcurrency(C), the default pollers.
+//   - Go CDK: gocloud.dev/pubsub/awssnssqs, Receive in a loop, a handler
+//     goroutine per message behind a semaphore of C, Ack.
+//   - naive: C goroutines, each receiving 10 and handling them one by one,
+//     with a DeleteMessage after each.
+//
+// The raw loop runs once per RTT; at RTT 0 its rate is the CPU ceiling,
+// and each row's ideal is min(C/handler, ceiling). The report gives each
+// contender's messages per second, its ratio to the ideal and its API calls
+// per message. Then the overrun case (-overrun messages, default 40, 0
+// skips it) runs the three at once, at the largest RTT, with a lease of 3 s
+// and handlers of 4.5 s at concurrency 20, and counts the handler runs that
+// were duplicates.
 //
 // The SDK client is built with static credentials and a fixed region, never
 // from the default AWS configuration: this is a benchmark against a local

@@ -115,11 +115,15 @@ func runMatrix(ctx context.Context, out io.Writer, cfg benchConfig) error {
 		if err == nil && rtt == rtts[len(rtts)-1] && cfg.Overrun > 0 {
 			err = measureOverrun(ctx, b, cfg, r)
 		}
-		r.failures = b.counter.failures()
+		failures := b.counter.failures()
 		b.close()
 		if err != nil {
+			if failures != "" {
+				err = fmt.Errorf("%w (failed HTTP requests: %s)", err, failures)
+			}
 			return fmt.Errorf("RTT %v: %w", rtt, err)
 		}
+		r.failures = failures
 		results = append(results, r)
 	}
 	fmt.Fprintf(out, "CPU ceiling (raw loop at RTT 0, %d pollers, no handler): %.0f msg/s; ideal = min(C/handler, ceiling)\n\n", cfg.Pollers, ceiling)
@@ -206,7 +210,7 @@ func measureAtRTT(ctx context.Context, b *bench, cfg benchConfig, ceiling *float
 					i := (k + round) % len(contenders)
 					m, err := b.measureRow(ctx, contenders[i], row.messages, w)
 					if err != nil {
-						return r, fmt.Errorf("handler %v, concurrency %d, %s: %w", h, c, contenders[i].name, err)
+						return nil, fmt.Errorf("handler %v, concurrency %d, %s: %w", h, c, contenders[i].name, err)
 					}
 					ms[i] = append(ms[i], m)
 				}
@@ -305,8 +309,7 @@ func measureOverrun(ctx context.Context, b *bench, cfg benchConfig, r *rttResult
 	errs := make([]error, len(contenders))
 	var wg sync.WaitGroup
 	for i, c := range contenders {
-		b.made++
-		t, err := b.target(ctx, fmt.Sprintf("overrun-%d-%d", i, b.made), n, attrs)
+		t, err := b.target(ctx, queueName("overrun"), n, attrs)
 		if err != nil {
 			return fmt.Errorf("preparing the overrun queue: %w", err)
 		}
@@ -373,7 +376,7 @@ func reportOverrun(out io.Writer, r *rttResult) {
 		fmt.Fprintf(tw, "%v\t%s\t%d\t%d\t%d\t%d\t%d\t\n", r.rtt, res.name, res.runs, res.messages, res.duplicates, res.deletes, res.left)
 	}
 	tw.Flush()
-	fmt.Fprintln(out, "(a delete with a receipt handle that a later receive superseded deletes nothing, so such a message stays in the queue)")
+	fmt.Fprintln(out, "(a delete with a receipt handle that a later receive has superseded may delete nothing: SQS says it might not, sqstest never does; such a message stays in the queue)")
 }
 
 func durations(ds []time.Duration) string {

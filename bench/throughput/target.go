@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -38,7 +39,16 @@ type bench struct {
 	// contender does.
 	target func(ctx context.Context, name string, n int, attrs map[string]string) (*target, error)
 	close  func()
-	made   int // targets made so far
+}
+
+// queuesMade numbers the queues of the process: a name must not repeat
+// within a minute of its queue's deletion (SQS refuses it), across benches
+// too.
+var queuesMade atomic.Int64
+
+// queueName is a name no other queue of this run has.
+func queueName(kind string) string {
+	return fmt.Sprintf("%s-%d-%d", kind, os.Getpid(), queuesMade.Add(1))
 }
 
 // target is one queue to drain.
@@ -145,8 +155,7 @@ func (b *bench) measure(ctx context.Context, c contender, n int) (measurement, e
 // (unmeasured), then times drain emptying it; name labels the profile.
 func (b *bench) measureDrain(ctx context.Context, name string, n int, attrs map[string]string,
 	drain func(ctx context.Context, client *sqs.Client, url string) (drained, error)) (measurement, error) {
-	b.made++
-	t, err := b.target(ctx, fmt.Sprintf("throughput-%d-%d", os.Getpid(), b.made), n, attrs)
+	t, err := b.target(ctx, queueName("throughput"), n, attrs)
 	if err != nil {
 		return measurement{}, fmt.Errorf("preparing a queue of %d messages: %w", n, err)
 	}
