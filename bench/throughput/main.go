@@ -2,8 +2,14 @@
 // possible loop over the same SQS endpoint, and how many API calls it makes
 // per message.
 //
-//	go run ./bench/throughput                       # in-process sqstest on a loopback listener
-//	go run ./bench/throughput -endpoint http://127.0.0.1:9324   # e.g. go run ./cmd/sqstest
+// It is a module of its own (it measures the Go CDK, which the library's
+// module does not require), so it runs from its directory:
+//
+//	cd bench/throughput
+//	go run .                                        # in-process sqstest on a loopback listener
+//	go run . -endpoint http://127.0.0.1:9324        # e.g. go run ./cmd/sqstest from the root
+//	go run . -rtt 10ms                              # every SQS call 10 ms longer
+//	go run . -matrix -endpoint http://127.0.0.1:9324
 //
 // Each round gives every contender a queue of -n messages (default 5,000)
 // to drain, in an order that rotates from round to round (-rounds, default
@@ -32,6 +38,31 @@
 // are listed at the end (the long polls cancelled when a drain ends are
 // expected there). -cpuprofile writes a profile whose samples carry the
 // contender as a label: go tool pprof -tagfocus contender=raw.
+//
+// -rtt adds a round-trip time to every SQS call the contenders make (half
+// before the request is sent, half after the response arrives, each call on
+// its own timer), as a network to SQS would; setting up the queues does not
+// pay it.
+//
+// -matrix measures what users see instead: for each RTT (-rtt, default 0
+// and 10 ms), each handler duration (-handlers, default none, 5 ms and
+// 50 ms) and each concurrency C (-concurrency, default 20 and 100), three
+// contenders drain a queue (about a second's worth at the ideal rate, at
+// most -n messages; -rounds, default 1, drains each):
+//
+//   - sqsconsumer: a Consumer with WithConcurrency(C), the default pollers.
+//   - Go CDK: gocloud.dev/pubsub/awssnssqs, Receive in a loop, a handler
+//     goroutine per message behind a semaphore of C, Ack.
+//   - naive: C goroutines, each receiving 10 and handling them one by one,
+//     with a DeleteMessage after each.
+//
+// The raw loop runs once per RTT; at RTT 0 its rate is the CPU ceiling,
+// and each row's ideal is min(C/handler, ceiling). The report gives each
+// contender's messages per second, its ratio to the ideal and its API calls
+// per message. Then the overrun case (-overrun messages, default 40, 0
+// skips it) runs the three at once, at the largest RTT, with a lease of 3 s
+// and handlers of 4.5 s at concurrency 20, and counts the handler runs that
+// were duplicates.
 //
 // The SDK client is built with static credentials and a fixed region, never
 // from the default AWS configuration: this is a benchmark against a local
@@ -72,10 +103,57 @@ type benchConfig struct {
 	Concurrency []int
 	// Wait is the long-poll wait of every contender.
 	Wait time.Duration
+	// RTTs lists the round-trip times added to every measured SQS call
+	// (see delay). Without Matrix it holds at most one; empty means 0.
+	RTTs []time.Duration
+
+	// Matrix measures the handler × concurrency matrix at each RTT, then
+	// the overrun case, instead of the raw loop against Consumers.
+	Matrix bool
+	// Handlers lists the handler durations of the matrix's rows (0: a
+	// handler that returns at once); empty means 0, 5 ms and 50 ms.
+	// Concurrency lists the matrix's concurrencies; empty means 20 and 100.
+	Handlers []time.Duration
+	// Overrun is how many messages the overrun case drains; 0 skips it.
+	Overrun int
+	// OverrunLease, OverrunHandler and OverrunConcurrency shape the
+	// overrun case: handlers longer than the lease.
+	OverrunLease, OverrunHandler time.Duration
+	OverrunConcurrency           int
 }
 
 func defaultConfig() benchConfig {
-	return benchConfig{Messages: 5_000, Warmup: 2_000, Rounds: 25, Pollers: 4, Wait: 20 * time.Second}
+	return benchConfig{Messages: 5_000, Warmup: 2_000, Rounds: 25, Pollers: 4, Wait: 20 * time.Second,
+		Overrun: 40, OverrunLease: 3 * time.Second, OverrunHandler: 4500 * time.Millisecond, OverrunConcurrency: 20}
+}
+
+// matrixRounds is the default -rounds of the matrix: one drain per
+// contender and row keeps the default matrix to a minute or two.
+const matrixRounds = 1
+
+// parseList parses a comma-separated list with parse, appending to dst.
+func parseList[T any](v string, parse func(string) (T, error)) ([]T, error) {
+	var out []T
+	for _, f := range strings.Split(v, ",") {
+		x, err := parse(strings.TrimSpace(f))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+// parseDuration is time.ParseDuration that also takes a bare 0.
+func parseDuration(s string) (time.Duration, error) {
+	if s == "0" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%q is not a duration of 0 or more (e.g. 10ms)", s)
+	}
+	return d, nil
 }
 
 func main() {
@@ -85,20 +163,36 @@ func main() {
 	flag.IntVar(&cfg.Warmup, "warmup", cfg.Warmup, "messages drained by each contender before measuring")
 	flag.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "measured rounds (the order of the contenders rotates)")
 	flag.IntVar(&cfg.Pollers, "pollers", cfg.Pollers, "receiving goroutines of every contender")
-	flag.Func("concurrency", "comma-separated WithConcurrency values, one Consumer contender each (default 10 and 50 per poller)", func(v string) error {
-		cfg.Concurrency = nil
-		for _, f := range strings.Split(v, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
+	flag.Func("concurrency", "comma-separated WithConcurrency values, one Consumer contender each (default 10 and 50 per poller); with -matrix, the rows' concurrencies (default 20,100)", func(v string) (err error) {
+		cfg.Concurrency, err = parseList(v, func(f string) (int, error) {
+			n, err := strconv.Atoi(f)
 			if err != nil || n < 1 {
-				return fmt.Errorf("%q is not a positive number", f)
+				return 0, fmt.Errorf("%q is not a positive number", f)
 			}
-			cfg.Concurrency = append(cfg.Concurrency, n)
-		}
-		return nil
+			return n, nil
+		})
+		return err
 	})
+	flag.Func("rtt", "round-trip time added to every SQS call of the contenders, e.g. 10ms (default 0); with -matrix a comma-separated list (default 0,10ms)", func(v string) (err error) {
+		cfg.RTTs, err = parseList(v, parseDuration)
+		return err
+	})
+	flag.BoolVar(&cfg.Matrix, "matrix", false, "measure sqsconsumer, the Go CDK and a naive SDK loop over handler × concurrency at each RTT, then the overrun case")
+	flag.Func("handlers", "with -matrix: comma-separated handler durations (default 0,5ms,50ms)", func(v string) (err error) {
+		cfg.Handlers, err = parseList(v, parseDuration)
+		return err
+	})
+	flag.IntVar(&cfg.Overrun, "overrun", cfg.Overrun, "with -matrix: messages of the overrun case (lease 3s, handlers 4.5s, concurrency 20); 0 skips it")
 	flag.DurationVar(&cfg.Wait, "wait", cfg.Wait, "long-poll wait (whole seconds, 1s to 20s)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
+	if cfg.Matrix {
+		roundsSet := false
+		flag.Visit(func(f *flag.Flag) { roundsSet = roundsSet || f.Name == "rounds" })
+		if !roundsSet {
+			cfg.Rounds = matrixRounds
+		}
+	}
 
 	if err := profiled(*cpuprofile, func() error {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -135,6 +229,19 @@ func run(ctx context.Context, out io.Writer, cfg benchConfig) error {
 	if cfg.Wait < time.Second || cfg.Wait > 20*time.Second || cfg.Wait%time.Second != 0 {
 		return errors.New("-wait must be whole seconds from 1s to 20s")
 	}
+	if cfg.Matrix {
+		return runMatrix(ctx, out, cfg)
+	}
+	if len(cfg.RTTs) > 1 {
+		return errors.New("-rtt takes a list only with -matrix")
+	}
+	var rtt time.Duration
+	if len(cfg.RTTs) == 1 {
+		rtt = cfg.RTTs[0]
+	}
+	if rtt < 0 || rtt > 10*time.Second {
+		return fmt.Errorf("-rtt %v: must be from 0 to 10s", rtt)
+	}
 	if len(cfg.Concurrency) == 0 {
 		cfg.Concurrency = []int{10 * cfg.Pollers, 50 * cfg.Pollers}
 	}
@@ -143,13 +250,13 @@ func run(ctx context.Context, out io.Writer, cfg benchConfig) error {
 		contenders = append(contenders, consumerLoop(c))
 	}
 
-	b, err := newBench(cfg)
+	b, err := newBench(cfg, rtt)
 	if err != nil {
 		return err
 	}
 	defer b.close()
-	fmt.Fprintf(out, "throughput: %d messages per drain, %d rounds, %d pollers per contender, %s, GOMAXPROCS %d\n\n",
-		cfg.Messages, cfg.Rounds, cfg.Pollers, b.where, runtime.GOMAXPROCS(0))
+	fmt.Fprintf(out, "throughput: %d messages per drain, %d rounds, %d pollers per contender, %s, RTT %v added to every SQS call, GOMAXPROCS %d\n\n",
+		cfg.Messages, cfg.Rounds, cfg.Pollers, b.where, rtt, runtime.GOMAXPROCS(0))
 
 	if cfg.Warmup > 0 {
 		for _, c := range contenders {
