@@ -135,6 +135,13 @@ func (c *Consumer) Advice() Advice {
 	return c.stats.Stats().Advise(qs)
 }
 
+// flowOf returns the flow once Run has set it up, nil before.
+func (c *Consumer) flowOf() *flow {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fl
+}
+
 // QueueURL returns the URL of the queue the Consumer reads.
 func (c *Consumer) QueueURL() string { return c.queueURL }
 
@@ -268,8 +275,13 @@ func (c *Consumer) setup(ctx context.Context) error {
 	cfg.calls, cfg.queueURL, cfg.settleCtx = c.calls, c.queueURL, settleCtx
 	c.cfg = cfg
 	qs.VisibilityTimeout, qs.ShutdownTimeout = cfg.lease, c.s.shutdownTimeout
+	fl := newFlow(c.s.concurrency, c.s.batchSize, c.s.maxAhead, c.s.pollers, func() {
+		c.pollers.Add(1)
+		go c.poll()
+	})
 	c.mu.Lock()
 	c.qs = qs
+	c.fl = fl // under mu for flowOf
 	c.mu.Unlock()
 	c.pollWait = c.s.waitTime
 	if c.pollWait > 0 {
@@ -279,10 +291,6 @@ func (c *Consumer) setup(ctx context.Context) error {
 		c.pollWait = max(min(c.pollWait, c.s.shutdownTimeout.Truncate(time.Second)), time.Second)
 	}
 	c.stopPolls = make(chan struct{})
-	c.fl = newFlow(c.s.concurrency, c.s.batchSize, c.s.maxAhead, c.s.pollers, func() {
-		c.pollers.Add(1)
-		go c.poll()
-	})
 	c.inflight = make(map[string]*Lease)
 	c.work = make(chan *Lease)
 	c.quit = make(chan struct{})
@@ -302,7 +310,7 @@ const minDeleteCalls = 4
 func (c *Consumer) takeSettleSlot() bool {
 	c.settleMu.Lock()
 	defer c.settleMu.Unlock()
-	if c.settling >= c.s.concurrency {
+	if c.settling >= c.s.concurrency+c.s.maxAhead {
 		return false
 	}
 	c.settling++
@@ -495,8 +503,19 @@ func (c *Consumer) dispatch(raw types.Message, handedOver, arrived time.Time, cf
 	c.handlers.Add(1) // done in finish or settleUnstarted
 	c.mu.Unlock()
 	c.observe(EventReceived, m, nil)
-	if ready && c.fl.enqueue(l) {
+	if ready {
+		c.enqueue(l)
+	}
+}
+
+// enqueue hands a waiting message to the flow, and starts it or, when the
+// shutdown has begun meanwhile, releases it.
+func (c *Consumer) enqueue(l *Lease) {
+	switch c.fl.enqueue(l) {
+	case startNow:
 		c.start(l)
+	case notStarting:
+		c.settleUnstarted(l)
 	}
 }
 
@@ -628,7 +647,7 @@ func (c *Consumer) settle(l *Lease, err error, ran bool) {
 		// next message: the lease keeps renewing until then. At most
 		// the concurrency of such messages are held at once.
 		if l.slotEarly = c.takeSettleSlot(); l.slotEarly {
-			c.freeSlot(true)
+			c.freeSlot(l, true)
 		}
 		if !l.deleteAsync(c.afterDelete) {
 			c.deleted(l, l.Delete(ctx))
@@ -702,21 +721,21 @@ func (c *Consumer) finish(l *Lease, failed, ran bool) {
 	if l.slotEarly {
 		c.giveSettleSlot()
 	} else {
-		c.freeSlot(ran)
+		c.freeSlot(l, ran)
 	}
 	for _, n := range drop {
 		c.settleUnstarted(n)
 	}
 	c.fl.drop(len(drop))
-	if next != nil && c.fl.enqueue(next) {
-		c.start(next)
+	if next != nil {
+		c.enqueue(next)
 	}
 }
 
-// freeSlot gives a handler slot back (done: its handler returned) and
+// freeSlot gives l's handler slot back (done: its handler returned) and
 // starts the next ready message in it.
-func (c *Consumer) freeSlot(done bool) {
-	if next := c.fl.slotDone(done); next != nil {
+func (c *Consumer) freeSlot(l *Lease, done bool) {
+	if next := c.fl.slotDone(l, done); next != nil {
 		c.start(next)
 	}
 }

@@ -310,8 +310,8 @@ func TestRedeliveryIsAdopted(t *testing.T) {
 }
 
 // Semantics 8: never more handlers than the concurrency, and beyond the
-// free slots only the read-ahead: slow handlers (3 s each at concurrency
-// 3, one finishing a second) hold one message unstarted, the 100 ms of
+// free slots only the read-ahead: slow handlers (4 s each at concurrency
+// 3) have asked for at most the handlers due to finish and the 100 ms of
 // work rounded up, since the in-memory round trip is 0.
 func TestBackPressure(t *testing.T) {
 	t.Parallel()
@@ -338,11 +338,11 @@ func TestBackPressure(t *testing.T) {
 		require.NoError(t, stop())
 		require.Equal(t, int32(3), peak.Load())
 		_, _, _, peakAhead := c.fl.snapshot()
-		require.Equal(t, 1, peakAhead, "one message read ahead")
+		require.LessOrEqual(t, peakAhead, 3+1, "at most the handlers due to finish, plus the gather")
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		for i, n := range s.maxN {
-			require.LessOrEqual(t, n, int32(4), "receive %d asked for %d", i, n)
+			require.LessOrEqual(t, n, int32(3+3+1), "receive %d asked for %d", i, n)
 		}
 		for _, st := range b.srv.Messages(b.url) {
 			require.True(t, st.Deleted)
@@ -877,7 +877,7 @@ func TestSucceededHandlerFreesSlotBeforeDeleteConfirms(t *testing.T) {
 			active--
 			mu.Unlock()
 			return nil
-		}), WithVisibilityTimeout(30*time.Second), WithConcurrency(2), WithWaitTime(time.Second), WithObserver(obs))
+		}), WithVisibilityTimeout(30*time.Second), WithConcurrency(2), WithMaxReadAhead(1), WithWaitTime(time.Second), WithObserver(obs))
 		require.NoError(t, err)
 		b.srv.DelayNext("DeleteMessageBatch", 100, 5*time.Second) // every delete takes 5 s to confirm
 		stop := running(t, c)
@@ -886,9 +886,10 @@ func TestSucceededHandlerFreesSlotBeforeDeleteConfirms(t *testing.T) {
 
 		mu.Lock()
 		require.Equal(t, 2, peakActive, "never more handlers than the concurrency")
-		// 1 s handlers at concurrency 2 finish 2 a second: the read-ahead
-		// is one message (a round trip of 0 s, plus 100 ms of work).
-		require.Equal(t, 5, peakHeld, "2 handlers, 2 messages waiting for their delete, 1 read ahead")
+		// Concurrency 2 and a read-ahead bound of 1: at most 3 messages
+		// wait for their delete's confirmation, and 1 is read ahead.
+		require.LessOrEqual(t, peakHeld, 2+3+1, "2 handlers, 3 messages waiting for their delete, 1 read ahead")
+		require.Greater(t, peakHeld, 2+1, "slots were freed before deletes were confirmed")
 		mu.Unlock()
 		s.mu.Lock()
 		for i, n := range s.maxN {

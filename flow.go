@@ -2,6 +2,7 @@ package sqsconsumer
 
 import (
 	"math"
+	"sort"
 	"sync"
 	"time"
 )
@@ -29,13 +30,22 @@ type flow struct {
 	maxAhead   int // hard bound on waiting + asked beyond the slots
 	maxPollers int
 
-	running int      // handler slots in use
-	waiting int      // received and leased, not started
-	asked   int      // asked for by receives in flight
-	ready   []*Lease // waiting messages free to start, oldest first
+	running int         // handler slots in use
+	starts  []time.Time // when each slot in use was taken, ascending
+	waiting int         // received and leased, not started
+	asked   int         // asked for by receives in flight
+	ready   []*Lease    // waiting messages free to start, oldest first
 	rate    rateMeter
 	rtt     time.Duration // smoothed round trip of receives answered at once
-	stopped bool
+	hold    time.Duration // smoothed time a message holds its handler slot
+	// holdHigh follows the longest recent hold times: it jumps to a
+	// longer one and creeps back toward shorter ones. A handler is due
+	// to finish only once it is that old (less a round trip), so varied
+	// handlers are never counted due early, which would leave messages
+	// waiting here for slots that stay busy.
+	holdHigh time.Duration
+	holds    int // hold times measured, up to conc
+	stopped  bool
 	// quiet is set while the queue looks empty (the latest receive got
 	// nothing, or none has answered yet): then one receive at a time
 	// waits in its long poll instead of one per batch of free slots. An
@@ -59,61 +69,112 @@ type flow struct {
 const receiveGather = 100 * time.Millisecond
 
 // rateTau is the time constant of the completion-rate estimate.
-const rateTau = time.Second
+const rateTau = 250 * time.Millisecond
 
 func newFlow(conc, batch, maxAhead, maxPollers int, spawn func()) *flow {
 	return &flow{conc: conc, batch: batch, maxAhead: maxAhead, maxPollers: maxPollers, kick: make(chan struct{}, 1), spawn: spawn, quiet: true}
 }
 
 // readAhead is how many messages the flow keeps waiting or on their way
-// beyond the free handler slots: ceil(rate x rtt), the completions of one
-// receive round trip, plus ceil(rate x receiveGather) up to one batch.
-// rate is completions per second. It is pure, for table tests.
-func readAhead(rate float64, rtt time.Duration, batch, limit int) int {
+// beyond the free handler slots. cover is what the handlers finish during
+// one receive round trip (Little's law): with less than that waiting or
+// asked for, a slot will wait for a receive. ahead adds ceil(rate x
+// receiveGather), up to one batch, so that receives stay full. due is how
+// many running handlers are expected to finish within the round trip (from
+// their age and the longest recent handler times): handlers that started
+// together finish together, and an average rate would not see the burst
+// coming.
+//
+// rate is the measured completion rate (per second) and capacity what the
+// slots could finish if never starved (concurrency / mean handler time).
+// The round trip is covered at min(capacity, 2 x rate): below capacity the
+// consumer may be starved by its own read-ahead, and asking for twice what
+// it achieves doubles the rate every few time constants until the handlers
+// (or the CPU) are the limit; at capacity it is the handlers' own pace, so
+// slow handlers hold almost nothing beyond their slots. Both are capped at
+// limit. It is pure, for table tests.
+func readAhead(rate, capacity float64, due int, rtt time.Duration, batch, limit int) (cover, ahead int) {
 	if rate <= 0 {
-		return 0
+		return 0, 0
 	}
-	a := math.Ceil(rate*rtt.Seconds()) + min(float64(batch), math.Ceil(rate*receiveGather.Seconds()))
-	return int(min(a, float64(limit)))
+	c := max(math.Ceil(min(capacity, 2*rate)*rtt.Seconds()), float64(due))
+	a := c + min(float64(batch), math.Ceil(rate*receiveGather.Seconds()))
+	return int(min(c, float64(limit))), int(min(a, float64(limit)))
 }
 
 // flowCounts is the state receiveSize decides on.
 type flowCounts struct {
 	conc, batch      int
 	running, waiting int
-	asked, ahead     int  // ahead: the read-ahead target (readAhead)
+	asked            int
+	cover, ahead     int  // from readAhead
 	quiet            bool // the queue looks empty: one receive at a time
 }
 
 // receiveSize is how many messages the next receive should ask for, 0 for
 // none yet. The flow wants the free slots plus the read-ahead covered by
 // messages waiting or asked for. It asks for a full batch whenever that
-// much is missing, and for less only when a free slot has nothing coming
-// at all: so receives stay full at saturation, and an idle slot is never
-// left without a receive. While the queue looks empty only one receive is
-// in flight. It is pure, for table tests.
+// much is missing, and for less only when what is waiting or coming no
+// longer covers the free slots and one round trip of completions: so
+// receives stay full at saturation, and a slot never waits for a receive
+// that could have been sent. While the queue looks empty only one receive
+// is in flight. It is pure, for table tests.
 func receiveSize(c flowCounts) int {
 	if c.quiet && c.asked > 0 {
 		return 0
 	}
 	free := c.conc - c.running
-	deficit := free + c.ahead - c.waiting - c.asked
-	if deficit <= 0 {
+	have := c.waiting + c.asked
+	want := free + c.ahead - have
+	if want <= 0 {
 		return 0
 	}
-	if deficit >= c.batch || free-c.waiting-c.asked > 0 {
-		return min(c.batch, deficit)
+	if want >= c.batch || free+c.cover-have > 0 {
+		return min(c.batch, want)
 	}
 	return 0
 }
 
 func (f *flow) countsLocked(now time.Time) flowCounts {
-	return flowCounts{
+	c := flowCounts{
 		conc: f.conc, batch: f.batch,
 		running: f.running, waiting: f.waiting, asked: f.asked,
-		ahead: readAhead(f.rate.value(now), f.rtt, f.batch, f.maxAhead),
 		quiet: f.quiet,
 	}
+	c.cover, c.ahead = readAhead(f.rate.value(now), f.capacity(), f.dueLocked(now), f.rtt, f.batch, f.maxAhead)
+	return c
+}
+
+// dueLocked counts the running handlers expected to finish within one
+// receive round trip: those older than the longest recent hold time less
+// the round trip, once the pace is steady.
+func (f *flow) dueLocked(now time.Time) int {
+	// Only a steady pace is worth a forecast: after a full round of the
+	// slots, with the longest handlers close to the mean. Varied handler
+	// times spread the completions out anyway, and the rate covers them.
+	if f.holds < f.conc || f.holdHigh > f.hold+f.hold/4 {
+		return 0
+	}
+	cut := now.Add(f.rtt - f.holdHigh)
+	return sort.Search(len(f.starts), func(i int) bool { return f.starts[i].After(cut) })
+}
+
+// takeSlotLocked counts l as running from now.
+func (f *flow) takeSlotLocked(l *Lease, now time.Time) {
+	f.running++
+	l.slotAt = now
+	f.starts = append(f.starts, now) // now is never before the last entry
+}
+
+// giveSlotLocked counts l as no longer running and returns how long it
+// held its slot.
+func (f *flow) giveSlotLocked(l *Lease, now time.Time) time.Duration {
+	f.running--
+	i := sort.Search(len(f.starts), func(i int) bool { return !f.starts[i].Before(l.slotAt) })
+	if i < len(f.starts) {
+		f.starts = append(f.starts[:i], f.starts[i+1:]...)
+	}
+	return now.Sub(l.slotAt)
 }
 
 // nextLocked is the size of the receive due now, 0 if none.
@@ -200,31 +261,61 @@ func (f *flow) drop(n int) {
 	f.wakeLocked(time.Now())
 }
 
-// enqueue makes a waiting message ready to start. It reports true when a
-// slot is free and nothing older is ready: the caller starts it now;
-// otherwise it starts when a slot frees (slotDone).
-func (f *flow) enqueue(l *Lease) bool {
+// What enqueue tells its caller to do with the message.
+const (
+	enqueued    = iota // it starts when a slot frees (slotDone)
+	startNow           // a slot was free and nothing older ready: start it
+	notStarting        // receiving has stopped: release it (it no longer counts as waiting)
+)
+
+// enqueue makes a waiting message ready to start.
+func (f *flow) enqueue(l *Lease) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.stopped && f.running < f.conc && len(f.ready) == 0 {
+	switch {
+	case f.stopped:
 		f.waiting--
-		f.running++
-		return true
+		return notStarting
+	case f.running < f.conc && len(f.ready) == 0:
+		f.waiting--
+		f.takeSlotLocked(l, time.Now())
+		return startNow
 	}
 	f.ready = append(f.ready, l)
-	return false
+	return enqueued
 }
 
-// slotDone gives back a handler slot whose handler returned (it counts in
-// the completion rate when done is set) and returns the next ready message
-// to start in it, if any.
-func (f *flow) slotDone(done bool) *Lease {
+// capacity is how many messages a second the handler slots could finish
+// if never starved: concurrency / mean slot hold time (+Inf before any
+// measurement).
+func (f *flow) capacity() float64 {
+	if f.hold <= 0 {
+		return math.Inf(1)
+	}
+	return float64(f.conc) / f.hold.Seconds()
+}
+
+// slotDone gives back l's handler slot, whose handler returned (done; it
+// counts in the completion rate and the mean hold time), and returns the
+// next ready message to start in it, if any.
+func (f *flow) slotDone(l *Lease, done bool) *Lease {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now()
-	f.running--
+	held := f.giveSlotLocked(l, now)
 	if done {
 		f.rate.add(now)
+		if f.hold == 0 {
+			f.hold = held
+		} else {
+			f.hold += (held - f.hold) / 16
+		}
+		f.holds = min(f.holds+1, f.conc)
+		if held >= f.holdHigh {
+			f.holdHigh = held
+		} else {
+			f.holdHigh += (held - f.holdHigh) / 64
+		}
 	}
 	var next *Lease
 	if len(f.ready) > 0 && !f.stopped {
@@ -232,7 +323,7 @@ func (f *flow) slotDone(done bool) *Lease {
 		f.ready[0] = nil
 		f.ready = f.ready[1:]
 		f.waiting--
-		f.running++
+		f.takeSlotLocked(next, now)
 	}
 	f.wakeLocked(now)
 	return next

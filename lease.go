@@ -142,6 +142,9 @@ type Lease struct {
 	slotEarly bool
 	// inHandler is the Consumer's: set while the handler runs.
 	inHandler atomic.Bool
+	// slotAt is the Consumer's flow's, guarded by its mutex: when the
+	// message took its handler slot.
+	slotAt time.Time
 
 	mu sync.Mutex // guards the fields below
 	// calling is the call token, set while an SQS call of this lease is

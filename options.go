@@ -230,7 +230,7 @@ func WithLogger(l *slog.Logger) LeaseOption {
 // Consumer reads ahead a little (see WithMaxReadAhead), so a slot that
 // frees finds a message waiting. A handler that succeeded gives its slot
 // back at once while its message, still leased, waits for SQS to confirm
-// the delete; at most n messages wait like that.
+// the delete.
 func WithConcurrency(n int) Option {
 	return option(func(s *settings) {
 		if n < 1 || n > 100_000 {
@@ -296,9 +296,13 @@ func WithPollers(n int) Option {
 // law, from its own measurements of both), plus up to one batch, as much
 // as handlers finish in 100 ms, so that receives stay full. Fast handlers
 // then never wait for a receive, and slow ones hold almost nothing
-// unstarted, leaving the queue to other processes. The bound caps memory
-// and what one process can take from a queue: throughput is at most about
-// (concurrency + n) / (receive round trip + handler time).
+// unstarted, leaving the queue to other processes. Handlers that started
+// together (a backlog of jobs of one length) finish together: the Consumer
+// asks, one round trip ahead, for the messages of the handlers due to
+// finish. The bound caps memory and what one process can take from a
+// queue: throughput is at most about (concurrency + n) / (receive round
+// trip + handler time). Messages whose handler succeeded give their slot
+// back while SQS confirms their delete; at most concurrency + n wait so.
 //
 // What calls cost: at saturation a receive and a delete each serve 10
 // messages (0.2 calls a message, plus renewals for long handlers). Below
