@@ -198,8 +198,9 @@ const (
 // checkDuplicates: a message completed more than once only when the earlier
 // completion's delete could not land: its worker was killed after it, or
 // the proxy recorded a fault on a delete or renewal carrying the handle it
-// was handled under, before the message came back. It returns the
-// duplicates' count by cause.
+// was handled under, before the message came back; and never after the
+// worker saw its delete confirmed. It returns the duplicates' count by
+// cause.
 func checkDuplicates(o *outcome) ([]violation, map[string]int) {
 	ix := o.index()
 	var vs []violation
@@ -228,10 +229,8 @@ func checkDuplicates(o *outcome) ([]violation, map[string]int) {
 // explain returns the cause of the redelivery that followed completion d
 // of message id, or "".
 func (ix index) explain(o *outcome, id string, d journal.Entry) string {
-	if at, ok := ix.killedAt[d.PID]; ok && !at.Before(d.Time) {
-		return causeKilled
-	}
-	// The delivery d handled: the last one to its worker before it ended.
+	// The delivery d handled: the last one to its worker before it ended,
+	// and the next delivery of the message after it.
 	ds := ix.deliveries[id]
 	from, to := time.Time{}, time.Time{}
 	handles := map[string]bool{}
@@ -244,6 +243,16 @@ func (ix index) explain(o *outcome, id string, d journal.Entry) string {
 		if i+1 < len(ds) {
 			to = ds[i+1].at
 		}
+	}
+	// A delete the worker saw confirmed must hold, whatever else happened:
+	// a message that comes back after it was not deleted.
+	for _, e := range ix.entries[id] {
+		if e.Kind == "ev:deleted" && e.PID == d.PID && !e.Time.Before(d.Time) && (to.IsZero() || e.Time.Before(to)) {
+			return ""
+		}
+	}
+	if at, ok := ix.killedAt[d.PID]; ok && !at.Before(d.Time) {
+		return causeKilled
 	}
 	if from.IsZero() {
 		return ""
