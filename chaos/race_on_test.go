@@ -1,0 +1,6 @@
+//go:build race
+
+package chaos
+
+// raceEnabled: build the worker with -race too.
+const raceEnabled = true

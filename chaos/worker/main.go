@@ -1,0 +1,235 @@
+// Command worker is the process the chaos suite kills: a consumer built with
+// sqsconsumer.New and Run whose handlers take a random time and record each
+// completion in a journal (package journal) before returning nil, so that the
+// test driver can tell, after a SIGKILL, which work was done.
+//
+//	worker -endpoint http://127.0.0.1:PORT -queue URL -journal FILE [flags]
+//
+// A message body may set its handler's behaviour: "sleep=1.5s" works that
+// long, "sleep=hang" works until the handler's context is cancelled. Other
+// bodies work a random time between -min and -max.
+//
+// SIGTERM or SIGINT cancels Run's context (signal.NotifyContext): the
+// library's graceful shutdown. Run's return is journalled as an "exit" entry;
+// the process exits 0 after a clean shutdown, 1 on a Run error, 2 on bad
+// flags.
+//
+// -broken makes it misbehave on purpose, so the suite can show that each of
+// its checks catches the fault it is meant to catch:
+//
+//	delete-before-handler  the handler deletes its message first, then works
+//	fail-after-record      the handler records completion, then fails
+//	ignore-cancel          "sleep=hang" handlers ignore their context
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sqskit/sqsconsumer"
+	"github.com/sqskit/sqsconsumer/chaos/internal/wire"
+	"github.com/sqskit/sqsconsumer/chaos/journal"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	code := run(ctx, os.Args[1:], os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+type config struct {
+	endpoint, queue, journal string
+	concurrency              int
+	lease, heartbeat         time.Duration
+	shutdown, wait           time.Duration
+	minWork, maxWork         time.Duration
+	retryAfter               time.Duration
+	seed                     uint64
+	broken                   string
+}
+
+var brokenModes = map[string]bool{"": true, "delete-before-handler": true, "fail-after-record": true, "ignore-cancel": true}
+
+func parse(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.endpoint, "endpoint", "", "SQS endpoint URL (required)")
+	fs.StringVar(&c.queue, "queue", "", "queue URL (required)")
+	fs.StringVar(&c.journal, "journal", "", "journal file to append to (required)")
+	fs.IntVar(&c.concurrency, "concurrency", 4, "handlers at once")
+	fs.DurationVar(&c.lease, "lease", 3*time.Second, "visibility timeout (lease length)")
+	fs.DurationVar(&c.heartbeat, "heartbeat", 0, "heartbeat interval (0: a third of the lease)")
+	fs.DurationVar(&c.shutdown, "shutdown", 2*time.Second, "shutdown budget for running handlers")
+	fs.DurationVar(&c.wait, "wait", time.Second, "long-poll wait")
+	fs.DurationVar(&c.minWork, "min", 50*time.Millisecond, "shortest random handler time")
+	fs.DurationVar(&c.maxWork, "max", 400*time.Millisecond, "longest random handler time")
+	fs.DurationVar(&c.retryAfter, "retry-after", time.Second, "visibility after a failed handler")
+	fs.Uint64Var(&c.seed, "seed", 1, "seed of the handler times (mixed with the pid)")
+	fs.StringVar(&c.broken, "broken", "", "misbehave on purpose: delete-before-handler, fail-after-record or ignore-cancel")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	var errs []error
+	if c.endpoint == "" || c.queue == "" || c.journal == "" {
+		errs = append(errs, errors.New("-endpoint, -queue and -journal are required"))
+	}
+	if c.minWork < 0 || c.maxWork < c.minWork {
+		errs = append(errs, fmt.Errorf("-min %v and -max %v: need 0 <= min <= max", c.minWork, c.maxWork))
+	}
+	if !brokenModes[c.broken] {
+		errs = append(errs, fmt.Errorf("-broken %q: unknown mode", c.broken))
+	}
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected arguments: %v", fs.Args()))
+	}
+	return c, errors.Join(errs...)
+}
+
+func run(ctx context.Context, args []string, stderr io.Writer) int {
+	c, err := parse(args, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "worker:", err)
+		return 2
+	}
+	j, err := journal.Create(c.journal)
+	if err != nil {
+		fmt.Fprintln(stderr, "worker:", err)
+		return 2
+	}
+	defer j.Close()
+	pid := os.Getpid()
+	h := &handler{c: c, j: j, pid: pid, rng: rand.New(rand.NewPCG(c.seed, uint64(pid)))}
+	opts := []sqsconsumer.Option{
+		sqsconsumer.WithVisibilityTimeout(c.lease),
+		sqsconsumer.WithConcurrency(c.concurrency),
+		sqsconsumer.WithShutdownTimeout(c.shutdown),
+		sqsconsumer.WithWaitTime(c.wait),
+		sqsconsumer.WithBackoff(func(int) time.Duration { return c.retryAfter }),
+		sqsconsumer.WithLogger(slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))),
+		sqsconsumer.WithObserver(sqsconsumer.ObserverFunc(h.observe)),
+	}
+	if c.heartbeat > 0 {
+		opts = append(opts, sqsconsumer.WithHeartbeatInterval(c.heartbeat))
+	}
+	cons, err := sqsconsumer.New(wire.Client(c.endpoint, pid), c.queue, h, opts...)
+	if err != nil {
+		fmt.Fprintln(stderr, "worker:", err)
+		return 2
+	}
+	h.write(journal.Entry{Kind: journal.Ready}, false)
+	err = cons.Run(ctx)
+	detail := ""
+	if err != nil {
+		detail = err.Error()
+	}
+	h.write(journal.Entry{Kind: journal.Exit, Detail: detail}, true)
+	if err != nil {
+		fmt.Fprintln(stderr, "worker:", err)
+		return 1
+	}
+	return 0
+}
+
+type handler struct {
+	c   config
+	j   *journal.Writer
+	pid int
+
+	mu  sync.Mutex // guards rng
+	rng *rand.Rand
+}
+
+// write journals e for this process. A journal that cannot be written makes
+// every later check meaningless, so the process stops at once.
+func (h *handler) write(e journal.Entry, durable bool) {
+	e.PID = h.pid
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
+	if err := h.j.Append(e, durable); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(3)
+	}
+}
+
+// observe journals the library's settlement and lease events.
+func (h *handler) observe(e sqsconsumer.Event) {
+	switch e.Kind {
+	case sqsconsumer.EventReceived, sqsconsumer.EventAdopted, sqsconsumer.EventDeleted, sqsconsumer.EventReleased,
+		sqsconsumer.EventLeaseLost, sqsconsumer.EventLeaseExpired, sqsconsumer.EventFailed:
+		detail := ""
+		if e.Err != nil {
+			detail = e.Err.Error()
+		}
+		h.write(journal.Entry{Kind: "ev:" + e.Kind.String(), Time: e.Time, MessageID: e.MessageID, ReceiveCount: e.ReceiveCount, Detail: detail}, false)
+	}
+}
+
+// work says how long the handler of body works: forever (until cancelled)
+// for "sleep=hang", the given duration for "sleep=D", else a random time.
+func (h *handler) work(body string) (d time.Duration, hang bool) {
+	for f := range strings.FieldsSeq(body) {
+		v, ok := strings.CutPrefix(f, "sleep=")
+		if !ok {
+			continue
+		}
+		if v == "hang" {
+			return 0, true
+		}
+		if d, err := time.ParseDuration(v); err == nil {
+			return d, false
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.c.minWork + time.Duration(h.rng.Int64N(int64(h.c.maxWork-h.c.minWork)+1)), false
+}
+
+func (h *handler) HandleMessage(ctx context.Context, m *sqsconsumer.Message) error {
+	at := func(kind, detail string) journal.Entry {
+		return journal.Entry{Kind: kind, MessageID: m.ID, ReceiveCount: m.ReceiveCount, Detail: detail}
+	}
+	h.write(at(journal.Start, ""), false)
+	if h.c.broken == "delete-before-handler" {
+		if err := m.Lease.Delete(ctx); err != nil {
+			return err
+		}
+	}
+	d, hang := h.work(m.Body)
+	if hang && h.c.broken == "ignore-cancel" {
+		select {} // a handler that never returns
+	}
+	var timeout <-chan time.Time
+	if !hang {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-timeout:
+	case <-ctx.Done():
+		cause := context.Cause(ctx)
+		h.write(at(journal.Cancel, cause.Error()), false)
+		return cause
+	}
+	// The work is done: make that durable before the message may be deleted.
+	h.write(at(journal.Done, ""), true)
+	if h.c.broken == "fail-after-record" {
+		h.write(at(journal.Fail, "broken: fail after record"), false)
+		return errors.New("broken: failing after the work was recorded")
+	}
+	return nil
+}
