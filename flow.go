@@ -72,7 +72,8 @@ const receiveGather = 100 * time.Millisecond
 const rateTau = 250 * time.Millisecond
 
 func newFlow(conc, batch, maxAhead, maxPollers int, spawn func()) *flow {
-	return &flow{conc: conc, batch: batch, maxAhead: maxAhead, maxPollers: maxPollers, kick: make(chan struct{}, 1), spawn: spawn, quiet: true}
+	return &flow{conc: conc, batch: batch, maxAhead: maxAhead, maxPollers: maxPollers, kick: make(chan struct{}, 1), spawn: spawn, quiet: true,
+		rate: rateMeter{start: time.Now()}}
 }
 
 // readAhead is how many messages the flow keeps waiting or on their way
@@ -349,20 +350,36 @@ func (f *flow) snapshot() (running, waiting, asked, peakAhead int) {
 }
 
 // rateMeter estimates events per second as an exponentially decaying count
-// with time constant rateTau. The zero value is ready (rate 0).
+// with time constant rateTau, counted from start. Early on the count has
+// not built up yet; value divides by the share it has built, so a young
+// meter reads the average rate since start rather than too little, and a
+// consumer that starts on a backlog reads ahead from its first
+// completions. The zero value counts from the first event.
 type rateMeter struct {
-	r  float64 // rate at t
-	at time.Time
+	r     float64 // decayed count / rateTau at at
+	at    time.Time
+	start time.Time
 }
 
 func (m *rateMeter) add(now time.Time) {
-	m.r = m.value(now) + 1/rateTau.Seconds()
+	if m.start.IsZero() {
+		m.start = now
+	}
+	m.r = m.decayed(now) + 1/rateTau.Seconds()
 	m.at = now
 }
 
-func (m *rateMeter) value(now time.Time) float64 {
+func (m *rateMeter) decayed(now time.Time) float64 {
 	if m.at.IsZero() {
 		return 0
 	}
 	return m.r * math.Exp(-now.Sub(m.at).Seconds()/rateTau.Seconds())
+}
+
+func (m *rateMeter) value(now time.Time) float64 {
+	built := 1 - math.Exp(-now.Sub(m.start).Seconds()/rateTau.Seconds())
+	if built <= 0 {
+		return m.decayed(now)
+	}
+	return m.decayed(now) / built
 }

@@ -320,8 +320,13 @@ func TestReceiveSize(t *testing.T) {
 func TestRateMeter(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	var m rateMeter
-	require.Zero(t, m.value(t0))
+	m := rateMeter{start: t0}
+	require.Zero(t, m.value(t0.Add(time.Second)))
+	young := rateMeter{start: t0}
+	for i := range 10 { // 10 events in the first 50 ms: 200 a second
+		young.add(t0.Add(time.Duration(i+1) * 5 * time.Millisecond))
+	}
+	require.InDelta(t, 200, young.value(t0.Add(50*time.Millisecond)), 20, "a young meter reads the rate since its start")
 	now := t0
 	for range 5000 { // 1000 a second for 5 s: many time constants
 		now = now.Add(time.Millisecond)
