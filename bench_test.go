@@ -33,7 +33,7 @@ func BenchmarkPlan(b *testing.B) {
 // thousands of leases do.
 func BenchmarkRenewalLibrary(b *testing.B) {
 	fake := &slowSQS{deadline: map[string]time.Time{}}
-	calls := newBatchedCalls(&fakeClient{s: fake}, "q", 0)
+	calls := newBatchedCalls(&fakeClient{s: fake}, "q", 0, nil)
 	defer calls.close()
 	cfg, _ := defaultSettingsWith(WithVisibilityTimeout(30 * time.Second)).leaseConfig(30 * time.Second)
 	cfg.calls, cfg.queueURL = calls, "q"
@@ -78,7 +78,7 @@ func BenchmarkRenewalSDK(b *testing.B) {
 			handles <- *m.ReceiptHandle
 		}
 	}
-	calls := newBatchedCalls(client, url, 0)
+	calls := newBatchedCalls(client, url, 0, nil)
 	defer calls.close()
 	srv.ResetCalls()
 	b.ReportAllocs()

@@ -66,9 +66,12 @@ type batchedCalls struct {
 // most maxDeletes calls in flight (0: no limit): deletes come no faster
 // than receives, and more calls at once would only open connections.
 // Renewals are not limited: their rate follows the number of leases held.
-func newBatchedCalls(client Client, queueURL string, maxDeletes int) *batchedCalls {
+// Cancelling base abandons every call in flight (nil: never).
+func newBatchedCalls(client Client, queueURL string, maxDeletes int, base context.Context) *batchedCalls {
 	return &batchedCalls{
 		vis: batch.New(MaxBatchSize, batchWindow, 0, func(ctx context.Context, es []visEntry) []error {
+			ctx, done := within(ctx, base)
+			defer done()
 			entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(es))
 			for i, e := range es {
 				entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{
@@ -87,6 +90,8 @@ func newBatchedCalls(client Client, queueURL string, maxDeletes int) *batchedCal
 			return entryResults(len(es), "ChangeMessageVisibilityBatch", out.Successful, func(e types.ChangeMessageVisibilityBatchResultEntry) *string { return e.Id }, out.Failed)
 		}),
 		del: batch.New(MaxBatchSize, batchWindow, maxDeletes, func(ctx context.Context, handles []string) []error {
+			ctx, done := within(ctx, base)
+			defer done()
 			entries := make([]types.DeleteMessageBatchRequestEntry, len(handles))
 			for i, h := range handles {
 				entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(h)}
@@ -101,6 +106,16 @@ func newBatchedCalls(client Client, queueURL string, maxDeletes int) *batchedCal
 			return entryResults(len(handles), "DeleteMessageBatch", out.Successful, func(e types.DeleteMessageBatchResultEntry) *string { return e.Id }, out.Failed)
 		}),
 	}
+}
+
+// within returns ctx, also cancelled when base is; call done when finished.
+func within(ctx, base context.Context) (context.Context, func()) {
+	if base == nil {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(base, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 func (b *batchedCalls) changeVisibility(ctx context.Context, handle string, seconds int32) error {

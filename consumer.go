@@ -267,8 +267,8 @@ func (c *Consumer) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.calls = newBatchedCalls(c.client, c.queueURL, max(c.s.pollers, minDeleteCalls))
 	settleCtx, cancelSettle := context.WithCancel(context.Background())
+	c.calls = newBatchedCalls(c.client, c.queueURL, max(c.s.pollers, minDeleteCalls), settleCtx)
 	pollCtx, cancelPolls := context.WithCancel(context.Background())
 	c.settleCtx, c.pollCtx = settleCtx, pollCtx
 	c.hardStop = func() { cancelPolls(); cancelSettle() }
@@ -328,8 +328,6 @@ func (c *Consumer) giveSettleSlot() {
 // kicks it. It returns when receiving stops.
 func (c *Consumer) poll() {
 	defer c.pollers.Done()
-	var failures, same int // consecutive failures; of them, identical client errors
-	var last string
 	for {
 		n := c.fl.take()
 		if n == 0 {
@@ -344,36 +342,22 @@ func (c *Consumer) poll() {
 		}
 		err := c.receive(n)
 		if err == nil {
-			failures, same, last = 0, 0, ""
 			continue
 		}
 		if c.pollCtx.Err() != nil {
 			return
 		}
 		if classify(err) == kindPermanent {
+			c.fl.failed(n, err, false)
 			c.fail(err, "sqsconsumer: permanent receive error; shutting down")
 			return
 		}
-		if persistentClientError(err) && err.Error() == last {
-			same++
-		} else if persistentClientError(err) {
-			same, last = 1, err.Error()
-		} else {
-			same, last = 0, ""
-		}
+		same, backoff := c.fl.failed(n, err, persistentClientError(err))
 		if same >= maxSameReceiveFailures {
 			c.fail(fmt.Errorf("failed %d times in a row with the same client error: %w", same, err), "sqsconsumer: every receive fails the same way; shutting down")
 			return
 		}
-		c.log(slog.LevelWarn, "sqsconsumer: receive failed; backing off", "error", err, "attempt", failures+1)
-		t := time.NewTimer(receiveBackoff(failures))
-		failures++
-		select {
-		case <-t.C:
-		case <-c.stopPolls:
-			t.Stop()
-			return
-		}
+		c.log(slog.LevelWarn, "sqsconsumer: receive failed; backing off", "error", err, "backoff", backoff.String())
 	}
 }
 
@@ -413,8 +397,7 @@ func (c *Consumer) receive(n int) error {
 	cancel()
 	arrived := time.Now()
 	if err != nil {
-		c.fl.received(n, 0, arrived.Sub(sent))
-		return err
+		return err // the caller tells the flow
 	}
 	msgs := out.Messages
 	if len(msgs) > n {

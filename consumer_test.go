@@ -1013,3 +1013,68 @@ func TestQuietQueueStatsMeasureWork(t *testing.T) {
 		require.Equal(t, 10*time.Second, c.Advice().VisibilityTimeout, "advice at the floor")
 	})
 }
+
+// Issue 10 point 6: a receive that keeps failing with the same client error
+// ends Run with that error after maxSameReceiveFailures attempts; throttling
+// is retried for as long as it lasts.
+func TestReceiveFailingTheSameWayEndsRun(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		b.srv.FailNext("ReceiveMessage", 1000, sqstest.Fault{Status: 400, Type: "UnmappableAnswer", Message: "the answer could not be read"})
+		c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error { return nil }),
+			WithVisibilityTimeout(30*time.Second))
+		require.NoError(t, err)
+		begin := time.Now()
+		err = c.Run(context.Background())
+		require.ErrorContains(t, err, "failed 10 times in a row with the same client error")
+		require.ErrorContains(t, err, "the answer could not be read")
+		require.Less(t, time.Since(begin), 2*time.Minute, "about a minute of backoff")
+		require.Equal(t, maxSameReceiveFailures, b.srv.CallCount("ReceiveMessage"))
+	})
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		ids := b.send(t, 3)
+		b.srv.FailNext("ReceiveMessage", 30, sqstest.FaultThrottled)
+		c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error { return nil }),
+			WithVisibilityTimeout(30*time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(10 * time.Minute)
+		require.NoError(t, stop(), "throttling never ends Run")
+		for _, id := range ids {
+			require.True(t, b.state(t, id).Deleted)
+		}
+	})
+}
+
+// Issue 10 point 5: when SQS stops answering visibility calls, Run still
+// returns within the shutdown timeout plus one call timeout, and no message
+// is deleted unless its handler succeeded.
+func TestShutdownWithinBudgetWhenSQSMisbehaves(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		ids := b.send(t, 4)
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			select {
+			case <-ctx.Done(): // long work that honours its context
+				return context.Cause(ctx)
+			case <-time.After(10 * time.Minute):
+				return nil
+			}
+		}), WithVisibilityTimeout(10*time.Minute), WithShutdownTimeout(5*time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(time.Second)
+		// From now on every visibility change hangs until the caller gives up.
+		b.srv.DelayNext("ChangeMessageVisibilityBatch", 1000, time.Hour)
+		b.srv.DelayNext("ChangeMessageVisibility", 1000, time.Hour)
+		begin := time.Now()
+		require.NoError(t, stop())
+		require.LessOrEqual(t, time.Since(begin), 5*time.Second+shutdownCallTimeout, "the shutdown timeout plus one call timeout")
+		for _, id := range ids {
+			require.False(t, b.state(t, id).Deleted)
+		}
+	})
+}

@@ -212,6 +212,17 @@ func persistentClientError(err error) bool {
 	return true
 }
 
+// errorIdentity is what two failures must share to count as the same
+// error: the API error's code and message (the request ID differs every
+// time), else the whole text.
+func errorIdentity(err error) string {
+	var apiErr smithy.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode() + ": " + apiErr.ErrorMessage()
+	}
+	return err.Error()
+}
+
 // IsLeaseLost reports whether err, returned by an SQS ChangeMessageVisibility
 // or DeleteMessage call (or by this library), means the receipt handle is no
 // longer usable. It knows every form SQS uses for that answer, including the

@@ -54,6 +54,14 @@ type flow struct {
 	// released.
 	quiet bool
 
+	// Receive failures: while retryAt is ahead no receive is due (one
+	// backoff for all pollers), and retryTimer wakes them after it.
+	failures   int    // consecutive failed receives
+	same       int    // of them, the latest run of identical client errors
+	lastErr    string // the error of that run
+	retryAt    time.Time
+	retryTimer *time.Timer
+
 	pollers   int // poller goroutines started
 	idle      int // pollers parked on kick
 	kick      chan struct{}
@@ -180,7 +188,7 @@ func (f *flow) giveSlotLocked(l *Lease, now time.Time) time.Duration {
 
 // nextLocked is the size of the receive due now, 0 if none.
 func (f *flow) nextLocked(now time.Time) int {
-	if f.stopped {
+	if f.stopped || now.Before(f.retryAt) {
 		return 0
 	}
 	return receiveSize(f.countsLocked(now))
@@ -229,11 +237,43 @@ func (f *flow) unpark() {
 	f.mu.Unlock()
 }
 
+// failed records a receive for asked messages that failed with err and
+// returns how many receives in a row failed with this same client error
+// (persistent: see persistentClientError), and the backoff before the
+// next receive, which it arms for every poller.
+func (f *flow) failed(asked int, err error, persistent bool) (same int, backoff time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked -= asked
+	switch msg := errorIdentity(err); {
+	case !persistent:
+		f.same, f.lastErr = 0, ""
+	case msg == f.lastErr:
+		f.same++
+	default:
+		f.same, f.lastErr = 1, msg
+	}
+	backoff = receiveBackoff(f.failures)
+	f.failures++
+	f.retryAt = time.Now().Add(backoff)
+	if f.retryTimer == nil {
+		f.retryTimer = time.AfterFunc(backoff, func() {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.wakeLocked(time.Now())
+		})
+	} else {
+		f.retryTimer.Reset(backoff)
+	}
+	return f.same, backoff
+}
+
 // received records a receive that asked for asked messages and got got
 // after took; the got messages are waiting until dispatched.
 func (f *flow) received(asked, got int, took time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.failures, f.same, f.lastErr = 0, 0, ""
 	f.asked -= asked
 	f.waiting += got
 	f.quiet = got == 0
@@ -336,6 +376,9 @@ func (f *flow) stop() []*Lease {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.stopped = true
+	if f.retryTimer != nil {
+		f.retryTimer.Stop()
+	}
 	ready := f.ready
 	f.ready = nil
 	f.waiting -= len(ready)

@@ -28,7 +28,7 @@ func groupedLeases(t *testing.T, b bundle, n int, owner *sync.WaitGroup) ([]*Lea
 	})
 	require.NoError(t, err)
 	require.Len(t, out.Messages, n)
-	calls := newBatchedCalls(b.client, b.url, 0)
+	calls := newBatchedCalls(b.client, b.url, 0, nil)
 	cfg, err := (&settings{maxLease: MaxVisibilityTimeout}).leaseConfig(30 * time.Second)
 	require.NoError(t, err)
 	g := newHBGroup(owner)

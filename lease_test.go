@@ -544,7 +544,7 @@ func TestAsyncDeleteRepeatsWithAdoptedHandle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, nil)
 		msg, sent := b.receive(t, "x", 30*time.Second)
-		calls := newBatchedCalls(b.client, b.url, 0)
+		calls := newBatchedCalls(b.client, b.url, 0, nil)
 		defer calls.close()
 		cfg, err := (&settings{maxLease: MaxVisibilityTimeout}).leaseConfig(30 * time.Second)
 		require.NoError(t, err)
@@ -579,7 +579,7 @@ func TestAsyncDeleteDeclines(t *testing.T) {
 		standalone := b.lease(t, msg, sent)
 		require.False(t, standalone.deleteAsync(func(*Lease, error) { t.Error("called") }))
 
-		calls := newBatchedCalls(b.client, b.url, 0)
+		calls := newBatchedCalls(b.client, b.url, 0, nil)
 		defer calls.close()
 		cfg, err := (&settings{maxLease: MaxVisibilityTimeout}).leaseConfig(30 * time.Second)
 		require.NoError(t, err)
