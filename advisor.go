@@ -475,6 +475,12 @@ type Stats struct {
 	RenewalsPerMessage float64
 	RenewedShare       float64
 
+	// What a Consumer holds now (zero from a StatsRecorder of your own):
+	// Running handlers; Waiting messages received and leased but not yet
+	// started (the read-ahead, and FIFO messages behind their group);
+	// Asked, messages asked for by receives in flight.
+	Running, Waiting, Asked int
+
 	dist *latency.Snapshot
 }
 

@@ -119,9 +119,15 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 
 // Stats returns what the Consumer has measured so far: receive-to-settle
 // percentiles (in-process queueing included), the receive-count
-// distribution, renewals per message. Safe to call at any time, from any
-// goroutine.
-func (c *Consumer) Stats() Stats { return c.stats.Stats() }
+// distribution, renewals per message, and what it holds now (running,
+// waiting, asked for). Safe to call at any time, from any goroutine.
+func (c *Consumer) Stats() Stats {
+	st := c.stats.Stats()
+	if fl := c.flowOf(); fl != nil {
+		st.Running, st.Waiting, st.Asked, _ = fl.snapshot()
+	}
+	return st
+}
 
 // Advice checks Stats against the queue's settings (read at Run: visibility
 // timeout, retention, redrive policy) and the shutdown timeout, and
@@ -218,7 +224,7 @@ func (c *Consumer) logAdvice() {
 	}
 	c.log(slog.LevelInfo, "sqsconsumer: stats", "stats", st)
 	for _, r := range c.Advice().Recommendations {
-		c.log(r.Severity.Level(), "sqsconsumer: advice", "topic", string(r.Topic), "value", r.Value, "advice", r.Message)
+		c.log(r.Severity.Level(), "sqsconsumer: advice", "recommendation", r)
 	}
 }
 
