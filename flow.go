@@ -179,8 +179,10 @@ func (f *flow) takeSlotLocked(l *Lease, now time.Time) {
 // held its slot.
 func (f *flow) giveSlotLocked(l *Lease, now time.Time) time.Duration {
 	f.running--
-	i := sort.Search(len(f.starts), func(i int) bool { return !f.starts[i].Before(l.slotAt) })
-	if i < len(f.starts) {
+	switch i := sort.Search(len(f.starts), func(i int) bool { return !f.starts[i].Before(l.slotAt) }); {
+	case i == 0 && len(f.starts) > 0:
+		f.starts = f.starts[1:] // the oldest: most handlers finish in the order they started
+	case i < len(f.starts):
 		f.starts = append(f.starts[:i], f.starts[i+1:]...)
 	}
 	return now.Sub(l.slotAt)
@@ -420,7 +422,11 @@ func (m *rateMeter) decayed(now time.Time) float64 {
 }
 
 func (m *rateMeter) value(now time.Time) float64 {
-	built := 1 - math.Exp(-now.Sub(m.start).Seconds()/rateTau.Seconds())
+	age := now.Sub(m.start)
+	if age >= 20*rateTau {
+		return m.decayed(now) // fully built
+	}
+	built := 1 - math.Exp(-age.Seconds()/rateTau.Seconds())
 	if built <= 0 {
 		return m.decayed(now)
 	}
