@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -71,8 +69,8 @@ func newBench(cfg benchConfig, rtt time.Duration) (*bench, error) {
 	tr.MaxIdleConnsPerHost = 4*cfg.Pollers + 32
 	tr.DialContext = counter.dial((&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext)
 	// The counter sees each call as the contender does: its RTT included.
-	httpClient := &http.Client{Transport: counter.wrap(delay{rtt: rtt, next: ownBody{next: tr}})}
-	fillHTTP := &http.Client{Transport: ownBody{next: tr}}
+	httpClient := &http.Client{Transport: counter.wrap(delay{rtt: rtt, next: sqstest.RebufferingTransport(tr)})}
+	fillHTTP := &http.Client{Transport: sqstest.RebufferingTransport(tr)}
 	newClient := func(endpoint string, hc *http.Client) *sqs.Client {
 		return sqs.New(sqs.Options{
 			Region:       "us-east-1",
@@ -180,30 +178,4 @@ func (b *bench) measureDrain(ctx context.Context, name string, n int, attrs map[
 	return measurement{messages: n, elapsed: d.end.Sub(start), calls: b.counter.snapshot(), cpu: cpu, dials: int(b.counter.dials.Load()),
 		allocs: mem1.TotalAlloc - mem0.TotalAlloc, gcs: mem1.NumGC - mem0.NumGC,
 		redelivered: d.redelivered, note: d.note}, nil
-}
-
-// ownBody hands net/http its own copy of each request body. smithy-go closes
-// the request body as soon as the response arrives; if net/http's connection
-// writer reads that body once more (it does when descheduled on a busy
-// machine) it takes WriteTo's io.EOF for a write error and closes the
-// connection while the response is read. The SDK then retries, and the first
-// answer's messages stay in flight for the visibility timeout: the stalls
-// sqstest's documentation describes. A private copy makes the race
-// impossible.
-type ownBody struct{ next http.RoundTripper }
-
-func (o ownBody) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Body == nil || req.Body == http.NoBody {
-		return o.next.RoundTrip(req)
-	}
-	b, err := io.ReadAll(req.Body)
-	req.Body.Close()
-	if err != nil {
-		return nil, err
-	}
-	own := req.Clone(req.Context())
-	own.Body = io.NopCloser(bytes.NewReader(b))
-	own.ContentLength = int64(len(b))
-	own.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
-	return o.next.RoundTrip(own)
 }

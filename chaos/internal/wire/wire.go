@@ -2,8 +2,6 @@
 package wire
 
 import (
-	"bytes"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -11,6 +9,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sqskit/sqsconsumer/sqstest"
 )
 
 // PIDHeader carries the sending process's id on every request, so the
@@ -21,7 +21,8 @@ const PIDHeader = "X-Chaos-Pid"
 // fault proxy in front of one) with static credentials, the SDK's default
 // retries, and each request tagged with pid (0: no tag).
 //
-// The request body is re-buffered before net/http sees it (ownBody): without
+// The request body is re-buffered before net/http sees it
+// (sqstest.RebufferingTransport): without
 // that, aws-sdk-go-v2 against a fast local server can silently retry a
 // request whose answer it already had (package sqstest's documentation,
 // "Over a real socket"), and a retried receive strands the first answer's
@@ -30,7 +31,7 @@ const PIDHeader = "X-Chaos-Pid"
 func Client(endpoint string, pid int) *sqs.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 64
-	var rt http.RoundTripper = ownBody{next: tr, pid: pid}
+	var rt http.RoundTripper = tagged{next: sqstest.RebufferingTransport(tr), pid: pid}
 	return sqs.New(sqs.Options{
 		Region:       "us-east-1",
 		BaseEndpoint: aws.String(endpoint),
@@ -39,27 +40,17 @@ func Client(endpoint string, pid int) *sqs.Client {
 	})
 }
 
-// ownBody hands net/http its own copy of each request body, and adds the
-// process id header.
-type ownBody struct {
+// tagged adds the process id header to every request.
+type tagged struct {
 	next http.RoundTripper
 	pid  int
 }
 
-func (o ownBody) RoundTrip(req *http.Request) (*http.Response, error) {
+func (t tagged) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.pid == 0 {
+		return t.next.RoundTrip(req)
+	}
 	own := req.Clone(req.Context())
-	if o.pid != 0 {
-		own.Header.Set(PIDHeader, strconv.Itoa(o.pid))
-	}
-	if req.Body != nil && req.Body != http.NoBody {
-		b, err := io.ReadAll(req.Body)
-		req.Body.Close()
-		if err != nil {
-			return nil, err
-		}
-		own.Body = io.NopCloser(bytes.NewReader(b))
-		own.ContentLength = int64(len(b))
-		own.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
-	}
-	return o.next.RoundTrip(own)
+	own.Header.Set(PIDHeader, strconv.Itoa(t.pid))
+	return t.next.RoundTrip(own)
 }
