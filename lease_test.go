@@ -603,46 +603,50 @@ func newTestLease(calls sqsCalls, queueURL string, m types.Message, at time.Time
 	return newLease(m, at, at, cfg)
 }
 
-// A lease whose estimated deadline passed before SQS was ever asked renews
-// at once instead of declaring itself expired: estimates err early.
+// A lease whose estimated deadline passed before SQS was ever asked asks
+// SQS (renews at once) instead of declaring itself expired: estimates err
+// early. SQS's answer decides: accepted, the lease lives and deletes; the
+// handle refused, it is lost (not expired) and never deletes.
 func TestLeasePastEstimatedDeadlineAsksSQS(t *testing.T) {
 	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, nil)
-		msg, _ := b.receive(t, "m", 30*time.Second)
-		rec := &recorder{}
-		// The caller's clock says the message was handed over 8 s ago under
-		// a 5 s lease: already past its deadline, but SQS was never asked.
-		l := b.lease(t, msg, time.Now().Add(-8*time.Second), WithVisibilityTimeout(5*time.Second), WithObserver(rec))
-		ctx := l.Start(context.Background())
-		synctest.Wait()
-		require.NoError(t, context.Cause(ctx), "not declared expired without asking SQS")
-		require.Equal(t, 1, rec.count(EventRenewed))
-		require.Equal(t, time.Now().Add(5*time.Second), l.Deadline())
-		require.NoError(t, l.Delete(context.Background()))
-		l.Stop()
-		require.True(t, b.state(t, aws.ToString(msg.MessageId)).Deleted)
-	})
-}
-
-// The same lease whose message is gone meanwhile is lost (SQS refused), not
-// expired, and never deletes.
-func TestLeasePastEstimatedDeadlineLostWhenSQSRefuses(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, nil)
-		msg, _ := b.receive(t, "m", 30*time.Second)
-		rec := &recorder{}
-		b.srv.FailNext("ChangeMessageVisibility", 1, sqstest.FaultReceiptHandleIsInvalid)
-		l := b.lease(t, msg, time.Now().Add(-8*time.Second), WithVisibilityTimeout(5*time.Second), WithObserver(rec))
-		ctx := l.Start(context.Background())
-		synctest.Wait()
-		require.ErrorIs(t, context.Cause(ctx), ErrLeaseLost)
-		require.Zero(t, rec.count(EventLeaseExpired))
-		require.ErrorIs(t, l.Delete(context.Background()), ErrLeaseLost)
-		l.Stop()
-		require.False(t, b.state(t, aws.ToString(msg.MessageId)).Deleted)
-	})
+	tests := []struct {
+		name    string
+		refuse  bool
+		wantErr error // context.Cause after the first renewal
+	}{
+		{"accepted: alive", false, nil},
+		{"handle refused: lost", true, ErrLeaseLost},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				b := setup(t, nil)
+				msg, _ := b.receive(t, "m", 30*time.Second)
+				rec := &recorder{}
+				if tt.refuse {
+					b.srv.FailNext("ChangeMessageVisibility", 1, sqstest.FaultReceiptHandleIsInvalid)
+				}
+				// The caller's clock says the message was handed over 8 s
+				// ago under a 5 s lease: past its deadline, SQS never asked.
+				l := b.lease(t, msg, time.Now().Add(-8*time.Second), WithVisibilityTimeout(5*time.Second), WithObserver(rec))
+				ctx := l.Start(context.Background())
+				synctest.Wait()
+				require.Zero(t, rec.count(EventLeaseExpired), "not declared expired without asking SQS")
+				if tt.wantErr != nil {
+					require.ErrorIs(t, context.Cause(ctx), tt.wantErr)
+					require.ErrorIs(t, l.Delete(context.Background()), tt.wantErr)
+				} else {
+					require.NoError(t, context.Cause(ctx))
+					require.Equal(t, 1, rec.count(EventRenewed))
+					require.Equal(t, time.Now().Add(5*time.Second), l.Deadline())
+					require.NoError(t, l.Delete(context.Background()))
+				}
+				l.Stop()
+				require.Equal(t, !tt.refuse, b.state(t, aws.ToString(msg.MessageId)).Deleted)
+			})
+		})
+	}
 }
 
 // A renewal that fails transiently past the estimated deadline leaves the
