@@ -85,6 +85,8 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 		errs = append(errs, fmt.Errorf("%w: handler is nil", ErrInvalidOption))
 	} else if f, ok := h.(HandlerFunc); ok && f == nil {
 		errs = append(errs, fmt.Errorf("%w: handler is a nil HandlerFunc", ErrInvalidOption))
+	} else if isNil(h) {
+		errs = append(errs, fmt.Errorf("%w: handler is a nil %T", ErrInvalidOption, h))
 	}
 	if !s.receivedAt.IsZero() {
 		errs = append(errs, fmt.Errorf("%w: WithReceivedAt applies to NewLease only; a Consumer knows when it received", ErrInvalidOption))
@@ -105,13 +107,19 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 		// read-ahead in full batches.
 		s.pollers = (s.concurrency+s.maxAhead+s.batchSize-1)/s.batchSize + 1
 	}
+	handler := h
+	for i := len(s.middleware) - 1; i >= 0; i-- {
+		if handler = s.middleware[i](handler); isNil(handler) {
+			return nil, fmt.Errorf("%w: WithMiddleware: middleware %d returned a nil handler", ErrInvalidOption, i)
+		}
+	}
 	stats := NewStatsRecorder()
 	stats.direct = true
 	s.stats = stats
 	return &Consumer{
 		client:   c,
 		queueURL: queueURL,
-		handler:  Chain(h, s.middleware...),
+		handler:  handler,
 		s:        s,
 		stats:    stats,
 	}, nil

@@ -72,6 +72,9 @@ func TestNewValidates(t *testing.T) {
 		want    string
 	}{
 		{"nil client", nil, u, h, nil, "client is nil"},
+		{"typed-nil client", (*sqs.Client)(nil), u, h, nil, "client is nil"},
+		{"middleware returning nil", c, u, h, []Option{WithMiddleware(func(Handler) Handler { return nil })}, "middleware 0 returned a nil handler"},
+		{"middleware returning a typed nil", c, u, h, []Option{WithMiddleware(func(Handler) Handler { return HandlerFunc(nil) })}, "middleware 0 returned a nil handler"},
 		{"empty url", c, "", h, nil, "queue URL is empty"},
 		{"nil handler", c, u, nil, nil, "handler is nil"},
 		{"nil HandlerFunc", c, u, HandlerFunc(nil), nil, "nil HandlerFunc"},
@@ -1082,5 +1085,45 @@ func TestShutdownWithinBudgetWhenSQSMisbehaves(t *testing.T) {
 		for _, id := range ids {
 			require.False(t, b.state(t, id).Deleted)
 		}
+	})
+}
+
+// Issue 16: a nil context to Run is an error, not a panic.
+func TestRunNilContext(t *testing.T) {
+	t.Parallel()
+	c, err := New(&sqs.Client{}, "https://sqs.example/q", HandlerFunc(func(context.Context, *Message) error { return nil }))
+	require.NoError(t, err)
+	//lint:ignore SA1012 the nil context is the point
+	require.ErrorContains(t, c.Run(nil), "Run(nil)") //nolint:staticcheck
+}
+
+// Issue 16: RetryAfter with a negative delay redelivers at once instead of
+// failing its release and leaving the message for the whole lease.
+func TestRetryAfterClamps(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		in, want time.Duration
+	}{{-5 * time.Second, 0}, {0, 0}, {42 * time.Second, 42 * time.Second}, {13 * time.Hour, 12 * time.Hour}} {
+		got, ok := retryAfterOf(RetryAfter(errors.New("x"), tt.in))
+		require.True(t, ok)
+		require.Equal(t, tt.want, got, "RetryAfter(err, %v)", tt.in)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		ids := b.send(t, 1)
+		var calls atomic.Int32
+		c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error {
+			if calls.Add(1) == 1 {
+				return RetryAfter(errors.New("again"), -5*time.Second)
+			}
+			return nil
+		}), WithVisibilityTimeout(time.Minute))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(5 * time.Second)
+		require.NoError(t, stop())
+		st := b.state(t, ids[0])
+		require.True(t, st.Deleted, "delivered again at once, not after the minute-long lease")
+		require.Equal(t, 2, st.ReceiveCount)
 	})
 }

@@ -39,13 +39,15 @@ var (
 )
 
 // RetryAfter wraps a handler error to ask for the message to be delivered
-// again after d (the visibility timeout to set, 0 to 12 h) instead of after
-// the configured backoff. RetryAfter(nil, d) still counts as a failure.
+// again after d (the visibility timeout to set, 0 to 12 h, rounded up to
+// whole seconds) instead of after the configured backoff. A negative d is
+// taken as 0 (deliver again at once) and one over 12 h as 12 h.
+// RetryAfter(nil, d) still counts as a failure.
 func RetryAfter(err error, d time.Duration) error {
 	if err == nil {
 		err = errors.New("retry requested")
 	}
-	return &retryAfterError{err: err, after: d}
+	return &retryAfterError{err: err, after: min(max(d, 0), MaxVisibilityTimeout)}
 }
 
 type retryAfterError struct {

@@ -259,7 +259,13 @@ func newLease(raw types.Message, receivedAt, arrived time.Time, cfg *leaseConfig
 // (ErrLeaseExpired) or is stopped (ErrLeaseSettled). The heartbeat itself
 // does not stop when ctx is cancelled: only Stop, a settlement or the end of
 // the lease stop it. Calls after the first return the first call's context.
-func (l *Lease) Start(ctx context.Context) context.Context { return l.start(ctx, nil) }
+// A nil ctx is taken as context.Background().
+func (l *Lease) Start(ctx context.Context) context.Context {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return l.start(ctx, nil)
+}
 
 // start is Start; a Consumer passes the group of the lease's receive, whose
 // timer then starts the heartbeat (nil: a timer of the lease's own).
@@ -544,6 +550,9 @@ func (l *Lease) visibilityForLocked(now time.Time, want time.Duration) time.Dura
 // ErrLeaseSettled after a Delete or Release succeeded or while another is
 // in flight.
 func (l *Lease) Delete(ctx context.Context) error {
+	if ctx == nil {
+		return errNilContext("Delete")
+	}
 	if err := l.beginSettle(); err != nil {
 		return err
 	}
@@ -619,6 +628,9 @@ func (l *Lease) deleteRetry(first outcome) {
 // most 12 h; clipped to the ceiling) so it is delivered again, and ends the
 // lease. Errors and refusals are as for Delete.
 func (l *Lease) Release(ctx context.Context, after time.Duration) error {
+	if ctx == nil {
+		return errNilContext("Release")
+	}
 	if after < 0 || after > MaxVisibilityTimeout {
 		return fmt.Errorf("sqsconsumer: Release(%v): must be from 0 to %v", after, MaxVisibilityTimeout)
 	}
@@ -641,6 +653,9 @@ func (l *Lease) Release(ctx context.Context, after time.Duration) error {
 // needs longer; the heartbeat resumes its schedule from the new deadline.
 // It returns ErrLeaseCeiling when the ceiling leaves no room.
 func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
+	if ctx == nil {
+		return errNilContext("Extend")
+	}
 	if d < time.Second || d > MaxVisibilityTimeout {
 		return fmt.Errorf("sqsconsumer: Extend(%v): must be from 1s to %v", d, MaxVisibilityTimeout)
 	}
@@ -667,6 +682,10 @@ func (l *Lease) Extend(ctx context.Context, d time.Duration) error {
 	}
 	l.confirmVisibility(sent, set)
 	return nil
+}
+
+func errNilContext(op string) error {
+	return fmt.Errorf("sqsconsumer: Lease.%s(nil, ...): a context is required", op)
 }
 
 // confirmVisibility records a visibility SQS accepted at sent.

@@ -664,3 +664,22 @@ func TestLeasePastEstimatedDeadlineExpiresWhenAskingFails(t *testing.T) {
 		l.Stop()
 	})
 }
+
+// Issue 16: nil contexts are errors (or, for Start, Background), never
+// panics.
+func TestLeaseNilContexts(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		msg, sent := b.receive(t, "m", 30*time.Second)
+		l := b.lease(t, msg, sent)
+		//lint:ignore SA1012 nil contexts are the point
+		ctx := l.Start(nil) //nolint:staticcheck
+		require.NoError(t, ctx.Err())
+		require.ErrorContains(t, l.Delete(nil), "Lease.Delete(nil, ...)")              //nolint:staticcheck
+		require.ErrorContains(t, l.Release(nil, 0), "Lease.Release(nil, ...)")         //nolint:staticcheck
+		require.ErrorContains(t, l.Extend(nil, time.Minute), "Lease.Extend(nil, ...)") //nolint:staticcheck
+		l.Stop()
+		require.ErrorIs(t, context.Cause(ctx), ErrLeaseSettled)
+	})
+}

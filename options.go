@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"path"
+	"reflect"
 	"time"
 )
 
@@ -92,13 +93,27 @@ func settingsFor[O Option](c Client, queueURL string, opts []O) (settings, []err
 		}
 	}
 	var errs []error
-	if c == nil {
+	if isNil(c) {
 		errs = append(errs, fmt.Errorf("%w: client is nil", ErrInvalidOption))
 	}
 	if err := checkQueueURL(queueURL); err != nil {
 		errs = append(errs, err)
 	}
 	return s, errs
+}
+
+// isNil reports whether v is nil or holds a nil pointer, map, func or
+// channel (a typed nil such as a (*sqs.Client)(nil) passes a plain == nil
+// check and panics at the first call).
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Func, reflect.Chan, reflect.Interface, reflect.Slice:
+		return rv.IsNil()
+	}
+	return false
 }
 
 // checkQueueURL rejects what cannot be a queue URL, above all a queue
