@@ -99,7 +99,8 @@ const (
 
 // Query-protocol and shape codes SQS uses for receipt-handle problems. With
 // the query-compatible JSON protocol ErrorCode() may return either form
-// (SQS-FACTS §1.4), so both are listed.
+// (the SDK reports the x-amzn-query-error code when the response has one, else
+// the shape name), so both are listed.
 var lostCodes = map[string]bool{
 	"ReceiptHandleIsInvalid":                    true,
 	"MessageNotInflight":                        true,
@@ -127,7 +128,8 @@ var permanentCodes = map[string]bool{
 
 // classifyCode sorts an SQS error code and message — from an API error or
 // from a failed batch entry — into what the lease does next. It is the one
-// place that knows SQS's receipt-handle answers (SQS-FACTS §2.1).
+// place that knows SQS's receipt-handle answers (the cases are listed in
+// sqstest/doc.go).
 func classifyCode(code, message string) errorKind {
 	if lostCodes[code] {
 		return kindLost

@@ -59,7 +59,7 @@ func TestBatchCalls(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", s.impl, err)
 		}
-		s.aws("SendMessageBatch result", describeBatch(ids(sent.Successful, sendID), sent.Failed), "ok e1,e2; failed e3 InvalidParameterValue sender", factBatchRules+" oversize entry")
+		s.aws("SendMessageBatch result", describeBatch(ids(sent.Successful, sendID), sent.Failed), "ok e1,e2; failed e3 InvalidParameterValue sender", factBatchRules+"; oversize entry")
 		if len(sent.Failed) == 1 {
 			s.awsText("oversize entry message", aws.ToString(sent.Failed[0].Message), "Message must be shorter than 1024 bytes.", factBatchRules)
 		}
@@ -81,19 +81,19 @@ func TestBatchCalls(t *testing.T) {
 			{Id: aws.String("good"), ReceiptHandle: msgs[0].ReceiptHandle},
 			{Id: aws.String("bad"), ReceiptHandle: aws.String("garbage")},
 		}})
-		s.aws("DeleteMessageBatch with a never-issued handle", errString(err), answerOK, "§2 DeleteMessageBatch")
+		s.aws("DeleteMessageBatch with a never-issued handle", errString(err), answerOK, "SDK api_op_DeleteMessageBatch.go: per-entry failures")
 		if err == nil {
-			s.aws("DeleteMessageBatch result", describeBatch(ids(del.Successful, deleteID), del.Failed), "ok good; failed bad ReceiptHandleIsInvalid sender", "§2 per-entry failures, §2.1 row a")
+			s.aws("DeleteMessageBatch result", describeBatch(ids(del.Successful, deleteID), del.Failed), "ok good; failed bad ReceiptHandleIsInvalid sender", "per-entry failures; never-issued handle (recorded)")
 		}
 
 		chg, err := s.c.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(url), Entries: []types.ChangeMessageVisibilityBatchRequestEntry{
 			{Id: aws.String("good"), ReceiptHandle: msgs[1].ReceiptHandle, VisibilityTimeout: 0},
 			{Id: aws.String("bad"), ReceiptHandle: aws.String("garbage"), VisibilityTimeout: 0},
 		}})
-		s.aws("ChangeMessageVisibilityBatch with a never-issued handle", errString(err), answerOK, "§2 ChangeMessageVisibilityBatch")
+		s.aws("ChangeMessageVisibilityBatch with a never-issued handle", errString(err), answerOK, "SDK api_op_ChangeMessageVisibilityBatch.go: per-entry failures")
 		if err == nil {
 			s.aws("ChangeMessageVisibilityBatch result", describeBatch(ids(chg.Successful, changeID), chg.Failed),
-				"ok good; failed bad ReceiptHandleIsInvalid sender", "§2 per-entry failures, §2.1 row a")
+				"ok good; failed bad ReceiptHandleIsInvalid sender", "per-entry failures; never-issued handle (recorded)")
 		}
 		chg, err = s.c.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(url), Entries: []types.ChangeMessageVisibilityBatchRequestEntry{
 			{Id: aws.String("deleted"), ReceiptHandle: msgs[0].ReceiptHandle, VisibilityTimeout: 0},
@@ -101,9 +101,9 @@ func TestBatchCalls(t *testing.T) {
 		s.see("ChangeMessageVisibilityBatch on a deleted message", errString(err))
 		if err == nil {
 			s.info("ChangeMessageVisibilityBatch on a deleted message: entry", describeBatch(ids(chg.Successful, changeID), chg.Failed),
-				"§2.1 row d gives only the single-call answer (InvalidParameterValue)")
+				"deleted message: only the single-call answer (InvalidParameterValue) is recorded")
 		}
-		s.aws("released entry is receivable", strings.Join(bodies(receive(s, url, 10, 0)), ","), aws.ToString(msgs[1].Body), "§5 Receive visibility")
+		s.aws("released entry is receivable", strings.Join(bodies(receive(s, url, 10, 0)), ","), aws.ToString(msgs[1].Body), "Developer Guide 'Amazon SQS visibility timeout'")
 	})
 }
 
@@ -130,7 +130,7 @@ func TestBatchLimits(t *testing.T) {
 		err = send(entries(10, seq))
 		s.aws("SendMessageBatch, 10 entries", errString(err), answerOK, factLimits)
 		err = send([]types.SendMessageBatchRequestEntry{})
-		s.aws("SendMessageBatch, no entries", errString(err), errEmptyBatch, factBatchRules+" (LS validated)")
+		s.aws("SendMessageBatch, no entries", errString(err), errEmptyBatch, factBatchRules+"; empty batch")
 		err = send(entries(2, func(int) string { return "same" }))
 		s.aws("SendMessageBatch, repeated Id", errString(err), errIDsNotDistinct, factBatchRules)
 		err = send(entries(1, func(int) string { return "bad id!" }))

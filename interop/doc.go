@@ -9,10 +9,12 @@
 //
 //	source .ci/setup.d/10-fauxqs.sh && go test -race ./interop/
 //
-// Rules (see compareRecords in harness_test.go): where SQS-FACTS.md records
-// AWS's answer, sqstest must give it; fauxqs must agree with sqstest unless
-// the difference is a known fauxqs divergence, listed with its SQS-FACTS
-// source in divergences_test.go and logged rather than failed.
+// Rules (see compareRecords in harness_test.go): where AWS's answer is known
+// (from AWS's documentation, the SQS model in aws-sdk-go-v2, or real AWS
+// responses recorded by LocalStack's AWS-validated tests), sqstest must give
+// it; fauxqs must agree with sqstest unless the difference is a known fauxqs
+// divergence, listed with its source in divergences_test.go and logged rather
+// than failed.
 //
 // Since the servers run on the wall clock, scenarios use real visibility
 // timeouts and delays of 1–2 s; the package has no non-test code.

@@ -33,17 +33,18 @@ func (s *session) changeVisibility(url string, h *string, seconds int32) error {
 	return err
 }
 
-// TestStaleHandles walks the receipt-handle cases of SQS-FACTS §2.1 on a
-// standard queue, plus the 12-hour ceiling.
+// TestStaleHandles walks the receipt-handle cases on a standard queue (never
+// issued, superseded by a newer receive, expired and not re-received, already
+// deleted, another queue's; see sqstest/doc.go), plus the 12-hour ceiling.
 func TestStaleHandles(t *testing.T) {
 	differential(t, func(t *testing.T, s *session) {
 		garbage := aws.String("garbage")
 		qa := s.queue("a", nil)
 		err := s.deleteMessage(qa, garbage)
-		s.aws("(a) DeleteMessage, never-issued handle", errString(err), errReceiptHandleIsInvalid, "§2.1 row a (AWS-validated)")
-		s.awsText("(a) DeleteMessage, never-issued handle: message", errMessage(err), `The input receipt handle "garbage" is not a valid receipt handle.`, "§2.1 row a")
+		s.aws("(a) DeleteMessage, never-issued handle", errString(err), errReceiptHandleIsInvalid, "never-issued handle (recorded)")
+		s.awsText("(a) DeleteMessage, never-issued handle: message", errMessage(err), `The input receipt handle "garbage" is not a valid receipt handle.`, "never-issued handle (recorded)")
 		err = s.changeVisibility(qa, garbage, 10)
-		s.aws("(a) ChangeMessageVisibility, never-issued handle", errString(err), errReceiptHandleIsInvalid, "§2.1 row a (AWS-validated)")
+		s.aws("(a) ChangeMessageVisibility, never-issued handle", errString(err), errReceiptHandleIsInvalid, "never-issued handle (recorded)")
 
 		// Set up (b), (c), (d) and the ceiling, then let 1 s leases lapse once.
 		qb := s.queue("b", map[string]string{"VisibilityTimeout": "30"})
@@ -64,46 +65,46 @@ func TestStaleHandles(t *testing.T) {
 		b2 := receiveOne(s, qb)
 		s.aws("(b) re-received: count", b2.Attributes["ApproximateReceiveCount"], "2", factHandles)
 		err = s.changeVisibility(qb, b1.ReceiptHandle, 5)
-		s.aws("(b) ChangeMessageVisibility, superseded handle", errString(err), errInvalidParameterValue, "§2.1 row b (REPORT)")
-		s.awsText("(b) ChangeMessageVisibility, superseded handle: message", errMessage(err), textHandleNotAvailable, "§2.1 row b (REPORT)")
+		s.aws("(b) ChangeMessageVisibility, superseded handle", errString(err), errInvalidParameterValue, "superseded handle: report mapbox/ecs-watchbot#135")
+		s.awsText("(b) ChangeMessageVisibility, superseded handle: message", errMessage(err), textHandleNotAvailable, "superseded handle: report mapbox/ecs-watchbot#135")
 		err = s.deleteMessage(qb, b1.ReceiptHandle)
-		s.aws("(b) DeleteMessage, superseded handle", errString(err), answerOK, "§2.1 row b (DOC)")
-		s.info("(b) after the superseded delete: available+in flight", counts(s, qb), "§2.1 row b: AWS 'might not' delete")
+		s.aws("(b) DeleteMessage, superseded handle", errString(err), answerOK, "superseded handle: SDK api_op_DeleteMessage.go")
+		s.info("(b) after the superseded delete: available+in flight", counts(s, qb), "superseded handle: SDK api_op_DeleteMessage.go says AWS 'might not' delete")
 		err = s.changeVisibility(qb, b2.ReceiptHandle, 0)
 		s.info("(b) the newer handle still works", errString(err), "depends on whether the superseded delete deleted")
 
 		// (c) lease expired, not re-received.
 		err = s.deleteMessage(qc, c1.ReceiptHandle)
-		s.aws("(c) DeleteMessage, expired handle", errString(err), answerOK, "§2.1 row c (AWS-REC)")
-		s.aws("(c) the expired-handle delete deleted", counts(s, qc), "0+0", "§2.1 row c (AWS-REC)")
+		s.aws("(c) DeleteMessage, expired handle", errString(err), answerOK, "expired, not re-received handle (recorded)")
+		s.aws("(c) the expired-handle delete deleted", counts(s, qc), "0+0", "expired, not re-received handle (recorded)")
 		err = s.changeVisibility(qcv, cv1.ReceiptHandle, 30)
-		s.aws("(c) ChangeMessageVisibility, expired handle", errString(err), answerOK, "§2.1 row c (AWS-REC)")
-		s.info("(c) receivable after that change", fmt.Sprint(len(receive(s, qcv, 10, 0))), "§2.1 row c: re-hiding UNCONFIRMED")
+		s.aws("(c) ChangeMessageVisibility, expired handle", errString(err), answerOK, "expired, not re-received handle (recorded)")
+		s.info("(c) receivable after that change", fmt.Sprint(len(receive(s, qcv, 10, 0))), "expired handle: whether the change hides the message again is UNCONFIRMED")
 
 		// (d) message already deleted.
 		qd := s.queue("d", nil)
 		mustSend(s, qd, "d")
 		d := receiveOne(s, qd)
 		s.aws("(d) DeleteMessage", errString(s.deleteMessage(qd, d.ReceiptHandle)), answerOK, factHandles)
-		s.aws("(d) DeleteMessage again", errString(s.deleteMessage(qd, d.ReceiptHandle)), answerOK, "§2.1 row d (AWS-validated)")
+		s.aws("(d) DeleteMessage again", errString(s.deleteMessage(qd, d.ReceiptHandle)), answerOK, "deleted message (recorded)")
 		err = s.changeVisibility(qd, d.ReceiptHandle, 10)
-		s.aws("(d) ChangeMessageVisibility after delete", errString(err), errInvalidParameterValue, "§2.1 row d (AWS-validated)")
-		s.awsText("(d) ChangeMessageVisibility after delete: message", errMessage(err), textHandleNotAvailable, "§2.1 row d")
+		s.aws("(d) ChangeMessageVisibility after delete", errString(err), errInvalidParameterValue, "deleted message (recorded)")
+		s.awsText("(d) ChangeMessageVisibility after delete: message", errMessage(err), textHandleNotAvailable, "deleted message (recorded)")
 
 		// A handle of another queue.
 		err = s.deleteMessage(qa, d.ReceiptHandle)
-		s.info("handle of another queue: DeleteMessage", errString(err), "§2.1 row a: single-call answer UNCONFIRMED")
+		s.info("handle of another queue: DeleteMessage", errString(err), "another queue's handle: batch text from report aws-sdk-java-v2#3101; single-call answer UNCONFIRMED")
 
 		// The 12-hour ceiling counts from the receive (more than 1 s ago).
 		err = s.changeVisibility(qceil, ceil.ReceiptHandle, 43195)
-		s.aws("ceiling: 43195 s right after receive", errString(err), answerOK, "§2.1 12-hour ceiling (DG)")
+		s.aws("ceiling: 43195 s right after receive", errString(err), answerOK, "12-hour ceiling: Developer Guide 'Amazon SQS visibility timeout'")
 		err = s.changeVisibility(qceil, ceil.ReceiptHandle, 43200)
-		s.aws("ceiling: 43200 s, 1 s after receive", errString(err), errInvalidParameterValue, "§2.1 12-hour ceiling (REPORT)")
-		s.awsText("ceiling: message", errMessage(err), "Total VisibilityTimeout for the message is beyond the limit [43200 seconds]", "§2.1 (REPORT)")
+		s.aws("ceiling: 43200 s, 1 s after receive", errString(err), errInvalidParameterValue, "12-hour ceiling: report localstack#3956")
+		s.awsText("ceiling: message", errMessage(err), "Total VisibilityTimeout for the message is beyond the limit [43200 seconds]", "report localstack#3956")
 		err = s.changeVisibility(qceil, ceil.ReceiptHandle, 43201)
-		s.aws("ChangeMessageVisibility 43201 (out of range)", errString(err), errInvalidParameterValue, "§2 ChangeMessageVisibility 0–43200")
+		s.aws("ChangeMessageVisibility 43201 (out of range)", errString(err), errInvalidParameterValue, "SDK api_op_ChangeMessageVisibility.go: 0–43200")
 		err = s.changeVisibility(qceil, ceil.ReceiptHandle, -1)
-		s.aws("ChangeMessageVisibility -1 (out of range)", errString(err), errInvalidParameterValue, "§2 ChangeMessageVisibility 0–43200")
+		s.aws("ChangeMessageVisibility -1 (out of range)", errString(err), errInvalidParameterValue, "SDK api_op_ChangeMessageVisibility.go: 0–43200")
 	})
 }
 
@@ -128,17 +129,17 @@ func TestFIFOStaleHandles(t *testing.T) {
 		sleep(1200 * time.Millisecond)
 
 		err = s.deleteMessage(url, m1.ReceiptHandle)
-		s.aws("expired handle: DeleteMessage", errString(err), errInvalidParameterValue, "§2.1 row c FIFO (AWS-REC)")
-		s.awsText("expired handle: DeleteMessage message", errMessage(err), textHandleExpired, "§2.1 row c FIFO (AWS-REC)")
+		s.aws("expired handle: DeleteMessage", errString(err), errInvalidParameterValue, "FIFO expired handle (recorded)")
+		s.awsText("expired handle: DeleteMessage message", errMessage(err), textHandleExpired, "FIFO expired handle (recorded)")
 		del, err := s.c.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(url),
 			Entries: []types.DeleteMessageBatchRequestEntry{{Id: aws.String("e1"), ReceiptHandle: m2.ReceiptHandle}}})
 		s.see("expired handle: DeleteMessageBatch", errString(err))
 		if err == nil {
-			s.aws("expired handle: batch entry failure", describeBatch(ids(del.Successful, deleteID), del.Failed), "failed e1 ReceiptHandleIsInvalid sender", "§2.1 row c FIFO (REPORT)")
+			s.aws("expired handle: batch entry failure", describeBatch(ids(del.Successful, deleteID), del.Failed), "failed e1 ReceiptHandleIsInvalid sender", "FIFO expired handle in a batch: report sqsmover#54")
 			if len(del.Failed) == 1 {
-				s.awsText("expired handle: batch entry message", aws.ToString(del.Failed[0].Message), textHandleExpired, "§2.1 row c FIFO (REPORT)")
+				s.awsText("expired handle: batch entry message", aws.ToString(del.Failed[0].Message), textHandleExpired, "FIFO expired handle in a batch: report sqsmover#54")
 			}
 		}
-		s.aws("both messages still there", counts(s, url), "2+0", "§2.1 row c FIFO")
+		s.aws("both messages still there", counts(s, url), "2+0", "FIFO expired handle (recorded)")
 	})
 }

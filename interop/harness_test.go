@@ -154,11 +154,25 @@ func (s *session) queue(suffix string, attrs map[string]string) string {
 	return aws.ToString(out.QueueUrl)
 }
 
-// An expectation is what AWS answers at a step, as SQS-FACTS.md records it.
+// An expectation is what AWS answers at a step, where that is known.
+//
+// fact names the evidence for AWS's answer, in these terms:
+//   - "recorded": a real AWS response recorded by LocalStack's AWS-validated
+//     SQS tests (github.com/localstack/localstack,
+//     tests/aws/services/sqs/test_sqs.py with its snapshot file);
+//   - "SDK <file>": the API documentation in aws-sdk-go-v2 service/sqs, e.g.
+//     api_op_SendMessage.go;
+//   - "model": the SQS Smithy model as aws-sdk-go-v2 service/sqs compiles it
+//     (schemas/schemas.go): each error's HTTP status and query code;
+//   - "SDK error decoding": how smithy-go's awsjson protocol turns an error
+//     response into the error the client returns;
+//   - "Developer Guide '<title>'": a page of the Amazon SQS Developer Guide;
+//   - "report <repo>#<n>": a user's or maintainer's report, weaker evidence;
+//   - "UNCONFIRMED": nothing establishes AWS's answer.
 type expectation struct {
 	mode  expectMode
 	value string
-	fact  string // the SQS-FACTS.md section (and evidence) behind it
+	fact  string // the evidence behind it, as above
 }
 
 type expectMode int
@@ -204,7 +218,7 @@ func (s *session) seef(step, format string, args ...any) {
 	s.rec.add(s.t, step, fmt.Sprintf(format, args...), expectation{})
 }
 
-// aws records a value for which SQS-FACTS.md gives AWS's answer.
+// aws records a value for which AWS's answer is known (fact says how).
 func (s *session) aws(step, got, want, fact string) {
 	s.t.Helper()
 	s.rec.add(s.t, step, got, expectation{mode: awsEquals, value: want, fact: fact})
@@ -233,7 +247,7 @@ func (e expectation) matches(got string) bool {
 }
 
 // compareRecords applies the suite's rule: sqstest must match AWS wherever
-// SQS-FACTS.md records AWS's answer; fauxqs must match sqstest (or AWS)
+// AWS's answer is known; fauxqs must match sqstest (or AWS)
 // unless the difference is a known divergence (divergences_test.go), which is
 // logged, not failed.
 func compareRecords(t *testing.T, fake, faux *record) {
@@ -246,7 +260,7 @@ func compareRecords(t *testing.T, fake, faux *record) {
 	for _, step := range fake.steps {
 		o := fake.vals[step]
 		if !o.want.matches(o.got) {
-			t.Errorf("sqstest differs from AWS at %q:\n  got:  %q\n  want: %q (SQS-FACTS %s)", step, o.got, o.want.value, o.want.fact)
+			t.Errorf("sqstest differs from AWS at %q:\n  got:  %q\n  want: %q (source: %s)", step, o.got, o.want.value, o.want.fact)
 		}
 		f, ok := faux.vals[step]
 		if !ok {
@@ -329,10 +343,10 @@ const (
 	errBatchRequestTooLong       = "*types.BatchRequestTooLong AWS.SimpleQueueService.BatchRequestTooLong"
 	errPurgeQueueInProgress      = "*types.PurgeQueueInProgress AWS.SimpleQueueService.PurgeQueueInProgress"
 	errInvalidMessageContents    = "*types.InvalidMessageContents InvalidMessageContents"
-	factErrorMapping             = "§1.4–1.5 (PROBE, model)"
-	factHandles                  = "§2.1"
-	factLimits                   = "§2, §5 Batch limits"
-	factBatchRules               = "§2 Batch rules (AWS-REC)"
+	factErrorMapping             = "model status and query code; SDK error decoding"
+	factHandles                  = "receipt-handle cases (see sqstest/doc.go)"
+	factLimits                   = "SDK api_op_*Batch.go; Developer Guide 'Amazon SQS message quotas'"
+	factBatchRules               = "batch rules (recorded)"
 	textHandleNotAvailable       = "Message does not exist or is not available for visibility timeout change"
 	textHandleExpired            = "The receipt handle has expired"
 	textMaxNumberOfMessagesRange = "Must be between 1 and 10, if provided."

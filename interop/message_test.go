@@ -14,15 +14,16 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 )
 
-// Test vectors of SQS-FACTS §3.
+// MD5 test vectors: digests real AWS returned (recorded) or that the npm package
+// aws-md5-of-message-attributes computes.
 const (
 	md5Hello              = "5d41402abc4b2a76b9719d911017c592" // body "hello"
 	md5AttrsGeneralHello  = "fca026605781cb4126a1e9044df24232" // General=Kenobi, Hello=There
 	md5AttrsHelloOnly     = "a311262e065454b75da111d535b8dacd" // Hello=There
 	md5AttrsBinary        = "31a92b15d92f8db860eda32aceb656c3" // binaryAttribute
 	md5AttrsCustomNumber  = "9fe1b90bbd9965bdf77bac517c7d2495" // customNumberTypeAttrib
-	factMD5               = "§3 test vectors"
-	factReceiveAttributes = "§6"
+	factMD5               = "MD5 test vectors (recorded, or computed by npm aws-md5-of-message-attributes)"
+	factReceiveAttributes = "SDK api_op_ReceiveMessage.go: message system attributes"
 )
 
 func strAttr(v string) types.MessageAttributeValue {
@@ -47,7 +48,7 @@ func TestSendReceive(t *testing.T) {
 		empty, err := s.c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(url)})
 		s.see("receive from an empty queue", errString(err))
 		if err == nil {
-			s.aws("empty receive: Messages is nil", yes(empty.Messages == nil), "yes", "§1.2 (AWS-REC, PROBE)")
+			s.aws("empty receive: Messages is nil", yes(empty.Messages == nil), "yes", "empty receive is {} (recorded)")
 		}
 
 		before := time.Now()
@@ -64,27 +65,28 @@ func TestSendReceive(t *testing.T) {
 		}
 		s.aws("send: MD5OfMessageBody", aws.ToString(sent.MD5OfMessageBody), md5Hello, factMD5)
 		s.aws("send: MD5OfMessageAttributes", aws.ToString(sent.MD5OfMessageAttributes), md5AttrsGeneralHello, factMD5)
-		s.aws("send: no MD5OfMessageSystemAttributes", aws.ToString(sent.MD5OfMessageSystemAttributes), "", "§3")
-		s.aws("send: standard queue gives no SequenceNumber", aws.ToString(sent.SequenceNumber), "", "§5 FIFO send rules")
-		s.aws("counters after send", counts(s, url), "1+0", "§4")
+		s.aws("send: no MD5OfMessageSystemAttributes", aws.ToString(sent.MD5OfMessageSystemAttributes), "", "SDK api_op_SendMessage.go: only when system attributes are sent")
+		s.aws("send: standard queue gives no SequenceNumber", aws.ToString(sent.SequenceNumber), "", "SequenceNumber: SDK api_op_SendMessage.go")
+		s.aws("counters after send", counts(s, url), "1+0", "SDK api_op_GetQueueAttributes.go")
 
 		m := receiveOne(s, url)
 		after := time.Now()
-		s.aws("receive: MessageId is the send's", yes(aws.ToString(m.MessageId) == aws.ToString(sent.MessageId)), "yes", "§6")
-		s.aws("receive: body", aws.ToString(m.Body), "hello", "§3")
+		s.aws("receive: MessageId is the send's", yes(aws.ToString(m.MessageId) == aws.ToString(sent.MessageId)), "yes", "SDK api_op_ReceiveMessage.go: message system attributes")
+		s.aws("receive: body", aws.ToString(m.Body), "hello", "SDK api_op_ReceiveMessage.go")
 		s.aws("receive: MD5OfBody", aws.ToString(m.MD5OfBody), md5Hello, factMD5)
 		s.aws("receive: MD5OfMessageAttributes", aws.ToString(m.MD5OfMessageAttributes), md5AttrsGeneralHello, factMD5)
 		s.see("receive: message attributes", describeAttrs(m.MessageAttributes))
 		s.aws("receive: system attribute names", strings.Join(slices.Sorted(maps.Keys(m.Attributes)), ","),
-			"ApproximateFirstReceiveTimestamp,ApproximateReceiveCount,SenderId,SentTimestamp", factReceiveAttributes+" (AWS-REC)")
+			"ApproximateFirstReceiveTimestamp,ApproximateReceiveCount,SenderId,SentTimestamp", factReceiveAttributes+" (recorded)")
 		s.aws("receive: ApproximateReceiveCount", m.Attributes["ApproximateReceiveCount"], "1", factReceiveAttributes)
 		s.aws("receive: SentTimestamp", epochMillisBetween(m.Attributes["SentTimestamp"], before, after), "epoch ms within the call", factReceiveAttributes)
 		s.aws("receive: ApproximateFirstReceiveTimestamp", epochMillisBetween(m.Attributes["ApproximateFirstReceiveTimestamp"], before, after), "epoch ms within the call", factReceiveAttributes)
-		s.aws("receive: has a receipt handle", yes(aws.ToString(m.ReceiptHandle) != ""), "yes", "§2")
-		s.aws("counters after receive", counts(s, url), "0+1", "§4")
+		s.aws("receive: has a receipt handle", yes(aws.ToString(m.ReceiptHandle) != ""), "yes", "SDK api_op_ReceiveMessage.go")
+		s.aws("counters after receive", counts(s, url), "0+1", "SDK api_op_GetQueueAttributes.go")
 
-		// Attribute filters (SQS-FACTS §6): an exact name, and a prefix with an
-		// unknown name. MD5OfMessageAttributes covers the returned set (§3).
+		// Attribute filters: an exact name, and a prefix with an unknown name.
+		// MD5OfMessageAttributes covers the returned set, not all the message's
+		// attributes (recorded).
 		for _, f := range []struct {
 			step  string
 			names []string
@@ -101,12 +103,12 @@ func TestSendReceive(t *testing.T) {
 				t.Fatalf("%s: %s: %v %+v", s.impl, f.step, err, out)
 			}
 			m := out.Messages[0]
-			s.aws(f.step+": attributes", describeAttrs(m.MessageAttributes), `Hello:String="There"/`, "§6 (AWS-REC)")
-			s.aws(f.step+": MD5OfMessageAttributes", aws.ToString(m.MD5OfMessageAttributes), md5AttrsHelloOnly, "§3 (MD5 over the returned set, AWS-REC)")
+			s.aws(f.step+": attributes", describeAttrs(m.MessageAttributes), `Hello:String="There"/`, "MessageAttributeNames filters (recorded)")
+			s.aws(f.step+": MD5OfMessageAttributes", aws.ToString(m.MD5OfMessageAttributes), md5AttrsHelloOnly, "MD5 over the returned attributes (recorded)")
 			s.aws(f.step+": no system attributes unless asked", fmt.Sprint(m.Attributes), "map[]", factReceiveAttributes)
 		}
 
-		// Binary and custom-typed attributes (SQS-FACTS §3 vectors).
+		// Binary and custom-typed attributes (MD5 test vectors above).
 		for _, c := range []struct {
 			name string
 			v    types.MessageAttributeValue
@@ -123,19 +125,20 @@ func TestSendReceive(t *testing.T) {
 			s.see(c.name+": received value", describeAttrs(m.MessageAttributes))
 		}
 
-		// The body character rules (SQS-FACTS §2 SendMessage): everything from
+		// The body character rules (aws-sdk-go-v2 service/sqs api_op_SendMessage.go,
+		// MessageBody): everything from
 		// #x20 up, outside the surrogates and #xFFFE-#xFFFF, is allowed.
 		uq := s.queue("unicode", nil)
 		uni := "héllo wörld ✓ \U0001F600"
 		_, err = s.c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(uq), MessageBody: aws.String(uni)})
-		s.aws("body with U+1F600 (beyond the BMP)", errString(err), answerOK, "§2 SendMessage allowed characters (G doc; D-qmsg)")
+		s.aws("body with U+1F600 (beyond the BMP)", errString(err), answerOK, "allowed characters: SDK api_op_SendMessage.go; Developer Guide 'Amazon SQS message quotas'")
 		_, err = s.c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(uq), MessageBody: aws.String("héllo wörld ✓")})
-		s.aws("body with BMP characters", errString(err), answerOK, "§2 SendMessage allowed characters")
+		s.aws("body with BMP characters", errString(err), answerOK, "allowed characters: SDK api_op_SendMessage.go")
 		got := bodies(receive(s, uq, 10, 0))
 		slices.Sort(got)
 		s.see("unicode bodies round-trip", strings.Join(got, "|"))
 		_, err = s.c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String("bad \x00 char")})
-		s.aws("body with U+0000", errString(err), errInvalidMessageContents, "§2 SendMessage allowed characters (InvalidMessageContents is the modeled error)")
+		s.aws("body with U+0000", errString(err), errInvalidMessageContents, "allowed characters: SDK api_op_SendMessage.go (InvalidMessageContents is the modeled error)")
 	})
 }
 
@@ -165,32 +168,32 @@ func TestVisibility(t *testing.T) {
 		}
 		first := out.Messages[0]
 		s.aws("first receive count", first.Attributes["ApproximateReceiveCount"], "1", factReceiveAttributes)
-		s.aws("hidden right after receive", fmt.Sprint(len(receive(s, url, 10, 0))), "0", "§5 Receive visibility")
+		s.aws("hidden right after receive", fmt.Sprint(len(receive(s, url, 10, 0))), "0", "Developer Guide 'Amazon SQS visibility timeout'")
 
 		sleep(1200 * time.Millisecond)
 		second := receiveOne(s, url) // queue default: 30 s
-		s.aws("receive after the 1 s override expired: count", second.Attributes["ApproximateReceiveCount"], "2", "§5 Receive visibility")
+		s.aws("receive after the 1 s override expired: count", second.Attributes["ApproximateReceiveCount"], "2", "Developer Guide 'Amazon SQS visibility timeout'")
 		s.aws("a new receipt handle per receive", yes(aws.ToString(second.ReceiptHandle) != aws.ToString(first.ReceiptHandle)), "yes", factHandles)
 		s.aws("ApproximateFirstReceiveTimestamp unchanged", yes(second.Attributes["ApproximateFirstReceiveTimestamp"] == first.Attributes["ApproximateFirstReceiveTimestamp"]), "yes", factReceiveAttributes)
-		s.aws("override not remembered: hidden after the second receive", fmt.Sprint(len(receive(s, url, 10, 0))), "0", "§2 ChangeMessageVisibility")
+		s.aws("override not remembered: hidden after the second receive", fmt.Sprint(len(receive(s, url, 10, 0))), "0", "SDK api_op_ChangeMessageVisibility.go: counts from the call, not remembered")
 
 		_, err = s.c.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
 			QueueUrl: aws.String(url), ReceiptHandle: second.ReceiptHandle, VisibilityTimeout: 0})
-		s.aws("ChangeMessageVisibility 0", errString(err), answerOK, "§5 Receive visibility")
+		s.aws("ChangeMessageVisibility 0", errString(err), answerOK, "Developer Guide 'Amazon SQS visibility timeout'")
 		third := receiveOne(s, url)
-		s.aws("released message received at once: count", third.Attributes["ApproximateReceiveCount"], "3", "§5 Receive visibility (LS validated)")
+		s.aws("released message received at once: count", third.Attributes["ApproximateReceiveCount"], "3", "visibility 0 (recorded)")
 
 		_, err = s.c.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
 			QueueUrl: aws.String(url), ReceiptHandle: third.ReceiptHandle, VisibilityTimeout: 1})
-		s.aws("ChangeMessageVisibility 1 (counts from now)", errString(err), answerOK, "§2 ChangeMessageVisibility")
-		s.aws("hidden before the new timeout", fmt.Sprint(len(receive(s, url, 10, 0))), "0", "§2 ChangeMessageVisibility")
+		s.aws("ChangeMessageVisibility 1 (counts from now)", errString(err), answerOK, "SDK api_op_ChangeMessageVisibility.go: counts from the call, not remembered")
+		s.aws("hidden before the new timeout", fmt.Sprint(len(receive(s, url, 10, 0))), "0", "SDK api_op_ChangeMessageVisibility.go: counts from the call, not remembered")
 		sleep(1200 * time.Millisecond)
 		fourth := receiveOne(s, url)
-		s.aws("visible after the changed timeout: count", fourth.Attributes["ApproximateReceiveCount"], "4", "§2 ChangeMessageVisibility")
+		s.aws("visible after the changed timeout: count", fourth.Attributes["ApproximateReceiveCount"], "4", "SDK api_op_ChangeMessageVisibility.go: counts from the call, not remembered")
 
 		_, err = s.c.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: fourth.ReceiptHandle})
-		s.aws("DeleteMessage with the latest handle", errString(err), answerOK, "§2 DeleteMessage")
-		s.aws("counters after delete", counts(s, url), "0+0", "§4")
+		s.aws("DeleteMessage with the latest handle", errString(err), answerOK, "SDK api_op_DeleteMessage.go")
+		s.aws("counters after delete", counts(s, url), "0+0", "SDK api_op_GetQueueAttributes.go")
 	})
 }
 
@@ -206,9 +209,9 @@ func TestLongPoll(t *testing.T) {
 		waited := time.Since(start)
 		s.see("empty long poll (1 s)", errString(err))
 		if err == nil {
-			s.aws("empty long poll: no messages", fmt.Sprint(len(out.Messages)), "0", "§5 Long polling")
+			s.aws("empty long poll: no messages", fmt.Sprint(len(out.Messages)), "0", "Developer Guide 'Amazon SQS short and long polling'")
 		}
-		s.aws("empty long poll waits its full second", yes(waited >= 900*time.Millisecond && waited < 3*time.Second), "yes", "§5 Long polling")
+		s.aws("empty long poll waits its full second", yes(waited >= 900*time.Millisecond && waited < 3*time.Second), "yes", "Developer Guide 'Amazon SQS short and long polling'")
 
 		var wg sync.WaitGroup
 		wg.Add(1)
@@ -223,9 +226,9 @@ func TestLongPoll(t *testing.T) {
 		wg.Wait()
 		s.see("long poll while a message arrives", errString(err))
 		if err == nil {
-			s.aws("long poll returns the arriving message", strings.Join(bodies(out.Messages), ","), "late", "§5 Long polling")
+			s.aws("long poll returns the arriving message", strings.Join(bodies(out.Messages), ","), "late", "Developer Guide 'Amazon SQS short and long polling'")
 		}
-		s.aws("long poll returns early (< 2 s of 10)", yes(waited < 2*time.Second), "yes", "§5 Long polling (AWS-validated)")
+		s.aws("long poll returns early (< 2 s of 10)", yes(waited < 2*time.Second), "yes", "long polling (recorded)")
 
 		// WaitTimeSeconds omitted: the queue's ReceiveMessageWaitTimeSeconds applies.
 		qw := s.queue("queue-wait", map[string]string{"ReceiveMessageWaitTimeSeconds": "1"})
@@ -233,7 +236,7 @@ func TestLongPoll(t *testing.T) {
 		_, err = s.c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(qw)})
 		waited = time.Since(start)
 		s.see("receive on a queue with ReceiveMessageWaitTimeSeconds=1", errString(err))
-		s.aws("queue wait time applies when the request omits it", yes(waited >= 900*time.Millisecond), "yes", "§5 Long polling")
+		s.aws("queue wait time applies when the request omits it", yes(waited >= 900*time.Millisecond), "yes", "Developer Guide 'Amazon SQS short and long polling'")
 	})
 }
 
@@ -250,13 +253,13 @@ func TestDelay(t *testing.T) {
 		a, err := s.c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(url),
 			AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessagesDelayed}})
 		if err == nil {
-			s.aws("ApproximateNumberOfMessagesDelayed", a.Attributes["ApproximateNumberOfMessagesDelayed"], "1", "§4")
+			s.aws("ApproximateNumberOfMessagesDelayed", a.Attributes["ApproximateNumberOfMessagesDelayed"], "1", "SDK api_op_GetQueueAttributes.go")
 		}
-		s.aws("queue delay: nothing yet", fmt.Sprint(len(receive(s, qd, 10, 0))), "0", "§2 queue DelaySeconds")
-		s.aws("message delay: nothing yet", fmt.Sprint(len(receive(s, url, 10, 0))), "0", "§2 SendMessage DelaySeconds")
+		s.aws("queue delay: nothing yet", fmt.Sprint(len(receive(s, qd, 10, 0))), "0", "SDK api_op_CreateQueue.go: DelaySeconds")
+		s.aws("message delay: nothing yet", fmt.Sprint(len(receive(s, url, 10, 0))), "0", "SDK api_op_SendMessage.go: DelaySeconds")
 		sleep(1200 * time.Millisecond)
-		s.aws("queue delay: delivered after 1 s", strings.Join(bodies(receive(s, qd, 10, 0)), ","), "queue-delayed", "§2")
-		s.aws("message delay: delivered after 1 s", strings.Join(bodies(receive(s, url, 10, 0)), ","), "message-delayed", "§2")
+		s.aws("queue delay: delivered after 1 s", strings.Join(bodies(receive(s, qd, 10, 0)), ","), "queue-delayed", "SDK api_op_CreateQueue.go: DelaySeconds")
+		s.aws("message delay: delivered after 1 s", strings.Join(bodies(receive(s, url, 10, 0)), ","), "message-delayed", "SDK api_op_SendMessage.go: DelaySeconds")
 	})
 }
 
@@ -278,13 +281,13 @@ func TestRedrive(t *testing.T) {
 		first := receiveOne(s, src)
 		s.aws("source receive count", first.Attributes["ApproximateReceiveCount"], "1", factReceiveAttributes)
 		sleep(1200 * time.Millisecond)
-		s.aws("next source receive does not return it", fmt.Sprint(len(receive(s, src, 10, 0))), "0", "§5 When a message moves to the DLQ")
+		s.aws("next source receive does not return it", fmt.Sprint(len(receive(s, src, 10, 0))), "0", "moved on a later receive: report localstack#8234")
 		moved := receive(s, dlq, 10, 0)
-		s.aws("message is in the DLQ", strings.Join(bodies(moved), ","), "poison", "§5 When a message moves to the DLQ")
+		s.aws("message is in the DLQ", strings.Join(bodies(moved), ","), "poison", "moved on a later receive: report localstack#8234")
 		if len(moved) == 1 {
 			m := moved[0]
-			s.aws("DLQ keeps the MessageId", yes(aws.ToString(m.MessageId) == aws.ToString(sent.MessageId)), "yes", "§5 Receive count in the DLQ")
-			s.aws("DLQ receive count continues", m.Attributes["ApproximateReceiveCount"], "2", "§5 Receive count in the DLQ (AWS-REC)")
+			s.aws("DLQ keeps the MessageId", yes(aws.ToString(m.MessageId) == aws.ToString(sent.MessageId)), "yes", "SDK api_op_ReceiveMessage.go: ApproximateReceiveCount counts across queues")
+			s.aws("DLQ receive count continues", m.Attributes["ApproximateReceiveCount"], "2", "receive count in the DLQ (recorded)")
 			s.aws("DeadLetterQueueSourceArn is set", yes(strings.HasSuffix(m.Attributes["DeadLetterQueueSourceArn"], ":"+s.name("src"))), "yes", factReceiveAttributes)
 		}
 	})

@@ -12,7 +12,7 @@ import (
 )
 
 // The attribute names AWS returns for "All" on a new standard queue
-// (SQS-FACTS §4, AWS-REC 2025-12-10).
+// (a real AWS response recorded by LocalStack's AWS-validated tests, 2025).
 var newStandardQueueAttributes = []string{
 	"ApproximateNumberOfMessages", "ApproximateNumberOfMessagesDelayed",
 	"ApproximateNumberOfMessagesNotVisible", "CreatedTimestamp", "DelaySeconds",
@@ -25,28 +25,28 @@ func TestQueueLifecycle(t *testing.T) {
 		ctx := s.ctx()
 		name := s.name("q")
 		url := s.queue("q", map[string]string{"VisibilityTimeout": "5"})
-		s.aws("CreateQueue URL ends with /name", yes(strings.HasSuffix(url, "/"+name)), "yes", "§2 CreateQueue")
+		s.aws("CreateQueue URL ends with /name", yes(strings.HasSuffix(url, "/"+name)), "yes", "SDK api_op_CreateQueue.go")
 
 		got, err := s.c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name)})
 		s.see("GetQueueUrl", errString(err))
 		if err == nil {
-			s.aws("GetQueueUrl returns the CreateQueue URL", yes(aws.ToString(got.QueueUrl) == url), "yes", "§2 GetQueueUrl")
+			s.aws("GetQueueUrl returns the CreateQueue URL", yes(aws.ToString(got.QueueUrl) == url), "yes", "SDK api_op_GetQueueUrl.go")
 		}
 
 		again, err := s.c.CreateQueue(ctx, &sqs.CreateQueueInput{
 			QueueName: aws.String(name), Attributes: map[string]string{"VisibilityTimeout": "5"}})
-		s.aws("CreateQueue again, same attributes", errString(err), answerOK, "§2 CreateQueue")
+		s.aws("CreateQueue again, same attributes", errString(err), answerOK, "SDK api_op_CreateQueue.go")
 		if err == nil {
-			s.aws("CreateQueue again returns the same URL", yes(aws.ToString(again.QueueUrl) == url), "yes", "§2 CreateQueue")
+			s.aws("CreateQueue again returns the same URL", yes(aws.ToString(again.QueueUrl) == url), "yes", "SDK api_op_CreateQueue.go")
 		}
 		_, err = s.c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)})
-		s.aws("CreateQueue again, attributes omitted", errString(err), answerOK, "§2 CreateQueue (LS validated)")
+		s.aws("CreateQueue again, attributes omitted", errString(err), answerOK, "CreateQueue idempotent with attributes omitted (recorded)")
 		_, err = s.c.CreateQueue(ctx, &sqs.CreateQueueInput{
 			QueueName: aws.String(name), Attributes: map[string]string{"VisibilityTimeout": "6"}})
-		s.aws("CreateQueue again, different attribute", errString(err), errQueueNameExists, "§2 CreateQueue (AWS-REC)")
+		s.aws("CreateQueue again, different attribute", errString(err), errQueueNameExists, "CreateQueue, different attribute value (recorded)")
 
 		_, err = s.c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(s.name("missing"))})
-		s.aws("GetQueueUrl of a missing queue", errString(err), errQueueDoesNotExist, "§2 GetQueueUrl, §1.5")
+		s.aws("GetQueueUrl of a missing queue", errString(err), errQueueDoesNotExist, "GetQueueUrl of a missing queue (recorded); model error shape")
 
 		attrs, err := s.c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
 			QueueUrl: aws.String(url), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameAll}})
@@ -54,16 +54,16 @@ func TestQueueLifecycle(t *testing.T) {
 		if err == nil {
 			a := attrs.Attributes
 			s.aws("All: attribute names", strings.Join(slices.Sorted(maps.Keys(a)), ","),
-				strings.Join(newStandardQueueAttributes, ","), "§4 (AWS-REC 2025-12-10)")
+				strings.Join(newStandardQueueAttributes, ","), "attributes of a new standard queue (recorded)")
 			for _, kv := range [][2]string{
 				{"VisibilityTimeout", "5"}, {"DelaySeconds", "0"}, {"MaximumMessageSize", "1048576"},
 				{"MessageRetentionPeriod", "345600"}, {"ReceiveMessageWaitTimeSeconds", "0"},
 				{"ApproximateNumberOfMessages", "0"}, {"SqsManagedSseEnabled", "true"},
 			} {
-				s.aws("All: "+kv[0], a[kv[0]], kv[1], "§4")
+				s.aws("All: "+kv[0], a[kv[0]], kv[1], "SDK api_op_GetQueueAttributes.go")
 			}
 			s.aws("All: QueueArn ends with :name", yes(strings.HasPrefix(a["QueueArn"], "arn:aws:sqs:") &&
-				strings.HasSuffix(a["QueueArn"], ":"+name)), "yes", "§4")
+				strings.HasSuffix(a["QueueArn"], ":"+name)), "yes", "SDK api_op_GetQueueAttributes.go")
 			s.see("All: CreatedTimestamp is epoch seconds", epochSeconds(a["CreatedTimestamp"]))
 		}
 
@@ -76,7 +76,7 @@ func TestQueueLifecycle(t *testing.T) {
 
 		_, err = s.c.CreateQueue(ctx, &sqs.CreateQueueInput{
 			QueueName: aws.String(s.name("std-with-fifo-attr")), Attributes: map[string]string{"ContentBasedDeduplication": "true"}})
-		s.aws("FIFO-only attribute on a standard queue", errString(err), errInvalidAttributeName, "§4 (AWS-REC)")
+		s.aws("FIFO-only attribute on a standard queue", errString(err), errInvalidAttributeName, "queue attributes (recorded)")
 
 		_, err = s.c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(s.name("fifo-without-suffix")),
 			Attributes: map[string]string{"FifoQueue": "true"}})
@@ -97,9 +97,9 @@ func TestQueueLifecycle(t *testing.T) {
 		_, err = s.c.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(url)})
 		s.see("DeleteQueue", errString(err))
 		_, err = s.c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String("x")})
-		s.aws("SendMessage to a deleted queue", errString(err), errQueueDoesNotExist, "§1.5")
+		s.aws("SendMessage to a deleted queue", errString(err), errQueueDoesNotExist, "model error shape")
 		_, err = s.c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(url)})
-		s.aws("ReceiveMessage from a deleted queue", errString(err), errQueueDoesNotExist, "§1.5")
+		s.aws("ReceiveMessage from a deleted queue", errString(err), errQueueDoesNotExist, "model error shape")
 	})
 }
 
@@ -114,8 +114,8 @@ func TestPurgeQueue(t *testing.T) {
 		s.see("receive one (in flight)", errString(err))
 		_, err = s.c.PurgeQueue(ctx, &sqs.PurgeQueueInput{QueueUrl: aws.String(url)})
 		s.see("PurgeQueue", errString(err))
-		s.aws("messages after purge (available+in flight)", counts(s, url), "0+0", "§2 PurgeQueue (deletes in-flight too)")
+		s.aws("messages after purge (available+in flight)", counts(s, url), "0+0", "SDK api_op_PurgeQueue.go: deletes in-flight messages too")
 		_, err = s.c.PurgeQueue(ctx, &sqs.PurgeQueueInput{QueueUrl: aws.String(url)})
-		s.aws("second PurgeQueue within 60 s", errString(err), errPurgeQueueInProgress, "§2 PurgeQueue (AWS-REC)")
+		s.aws("second PurgeQueue within 60 s", errString(err), errPurgeQueueInProgress, "one PurgeQueue per 60 s (recorded)")
 	})
 }

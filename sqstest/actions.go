@@ -523,7 +523,8 @@ func (m *message) wire(want map[string]bool, attrNames []string) wireMessage {
 	}
 }
 
-// deleteLocked applies a DeleteMessage with handle h (SQS-FACTS §2.1).
+// deleteLocked applies a DeleteMessage with handle h; the stale-handle cases are
+// listed in the package documentation (doc.go).
 func (s *Server) deleteLocked(q *queue, h string, batch bool, now time.Time) error {
 	if h == "" && !batch {
 		return missingParam("ReceiptHandle")

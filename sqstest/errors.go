@@ -46,7 +46,9 @@ func (f Fault) withMessage(format string, args ...any) Fault {
 	return f
 }
 
-// Ready-made faults with the status, shape and query code AWS uses (SQS-FACTS §1.5).
+// Ready-made faults with the status, shape and query code AWS uses: the HTTP status
+// and awsQueryError code of each error shape in the SQS Smithy model (aws-sdk-go-v2
+// service/sqs schemas/schemas.go).
 // Use them with [Server.FailNext] and [Server.FailNextEntries]; change Message or Delay
 // on a copy as needed.
 var (
@@ -72,8 +74,9 @@ var (
 		QueryCode: "InvalidParameterValue", Message: "Invalid parameter value."}
 )
 
-// Error shapes the server answers with on its own. The texts are AWS's where
-// SQS-FACTS.md records them.
+// Error shapes the server answers with on its own. The texts are AWS's where a real
+// AWS response has been recorded (LocalStack's AWS-validated SQS tests); the rest are
+// guesses listed in unconfirmed.go.
 var (
 	errQueueDoesNotExist = FaultQueueDoesNotExist
 	errInvalidParameter  = Fault{Status: http.StatusBadRequest, Type: "InvalidParameterValueException",
@@ -119,7 +122,7 @@ func missingParam(name string) Fault {
 	return errMissingParameter.withMessage("The request must contain the parameter %s.", name)
 }
 
-// Receipt-handle answers (SQS-FACTS §2.1).
+// Receipt-handle answers; the cases are listed in the package documentation (doc.go).
 func errHandleNotValid(h string) Fault {
 	return errReceiptHandleIsInvalid.withMessage("The input receipt handle %q is not a valid receipt handle.", h)
 }

@@ -23,7 +23,8 @@ func fifoQueue(t *testing.T, b bundle, attrs map[string]string) string {
 
 // While a message of a group is in flight no other message of that group is
 // delivered; other groups flow; a receive takes as many same-group messages as it can,
-// in order (SQS-FACTS §5, AWS-validated LS test_fifo_receive_message_visibility_timeout_shared_in_group).
+// in order (aws-sdk-go-v2 service/sqs api_op_ReceiveMessage.go; LocalStack's
+// AWS-validated test test_fifo_receive_message_visibility_timeout_shared_in_group).
 func TestFIFOGroupLock(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -165,7 +166,8 @@ func TestFIFOSendRules(t *testing.T) {
 	})
 }
 
-// FIFO redrive: the DLQ copy's retention restarts at the move (SQS-FACTS §5).
+// FIFO redrive: the DLQ copy's retention restarts at the move (Amazon SQS Developer
+// Guide, "Setting-up dead-letter queue retention in Amazon SQS").
 func TestFIFORedrive(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {

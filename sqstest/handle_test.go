@@ -28,7 +28,9 @@ type fixture struct {
 	handle string // the handle under test
 }
 
-// The receipt-handle cases of SQS-FACTS §2.1, through the real SDK client.
+// The receipt-handle cases listed in the package documentation (doc.go): never
+// issued, superseded, deleted, expired and not received again; through the real SDK
+// client.
 func TestStaleHandles(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

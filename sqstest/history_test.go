@@ -14,8 +14,8 @@ import (
 	"github.com/sqskit/sqsconsumer/sqstest"
 )
 
-// Without a limit every message stays inspectable and every handle keeps its §2.1
-// answer; with WithHistoryLimit(n) the n messages that left the queue last do, older
+// Without a limit every message stays inspectable and every handle keeps its
+// stale-handle answer (see doc.go); with WithHistoryLimit(n) the n messages that left the queue last do, older
 // ones are forgotten and their handles answer as never issued. Messages still in the
 // queue are never forgotten.
 func TestHistoryLimit(t *testing.T) {

@@ -112,7 +112,8 @@ type attrValue struct {
 	BinaryListValues [][]byte `json:"BinaryListValues,omitempty"`
 }
 
-// md5OfAttributes is SQS's digest over message attributes (SQS-FACTS §3): names in
+// md5OfAttributes is SQS's digest over message attributes (Amazon SQS Developer Guide,
+// "Calculating the MD5 message digest for message attributes"): names in
 // byte order; per attribute the length-prefixed name, length-prefixed DataType, one
 // transport byte (1 string, 2 binary, 3 string list, 4 binary list) and the
 // length-prefixed value(s). Returns "" for no attributes.
@@ -375,8 +376,9 @@ func (q *queue) nextSeq() string {
 }
 
 // collectLocked picks up to max messages for one receive and marks them received.
-// Messages over the redrive limit move to the dead-letter queue instead (SQS-FACTS §5:
-// on the receive that would deliver them). Standard queues deliver the oldest
+// Messages over the redrive limit move to the dead-letter queue instead, on the receive
+// that would deliver them, not when their visibility lapses (as AWS was observed to do,
+// localstack/localstack#8234). Standard queues deliver the oldest
 // receivable messages; FIFO queues the leading receivable messages of the groups with
 // none in flight, as many of one group as possible before the next group, groups in
 // the order of their first message. Each message is returned at most once per receive.
@@ -436,7 +438,8 @@ func (s *Server) deliverLocked(q *queue, m *message, vt time.Duration, now time.
 // redriveLocked moves m to q's dead-letter queue if its receive count has reached
 // maxReceiveCount, and reports whether it did. The DLQ copy keeps id, body,
 // attributes and receive count and gains DeadLetterQueueSourceArn; a standard DLQ
-// keeps the original enqueue time for retention, a FIFO DLQ resets it (SQS-FACTS §5).
+// keeps the original enqueue time for retention, a FIFO DLQ resets it (Amazon SQS
+// Developer Guide, "Setting-up dead-letter queue retention in Amazon SQS").
 func (s *Server) redriveLocked(q *queue, m *message, now time.Time) bool {
 	if q.redrive == nil || m.receiveCount < q.redrive.MaxReceiveCount {
 		return false
@@ -504,7 +507,8 @@ func (m *message) systemAttributes(want map[string]bool) map[string]string {
 
 // filterAttributes applies ReceiveMessage's MessageAttributeNames: "All", "*" and
 // ".*" select everything, "X.*" every name starting with X (so "Hel.*" selects both
-// "Hello" and "Help.Me", as recorded from AWS in SQS-FACTS §6), other entries exact
+// "Hello" and "Help.Me", as AWS answered in LocalStack's AWS-validated test
+// test_receive_message_message_attribute_names_filters), other entries exact
 // names. Names no attribute can have select nothing.
 func filterAttributes(attrs map[string]attrValue, names []string) map[string]attrValue {
 	if len(attrs) == 0 || len(names) == 0 {

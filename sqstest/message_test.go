@@ -20,7 +20,8 @@ func str(v string) types.MessageAttributeValue {
 	return types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
 }
 
-// The vectors of SQS-FACTS §3: what AWS (or the reference implementations) computed.
+// MD5 test vectors: digests real AWS returned (recorded in LocalStack's AWS-validated
+// SQS tests) or that the npm package aws-md5-of-message-attributes computes.
 func TestMD5Vectors(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -84,7 +85,8 @@ func nilIfEmpty(m map[string]types.MessageAttributeValue) map[string]types.Messa
 }
 
 // MessageAttributeNames filtering, and MD5OfMessageAttributes over the returned set
-// (AWS-REC test_receive_message_message_attribute_names_filters).
+// (as real AWS answered in LocalStack's AWS-validated test
+// test_receive_message_message_attribute_names_filters).
 func TestReceiveAttributeFilter(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -172,7 +174,8 @@ func TestReceiveSystemAttributes(t *testing.T) {
 }
 
 // Long polling returns as soon as one message is available; it does not wait to fill
-// MaxNumberOfMessages (SQS-FACTS §5).
+// MaxNumberOfMessages (Amazon SQS Developer Guide, "Amazon SQS short and long
+// polling").
 func TestLongPollReturnsEarly(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

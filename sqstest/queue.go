@@ -9,7 +9,8 @@ import (
 	"time"
 )
 
-// Queue attribute limits and defaults (SQS-FACTS §4).
+// Queue attribute limits and defaults, as documented for CreateQueue's Attributes
+// (aws-sdk-go-v2 service/sqs api_op_CreateQueue.go).
 const (
 	maxVisibilityTimeout   = 43200 // seconds; also the 12-hour ceiling
 	defaultVisibility      = 30

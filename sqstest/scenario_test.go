@@ -100,7 +100,8 @@ func TestRedrive(t *testing.T) {
 		require.Equal(t, queueArn(t, b, src), m.Attributes["DeadLetterQueueSourceArn"])
 		require.Equal(t, "v", *m.MessageAttributes["k"].StringValue)
 
-		// Standard DLQ: retention counts from the original send (SQS-FACTS §5).
+		// Standard DLQ: retention counts from the original send (Amazon SQS
+		// Developer Guide, "Setting-up dead-letter queue retention in Amazon SQS").
 		_, err := b.c.SetQueueAttributes(b.ctx, &sqs.SetQueueAttributesInput{QueueUrl: &dlq,
 			Attributes: map[string]string{"MessageRetentionPeriod": "60"}})
 		require.NoError(t, err)

@@ -5,22 +5,25 @@ import (
 	"net/http"
 )
 
-// This file holds every behaviour of the fake that is not established for real AWS
-// (marked UNCONFIRMED in /work/shared/SQS-FACTS.md, "SQS-FACTS" below). Each choice
-// lives here and only here, so that a probe against real SQS can change it in one
+// This file holds every behaviour of the fake that is not established for real AWS:
+// neither AWS's documentation nor a recorded AWS response says what SQS answers
+// (UNCONFIRMED below). Each choice lives here and only here, so that a probe against real SQS can change it in one
 // place. The package documentation lists them too.
 
 // expiredHandleVisibilityChangeRehides: ChangeMessageVisibility with the handle of a
 // standard-queue message whose visibility has lapsed but which has not been received
-// again answers 200 (AWS-REC, SQS-FACTS §2.1 row c). Whether it hides the message again
-// is UNCONFIRMED (LocalStack treats it as a no-op, PR #9632). We choose that it does:
-// the handle stays the message's latest, just as a delete with it still deletes
-// (row c, AWS-REC), so it is treated as a live handle. The 12-hour ceiling still applies.
+// again answers 200 (real-AWS responses recorded by LocalStack's AWS-validated test
+// test_change_message_visibility_after_visibility_timeout_expiration). Whether it hides
+// the message again is UNCONFIRMED (LocalStack treats it as a no-op, PR #9632). We
+// choose that it does: the handle stays the message's latest, just as a delete with it
+// still deletes (recorded from AWS in test_delete_after_visibility_timeout), so it is
+// treated as a live handle. The 12-hour ceiling still applies.
 const expiredHandleVisibilityChangeRehides = true
 
 // fifoStaleHandle decides what a FIFO queue answers for a handle that is superseded by
-// a newer receive or whose visibility lapsed. AWS-REC confirms only the expired case
-// for DeleteMessage (400 InvalidParameterValue "The receipt handle has expired.";
+// a newer receive or whose visibility lapsed. Recorded AWS responses (LocalStack's
+// AWS-validated test_fifo_delete_after_visibility_timeout; for batches the report
+// sqsmover#54) confirm only the expired case for DeleteMessage (400 InvalidParameterValue "The receipt handle has expired.";
 // batch entry code ReceiptHandleIsInvalid, "The receipt handle has expired"). For a
 // superseded handle and for ChangeMessageVisibility the answer is UNCONFIRMED; we give
 // the same "expired" answer, since on FIFO any superseded handle has also expired.
@@ -33,12 +36,13 @@ func fifoStaleHandle(h string, batch bool) Fault {
 
 // supersededDeleteIsNoop: a standard-queue DeleteMessage with a handle superseded by a
 // newer receive answers 200; AWS documents only that the message "might not be"
-// deleted (SQS-FACTS §2.1 row b, DOC + REPORT). We choose: nothing is deleted, which is
+// deleted (aws-sdk-go-v2 service/sqs api_op_DeleteMessage.go; user reports such as
+// mapbox/ecs-watchbot#135 agree). We choose: nothing is deleted, which is
 // the outcome a consumer must survive.
 const supersededDeleteIsNoop = true
 
 // foreignHandle is the answer for a handle this server issued for another queue.
-// SQS-FACTS §2.1 row a records, from a report (aws-sdk-java-v2#3101), the batch-entry
+// A report against the AWS SDK for Java (aws-sdk-java-v2#3101) quotes the batch-entry
 // text `The receipt handle "<h>" is not valid for this queue.`; the single-call answer
 // is UNCONFIRMED: we use ReceiptHandleIsInvalid with the never-issued text.
 func foreignHandle(h string, batch bool) Fault {
@@ -48,8 +52,8 @@ func foreignHandle(h string, batch bool) Fault {
 	return errHandleNotValid(h)
 }
 
-// Error texts SQS-FACTS marks UNCONFIRMED (shape and code are the model's; only the
-// wording is our guess).
+// Error texts no recorded AWS response shows (shape and code are the AWS model's, as
+// in aws-sdk-go-v2 service/sqs; only the wording is our guess).
 const (
 	textEmptyBatch           = "There should be at least one %s in the request."
 	textIDsNotDistinct       = "Id %s repeated."
@@ -77,7 +81,8 @@ var errUnknownOperation = Fault{Status: http.StatusBadRequest,
 	Type: "com.amazon.coral.service#UnknownOperationException"}
 
 // duplicateSendAnswer: a FIFO send deduplicated within the 5-minute window is
-// accepted (SQS-FACTS §5, G SendMessage doc). Which MessageId and SequenceNumber it
+// accepted but not delivered again (aws-sdk-go-v2 service/sqs api_op_SendMessage.go,
+// MessageDeduplicationId). Which MessageId and SequenceNumber it
 // returns is UNCONFIRMED; we return the original message's.
 func duplicateSendAnswer(original *message) (messageID, sequenceNumber string) {
 	return original.id, original.seq
@@ -85,18 +90,20 @@ func duplicateSendAnswer(original *message) (messageID, sequenceNumber string) {
 
 // normaliseRedrivePolicy: GetQueueAttributes returns RedrivePolicy as
 // {"deadLetterTargetArn":"...","maxReceiveCount":N} with N a JSON number, whatever
-// form it was set in. The echo format is UNCONFIRMED (SQS-FACTS §4).
+// form it was set in (CreateQueue accepts it as a number or a string). The echo format
+// is UNCONFIRMED.
 func normaliseRedrivePolicy(p *redrivePolicy) string {
 	b, _ := json.Marshal(p)
 	return string(b)
 }
 
-// groupIDOnStandardReturned: a standard queue accepts MessageGroupId (fair queues,
-// SQS-FACTS §5). Whether receive returns it as the MessageGroupId system attribute is
-// UNCONFIRMED (SQS-FACTS §6); we return it.
+// groupIDOnStandardReturned: a standard queue accepts MessageGroupId (Amazon SQS
+// Developer Guide, "Amazon SQS fair queues"). Whether receive returns it as the
+// MessageGroupId system attribute is UNCONFIRMED; we return it.
 const groupIDOnStandardReturned = true
 
 // defaultSenderID is the SenderId system attribute of messages sent through this
-// server. Real SQS reports the sender's IAM user or role id (SQS-FACTS §6); the fake
+// server. Real SQS reports the sender's IAM user or role id (aws-sdk-go-v2
+// service/sqs api_op_ReceiveMessage.go, SenderId); the fake
 // does not know it (it does not check signatures), so it uses this fixed value.
 const defaultSenderID = "AIDASQSTESTSENDER0000"
