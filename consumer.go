@@ -461,7 +461,10 @@ func (c *Consumer) dispatch(raw types.Message, handedOver, arrived time.Time, cf
 		return
 	}
 	c.mu.Lock()
-	if d, ok := c.inflight[id]; ok {
+	if d, ok := c.inflight[id]; ok && !(d.settled() && !d.inHandler.Load()) {
+		// Still held here. (A delivery whose handler has returned and
+		// whose message SQS has confirmed released or deleted is only
+		// being finished: a new receive of it is a new delivery.)
 		c.mu.Unlock()
 		c.fl.drop(1)
 		count, _ := strconv.Atoi(raw.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
@@ -700,7 +703,9 @@ func (c *Consumer) finish(l *Lease, failed, ran bool) {
 	var next *Lease
 	var drop []*Lease
 	c.mu.Lock()
-	delete(c.inflight, m.ID)
+	if c.inflight[m.ID] == l {
+		delete(c.inflight, m.ID)
+	}
 	if c.fifo && m.GroupID != "" {
 		q := c.groups[m.GroupID][1:]
 		switch {
@@ -748,7 +753,9 @@ func (c *Consumer) settleUnstarted(d *Lease) {
 	d.Stop()
 	c.stats.unstarted()
 	c.mu.Lock()
-	delete(c.inflight, d.msg.ID)
+	if c.inflight[d.msg.ID] == d {
+		delete(c.inflight, d.msg.ID)
+	}
 	c.mu.Unlock()
 }
 

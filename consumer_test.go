@@ -1124,6 +1124,9 @@ func TestRetryAfterClamps(t *testing.T) {
 		require.NoError(t, stop())
 		st := b.state(t, ids[0])
 		require.True(t, st.Deleted, "delivered again at once, not after the minute-long lease")
-		require.Equal(t, 2, st.ReceiveCount)
+		// A receive in flight may take the message while its release is
+		// on the wire: the lease adopts that handle and releases it too.
+		require.GreaterOrEqual(t, st.ReceiveCount, 2)
+		require.Equal(t, int32(2), calls.Load(), "handled twice: the failure and the success")
 	})
 }
