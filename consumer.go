@@ -2,6 +2,8 @@ package sqsconsumer
 
 import (
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -407,7 +409,7 @@ func (c *Consumer) receive(n int) error {
 		VisibilityTimeout:           int32(cfg.lease / time.Second),
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
 		MessageAttributeNames:       []string{"All"},
-	})
+	}, skipChecksum)
 	cancel()
 	arrived := time.Now()
 	if err != nil {
@@ -423,6 +425,7 @@ func (c *Consumer) receive(n int) error {
 		}
 		msgs = msgs[:n]
 	}
+	msgs = c.dropCorrupt(msgs)
 	c.fl.received(n, len(msgs), arrived.Sub(sent))
 	handedOver := HandoverTime(sent, arrived)
 	g := newHBGroup(&c.hbStarters)
@@ -430,6 +433,32 @@ func (c *Consumer) receive(n int) error {
 		c.dispatch(m, handedOver, arrived, cfg, g)
 	}
 	return nil
+}
+
+// skipChecksum turns off the SDK's own check of the receive's MD5OfBody
+// digests: it rejects the whole answer for one bad digest, leaving every
+// message of it invisible for a lease, unhandled. dropCorrupt checks each
+// message instead.
+func skipChecksum(o *sqs.Options) { o.DisableMessageChecksumValidation = true }
+
+// dropCorrupt returns msgs without the messages whose body does not match
+// their MD5OfBody (the lowercase hex MD5 of the body, as SQS computes it);
+// those are handed back at once (visibility 0), for a delivery that is
+// hopefully intact. A message without a digest is kept.
+func (c *Consumer) dropCorrupt(msgs []types.Message) []types.Message {
+	kept := msgs[:0]
+	for _, m := range msgs {
+		if want := aws.ToString(m.MD5OfBody); want != "" {
+			sum := md5.Sum([]byte(aws.ToString(m.Body)))
+			if got := hex.EncodeToString(sum[:]); got != want {
+				c.log(slog.LevelError, "sqsconsumer: message body does not match its MD5 digest; handing it back", "message_id", aws.ToString(m.MessageId), "md5_of_body", want, "md5_computed", got)
+				c.releaseRaw(m, 0)
+				continue
+			}
+		}
+		kept = append(kept, m)
+	}
+	return kept
 }
 
 // receiveCallTimeout is how long a receive may take beyond its long-poll

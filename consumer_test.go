@@ -3,9 +3,13 @@ package sqsconsumer
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1128,5 +1132,67 @@ func TestRetryAfterClamps(t *testing.T) {
 		// on the wire: the lease adopts that handle and releases it too.
 		require.GreaterOrEqual(t, st.ReceiveCount, 2)
 		require.Equal(t, int32(2), calls.Load(), "handled twice: the failure and the success")
+	})
+}
+
+// corruptFirst rewrites the MD5OfBody of the first message of the first
+// receive answer that holds two or more, as a bit flip on the way would.
+type corruptFirst struct {
+	next http.RoundTripper
+	done atomic.Bool
+}
+
+func (c *corruptFirst) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(req)
+	if err != nil || req.Header.Get("X-Amz-Target") != "AmazonSQS.ReceiveMessage" || c.done.Load() {
+		return resp, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	var out map[string]any
+	if json.Unmarshal(body, &out) == nil {
+		if msgs, _ := out["Messages"].([]any); len(msgs) >= 2 && c.done.CompareAndSwap(false, true) {
+			msgs[0].(map[string]any)["MD5OfBody"] = "00000000000000000000000000000000"
+			body, _ = json.Marshal(out)
+		}
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	return resp, nil
+}
+
+// Issue 16: one message whose body does not match its digest costs only
+// itself. The SDK would reject the whole answer, leaving its other messages
+// invisible for a lease, unhandled.
+func TestCorruptMessageCostsOnlyItself(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		client := b.srv.Client(func(o *sqs.Options) {
+			o.Retryer = aws.NopRetryer{}
+			o.HTTPClient = &http.Client{Transport: &corruptFirst{next: b.srv.Transport()}}
+		})
+		ids := b.send(t, 3)
+		var handled atomic.Int32
+		c, err := New(client, b.url, HandlerFunc(func(context.Context, *Message) error {
+			handled.Add(1)
+			return nil
+		}), WithVisibilityTimeout(time.Minute))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(2 * time.Second)
+		require.NoError(t, stop())
+		require.EqualValues(t, 3, handled.Load(), "all three handled within seconds, not after the minute-long lease")
+		counts := map[int]int{}
+		for _, id := range ids {
+			st := b.state(t, id)
+			require.True(t, st.Deleted)
+			counts[st.ReceiveCount]++
+		}
+		require.Equal(t, map[int]int{1: 2, 2: 1}, counts, "the two intact messages on their first delivery, the corrupt one on its second")
 	})
 }
