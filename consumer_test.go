@@ -1196,3 +1196,29 @@ func TestCorruptMessageCostsOnlyItself(t *testing.T) {
 		require.Equal(t, map[int]int{1: 2, 2: 1}, counts, "the two intact messages on their first delivery, the corrupt one on its second")
 	})
 }
+
+// Issue 16: a delete that outlives the lease must not let the lease run
+// out: renewals go on while the delete is pending, so the message is not
+// handled twice.
+func TestRenewalsContinueWhileDeletePending(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		ids := b.send(t, 1)
+		var runs atomic.Int32
+		c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error {
+			runs.Add(1)
+			time.Sleep(25 * time.Second)
+			return nil
+		}), WithVisibilityTimeout(30*time.Second))
+		require.NoError(t, err)
+		b.srv.DelayNext("DeleteMessageBatch", 1, 27*time.Second) // the first delete answers late
+		stop := running(t, c)
+		time.Sleep(2 * time.Minute)
+		require.NoError(t, stop())
+		st := b.state(t, ids[0])
+		require.True(t, st.Deleted)
+		require.EqualValues(t, 1, runs.Load(), "handled once")
+		require.Equal(t, 1, st.ReceiveCount, "never visible again while the delete was pending")
+	})
+}

@@ -56,8 +56,24 @@ func (l *Lease) heartbeat() {
 			continue
 		}
 
-		// One call of this lease at a time: wait for a Delete, Release or
-		// Extend in flight, then look again — it may have settled the
+		// While a delete is pending renewals go on beside it: a delete
+		// that answers late must not let the lease run out while SQS
+		// still accepts renewals. A refusal then waits for the delete's
+		// own answer (see renew).
+		if l.isDeleting() {
+			now := time.Now()
+			p, handle, ok := l.next(now)
+			if !ok {
+				return
+			}
+			if p.renewNow && l.renew(bg, now, p, handle, &failures) {
+				return
+			}
+			continue
+		}
+
+		// Otherwise one call of this lease at a time: wait for a Release
+		// or Extend in flight, then look again — it may have settled the
 		// lease or moved the deadline.
 		if !l.acquireCall(stop) {
 			return
@@ -74,6 +90,13 @@ func (l *Lease) heartbeat() {
 			return
 		}
 	}
+}
+
+// isDeleting reports whether a delete of the lease is in flight.
+func (l *Lease) isDeleting() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deleting
 }
 
 // next plans the heartbeat's step at now; ok is false once the lease is
@@ -116,8 +139,18 @@ func (l *Lease) renew(bg context.Context, now time.Time, p step, handle string, 
 		l.confirmVisibility(now, p.renewFor)
 		return false
 	}
+	kind := classify(err)
+	if kind == kindLost && l.isDeleting() {
+		// Refused while our own delete is pending: most likely it landed
+		// first. The delete's answer decides (a lost handle fails it
+		// too); look again later.
+		l.mu.Lock()
+		l.nextRenew = time.Now().Add(l.retryDelay(*failures))
+		l.mu.Unlock()
+		return false
+	}
 	l.emit(EventRenewalFailed, p.renewFor, err)
-	switch classify(err) {
+	switch kind {
 	case kindLost:
 		l.lose(err)
 		return true

@@ -159,6 +159,7 @@ type Lease struct {
 	handleGen    uint32 // counts adopted handles
 	state        leaseState
 	settling     bool // a Delete or Release is in flight
+	deleting     bool // of them, a delete: renewals go on beside it
 	noRenew      bool // SQS refused to go further: the ceiling is reached
 	ceilingFired bool
 	started      bool
@@ -556,6 +557,9 @@ func (l *Lease) Delete(ctx context.Context) error {
 	if err := l.beginSettle(); err != nil {
 		return err
 	}
+	l.mu.Lock()
+	l.deleting = true
+	l.mu.Unlock()
 	err := l.callWithRetry(ctx, "DeleteMessage", l.deleteCall)
 	l.endSettle(err, leaseDeleted, EventDeleted, 0)
 	return err
@@ -583,13 +587,13 @@ func (l *Lease) deleteAsync(done func(*Lease, error)) bool {
 		l.mu.Unlock()
 		return false
 	}
-	l.calling, l.settling = true, true
+	l.calling, l.settling, l.deleting = true, true, true
 	handle, deadline := l.handle, l.deadline
 	l.asyncGen, l.asyncDone = l.handleGen, done
 	l.mu.Unlock()
 	if err := bc.del.Submit(handle, deadline, asyncDeleted, l); err != nil {
 		l.mu.Lock()
-		l.settling = false
+		l.settling, l.deleting = false, false
 		l.releaseCallLocked()
 		l.mu.Unlock()
 		return false
@@ -720,7 +724,7 @@ func (l *Lease) beginSettle() error {
 
 func (l *Lease) endSettle(err error, to leaseState, ev EventKind, vis time.Duration) {
 	l.mu.Lock()
-	l.settling = false
+	l.settling, l.deleting = false, false
 	ok := err == nil && l.state == leaseActive
 	if ok {
 		l.state = to
