@@ -616,6 +616,20 @@ func (c *Consumer) call(ctx context.Context, m *Message) (err error) {
 	return c.handler.HandleMessage(ctx, m)
 }
 
+// backoff is WithBackoff's function for receiveCount. One that panics is
+// a bug in the caller's code, not in the message: the panic is logged and
+// DefaultBackoff used instead, rather than ending the process from a
+// library goroutine.
+func (c *Consumer) backoff(receiveCount int) (d time.Duration) {
+	defer func() {
+		if v := recover(); v != nil {
+			c.log(slog.LevelError, "sqsconsumer: the WithBackoff function panicked; using DefaultBackoff", "panic", fmt.Sprint(v))
+			d = DefaultBackoff(receiveCount)
+		}
+	}()
+	return c.s.backoff(receiveCount)
+}
+
 // panicSite names where a handler panicked, called from the deferred
 // recover: of the frames below runtime.gopanic, the first in the user's
 // code (outside the runtime and this module's non-test files), else the
@@ -689,7 +703,7 @@ func (c *Consumer) settle(l *Lease, err error, ran bool) {
 		}
 		after, ok := retryAfterOf(err)
 		if !ok {
-			after = c.s.backoff(m.ReceiveCount)
+			after = c.backoff(m.ReceiveCount)
 			after = max(after, time.Second)
 		}
 		if errors.Is(context.Cause(l.ctx), ErrShutdown) {
@@ -925,7 +939,7 @@ func (c *Consumer) observeCount(kind EventKind, m *Message, count int, err error
 		return
 	}
 	now := time.Now()
-	c.s.observer.Observe(Event{
+	observe(c.s.observer, c.s.logger, Event{
 		Kind:         kind,
 		QueueURL:     c.queueURL,
 		MessageID:    m.ID,
@@ -942,5 +956,5 @@ func (c *Consumer) log(level slog.Level, msg string, args ...any) {
 	if c.s.logger == nil {
 		return
 	}
-	c.s.logger.Log(context.Background(), level, msg, append([]any{"queue_url", c.queueURL}, args...)...)
+	logSafely(c.s.logger, level, msg, append([]any{"queue_url", c.queueURL}, args...)...)
 }

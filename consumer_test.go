@@ -1222,3 +1222,48 @@ func TestRenewalsContinueWhileDeletePending(t *testing.T) {
 		require.Equal(t, 1, st.ReceiveCount, "never visible again while the delete was pending")
 	})
 }
+
+// panicHandler is a slog.Handler whose every record panics.
+type panicHandler struct{}
+
+func (panicHandler) Enabled(context.Context, slog.Level) bool  { return true }
+func (panicHandler) Handle(context.Context, slog.Record) error { panic("log handler broke") }
+func (h panicHandler) WithAttrs([]slog.Attr) slog.Handler      { return h }
+func (h panicHandler) WithGroup(string) slog.Handler           { return h }
+
+// Issue 16: a panic in the caller's Observer, backoff function or log
+// handler is recovered: messages are still handled and settled, and Run
+// returns nil. (Without the recovery the panic ends the test binary.)
+func TestCallbackPanicsAreContained(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		opts []Option
+	}{
+		{"observer", []Option{WithObserver(ObserverFunc(func(Event) { panic("observer broke") }))}},
+		{"backoff", []Option{WithBackoff(func(int) time.Duration { panic("backoff broke") })}},
+		{"logger", []Option{WithLogger(slog.New(panicHandler{}))}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				b := setup(t, nil)
+				ids := b.send(t, 4)
+				var calls sync.Map
+				c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+					if _, again := calls.LoadOrStore(m.ID, true); !again && m.Body == "m000" {
+						return errors.New("fails once") // exercises the backoff
+					}
+					return nil
+				}), append([]Option{WithVisibilityTimeout(30 * time.Second)}, tt.opts...)...)
+				require.NoError(t, err)
+				stop := running(t, c)
+				time.Sleep(time.Minute)
+				require.NoError(t, stop())
+				for _, id := range ids {
+					require.True(t, b.state(t, id).Deleted, "%s settled despite the panics", id)
+				}
+			})
+		})
+	}
+}

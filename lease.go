@@ -939,7 +939,7 @@ func (l *Lease) emit(kind EventKind, vis time.Duration, err error) {
 		return
 	}
 	now := time.Now()
-	l.cfg.observer.Observe(Event{
+	observe(l.cfg.observer, l.cfg.logger, Event{
 		Kind:         kind,
 		QueueURL:     l.cfg.queueURL,
 		MessageID:    l.msg.ID,
@@ -957,5 +957,5 @@ func (l *Lease) log(level slog.Level, msg string, args ...any) {
 	if l.cfg.logger == nil {
 		return
 	}
-	l.cfg.logger.Log(context.Background(), level, msg, append([]any{"message_id", l.msg.ID, "queue_url", l.cfg.queueURL}, args...)...)
+	logSafely(l.cfg.logger, level, msg, append([]any{"message_id", l.msg.ID, "queue_url", l.cfg.queueURL}, args...)...)
 }

@@ -1,6 +1,11 @@
 package sqsconsumer
 
-import "time"
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+)
 
 // EventKind says what happened to a message.
 type EventKind int
@@ -76,7 +81,8 @@ type Event struct {
 // Observer is told of every Event. Observe is called synchronously from the
 // library's goroutines, often from many at once: it must be safe for
 // concurrent use and return quickly (hand slow work to a goroutine of its
-// own).
+// own). A panic in Observe is recovered and logged (WithLogger); the event
+// is lost to that observer, and the message's life goes on.
 type Observer interface {
 	Observe(Event)
 }
@@ -96,4 +102,28 @@ func Observers(obs ...Observer) Observer {
 			}
 		}
 	})
+}
+
+// observe calls o with e, recovering a panic: the library's goroutines
+// (heartbeats, pollers, workers) must not end the process for a bug in an
+// observer. The panic is logged to logger, if any.
+func observe(o Observer, logger *slog.Logger, e Event) {
+	defer func() {
+		if v := recover(); v != nil {
+			logSafely(logger, slog.LevelError, "sqsconsumer: an Observer panicked; the event is dropped", "panic", fmt.Sprint(v), "event", e.Kind.String(), "message_id", e.MessageID)
+		}
+	}()
+	o.Observe(e)
+}
+
+// logSafely logs to logger (nil: nowhere), recovering a panic in its
+// handler: a broken log handler must not take the process down from a
+// library goroutine. Such a panic is dropped: there is nowhere left to
+// report it.
+func logSafely(logger *slog.Logger, level slog.Level, msg string, args ...any) {
+	if logger == nil {
+		return
+	}
+	defer func() { _ = recover() }()
+	logger.Log(context.Background(), level, msg, args...)
 }
