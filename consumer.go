@@ -171,11 +171,10 @@ func (c *Consumer) QueueURL() string { return c.queueURL }
 // long-poll wait, which is never longer than the shutdown timeout, and its
 // messages are released at once (visibility 0; another receive still in
 // flight may take such a message once more, and release it too). Messages
-// whose handlers
-// have not started are released too, and running handlers get the shutdown
-// timeout to finish while their leases stay renewed; then their contexts
-// are cancelled with ErrShutdown and, unless they succeed, their messages
-// are released. Calls to SQS still pending one call timeout
+// whose handlers have not started are released too, and running handlers
+// get the shutdown timeout to finish while their leases stay renewed; then
+// their contexts are cancelled with ErrShutdown and, unless they succeed,
+// their messages are released. Calls to SQS still pending one call timeout
 // (shutdownCallTimeout, 5 s) after the shutdown timeout are abandoned, so
 // Run returns within the shutdown timeout plus that, unless a handler
 // ignores its cancelled context: Run waits for every handler it started.
@@ -199,9 +198,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	runCtx, fatalStop := context.WithCancel(ctx)
 	defer fatalStop()
 	c.fatalStop = fatalStop
-	c.fl.mu.Lock()
-	c.fl.wakeLocked(time.Now()) // the first poller; it starts the others
-	c.fl.mu.Unlock()
+	c.fl.begin()
 	<-runCtx.Done()
 
 	c.shutdown()
@@ -363,12 +360,11 @@ func (c *Consumer) poll() {
 		if c.pollCtx.Err() != nil {
 			return
 		}
+		same, backoff := c.fl.failed(n, err, persistentClientError(err))
 		if classify(err) == kindPermanent {
-			c.fl.failed(n, err, false)
 			c.fail(err, "sqsconsumer: permanent receive error; shutting down")
 			return
 		}
-		same, backoff := c.fl.failed(n, err, persistentClientError(err))
 		if same >= maxSameReceiveFailures {
 			c.fail(fmt.Errorf("failed %d times in a row with the same client error: %w", same, err), "sqsconsumer: every receive fails the same way; shutting down")
 			return
@@ -688,7 +684,7 @@ func (c *Consumer) settle(l *Lease, err error, ran bool) {
 		c.observe(EventSucceeded, m, nil)
 		// While SQS confirms the delete the handler slot can take the
 		// next message: the lease keeps renewing until then. At most
-		// the concurrency of such messages are held at once.
+		// concurrency + max read-ahead such messages are held at once.
 		if l.slotEarly = c.takeSettleSlot(); l.slotEarly {
 			c.freeSlot(l, true)
 		}
@@ -830,9 +826,7 @@ func (c *Consumer) shutdown() {
 		}
 	}
 	c.mu.Unlock()
-	blocked := len(unstarted)
-	unstarted = append(unstarted, c.fl.stop()...)
-	c.fl.drop(blocked)
+	unstarted = append(unstarted, c.fl.stop(len(unstarted))...)
 	close(c.stopPolls)
 	running, _, asked, _ := c.fl.snapshot()
 	c.log(slog.LevelInfo, "sqsconsumer: shutting down: receiving stopped, unstarted messages released, running handlers have the shutdown timeout to finish",
@@ -865,7 +859,7 @@ func (c *Consumer) shutdown() {
 		held = append(held, d)
 	}
 	c.mu.Unlock()
-	c.log(slog.LevelWarn, "sqsconsumer: shutdown timeout reached; cancelling running handlers", "running", countInHandler(held))
+	c.log(slog.LevelWarn, "sqsconsumer: shutdown timeout reached; cancelling running handlers", "running", len(c.inHandler()))
 	for _, d := range held {
 		d.abort(ErrShutdown)
 	}
@@ -878,30 +872,24 @@ func (c *Consumer) shutdown() {
 		case <-warn.C:
 			// Only handlers still inside their function hold Run up for
 			// good; settling calls end at the hard stop.
-			c.mu.Lock()
-			var ids []string
-			for id, d := range c.inflight {
-				if d.inHandler.Load() {
-					ids = append(ids, id)
-				}
-			}
-			c.mu.Unlock()
-			if len(ids) > 0 {
+			if ids := c.inHandler(); len(ids) > 0 {
 				c.log(slog.LevelWarn, "sqsconsumer: still waiting for handlers that ignore their cancelled context", "message_ids", ids)
 			}
 		}
 	}
 }
 
-// countInHandler counts the deliveries whose handler is running.
-func countInHandler(ls []*Lease) int {
-	n := 0
-	for _, l := range ls {
-		if l.inHandler.Load() {
-			n++
+// inHandler returns the IDs of the messages whose handler is running.
+func (c *Consumer) inHandler() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ids []string
+	for id, d := range c.inflight {
+		if d.inHandler.Load() {
+			ids = append(ids, id)
 		}
 	}
-	return n
+	return ids
 }
 
 // leaseFor is the lease configuration for the next receive: the fixed one,
@@ -924,15 +912,6 @@ func (c *Consumer) observe(kind EventKind, m *Message, err error) {
 	c.observeCount(kind, m, m.ReceiveCount, err)
 }
 
-// arrivedAt is when the answer that first delivered m reached this
-// process: events count from it.
-func arrivedAt(m *Message) time.Time {
-	if m.Lease != nil && !m.Lease.arrived.IsZero() {
-		return m.Lease.arrived
-	}
-	return m.ReceivedAt
-}
-
 func (c *Consumer) observeCount(kind EventKind, m *Message, count int, err error) {
 	c.stats.countKind(kind, count)
 	if c.s.observer == nil {
@@ -946,7 +925,7 @@ func (c *Consumer) observeCount(kind EventKind, m *Message, count int, err error
 		ReceiveCount: count,
 		GroupID:      m.GroupID,
 		Time:         now,
-		SinceReceive: now.Sub(arrivedAt(m)),
+		SinceReceive: now.Sub(m.Lease.arrived),
 		Err:          err,
 		Message:      m,
 	})

@@ -372,9 +372,17 @@ func (f *flow) slotDone(l *Lease, done bool) *Lease {
 	return next
 }
 
+// begin starts the first poller; it starts the others as they are due.
+func (f *flow) begin() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.wakeLocked(time.Now())
+}
+
 // stop ends receiving and returns the ready messages, which will not
-// start; they no longer count as waiting.
-func (f *flow) stop() []*Lease {
+// start; they, and the blocked messages (FIFO messages behind their group,
+// which the caller releases too), no longer count as waiting.
+func (f *flow) stop(blocked int) []*Lease {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.stopped = true
@@ -383,7 +391,7 @@ func (f *flow) stop() []*Lease {
 	}
 	ready := f.ready
 	f.ready = nil
-	f.waiting -= len(ready)
+	f.waiting -= len(ready) + blocked
 	return ready
 }
 

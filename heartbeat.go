@@ -56,38 +56,52 @@ func (l *Lease) heartbeat() {
 			continue
 		}
 
-		// While a delete is pending renewals go on beside it: a delete
-		// that answers late must not let the lease run out while SQS
-		// still accepts renewals. A refusal then waits for the delete's
-		// own answer (see renew).
-		if l.isDeleting() {
-			now := time.Now()
-			p, handle, ok := l.next(now)
-			if !ok {
-				return
-			}
-			if p.renewNow && l.renew(bg, now, p, handle, &failures) {
-				return
-			}
-			continue
-		}
-
-		// Otherwise one call of this lease at a time: wait for a Release
-		// or Extend in flight, then look again — it may have settled the
-		// lease or moved the deadline.
-		if !l.acquireCall(stop) {
+		// One call of this lease at a time: wait for a Release or Extend
+		// in flight, then look again — it may have settled the lease or
+		// moved the deadline. A pending delete is the exception: renewals
+		// go on beside it, so a delete that answers late cannot let the
+		// lease run out while SQS still accepts renewals (a refusal then
+		// waits for the delete's own answer, see renew).
+		token, ok := l.acquireRenewal(stop)
+		if !ok {
 			return
 		}
 		now := time.Now()
 		p, handle, ok := l.next(now)
-		if !ok || !p.renewNow {
-			l.releaseCall()
-			continue
+		ended := !ok
+		if ok && p.renewNow {
+			ended = l.renew(bg, now, p, handle, &failures)
 		}
-		ended := l.renew(bg, now, p, handle, &failures)
-		l.releaseCall()
+		if token {
+			l.releaseCall()
+		}
 		if ended {
 			return
+		}
+	}
+}
+
+// acquireRenewal takes the call token for a renewal, waiting until it is
+// free, unless a delete is pending: then it returns at once without the
+// token (token false). ok is false when done was closed first.
+func (l *Lease) acquireRenewal(done <-chan struct{}) (token, ok bool) {
+	for {
+		l.mu.Lock()
+		if l.deleting {
+			l.mu.Unlock()
+			return false, true
+		}
+		if !l.calling {
+			l.calling = true
+			l.mu.Unlock()
+			return true, true
+		}
+		freed := l.callFreed.wait()
+		l.mu.Unlock()
+		select {
+		case <-freed:
+		case <-done:
+			return false, false
 		}
 	}
 }

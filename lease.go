@@ -554,12 +554,9 @@ func (l *Lease) Delete(ctx context.Context) error {
 	if ctx == nil {
 		return errNilContext("Delete")
 	}
-	if err := l.beginSettle(); err != nil {
+	if err := l.beginSettle(true); err != nil {
 		return err
 	}
-	l.mu.Lock()
-	l.deleting = true
-	l.mu.Unlock()
 	err := l.callWithRetry(ctx, "DeleteMessage", l.deleteCall)
 	l.endSettle(err, leaseDeleted, EventDeleted, 0)
 	return err
@@ -588,6 +585,7 @@ func (l *Lease) deleteAsync(done func(*Lease, error)) bool {
 		return false
 	}
 	l.calling, l.settling, l.deleting = true, true, true
+	l.callFreed.fire() // a heartbeat waiting for the token renews beside the delete
 	handle, deadline := l.handle, l.deadline
 	l.asyncGen, l.asyncDone = l.handleGen, done
 	l.mu.Unlock()
@@ -638,7 +636,7 @@ func (l *Lease) Release(ctx context.Context, after time.Duration) error {
 	if after < 0 || after > MaxVisibilityTimeout {
 		return fmt.Errorf("sqsconsumer: Release(%v): must be from 0 to %v", after, MaxVisibilityTimeout)
 	}
-	if err := l.beginSettle(); err != nil {
+	if err := l.beginSettle(false); err != nil {
 		return err
 	}
 	var set time.Duration
@@ -709,7 +707,8 @@ func (l *Lease) confirmVisibility(sent time.Time, set time.Duration) {
 	notify(watchers, deadline)
 }
 
-func (l *Lease) beginSettle() error {
+// beginSettle marks a Delete (deleting) or Release as in flight.
+func (l *Lease) beginSettle(deleting bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.stateErrLocked(true); err != nil {
@@ -718,7 +717,10 @@ func (l *Lease) beginSettle() error {
 	if l.settling {
 		return fmt.Errorf("%w: another Delete or Release is in flight", ErrLeaseSettled)
 	}
-	l.settling = true
+	l.settling, l.deleting = true, deleting
+	if deleting {
+		l.callFreed.fire() // a heartbeat waiting for the token renews beside the delete
+	}
 	return nil
 }
 
