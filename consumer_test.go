@@ -1269,3 +1269,15 @@ func TestCallbackPanicsAreContained(t *testing.T) {
 		})
 	}
 }
+
+func TestPermanentMarksAndUnwraps(t *testing.T) {
+	base := errors.New("bad body")
+	p := Permanent(base)
+	require.True(t, IsPermanent(p))
+	require.ErrorIs(t, p, base)
+	require.True(t, IsPermanent(RetryAfter(p, time.Second)))
+	require.True(t, IsPermanent(fmt.Errorf("wrapped: %w", Permanent(nil))))
+	require.False(t, IsPermanent(base))
+	require.False(t, IsPermanent(nil))
+	require.Contains(t, p.Error(), "bad body")
+}

@@ -70,6 +70,33 @@ func retryAfterOf(err error) (time.Duration, bool) {
 	return 0, false
 }
 
+// Permanent wraps a handler error to say that handling the message again
+// cannot succeed: its body cannot be decoded, it violates a schema, it names
+// something that does not exist. errors.Is and errors.As see through the
+// wrapper to err. Permanent(nil) still counts as a failure.
+//
+// A Permanent error wrapped by RetryAfter (or the other way round) is
+// still permanent. An EventFailed carries the error, so observers can
+// tell with IsPermanent(e.Err).
+func Permanent(err error) error {
+	if err == nil {
+		err = errors.New("permanent failure")
+	}
+	return &permanentError{err: err}
+}
+
+// IsPermanent reports whether err, or any error it wraps, was marked by
+// Permanent.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
 // PanicError is the error a handler's panic is turned into. Stack is the
 // panicking goroutine's stack at the time of the panic.
 type PanicError struct {
