@@ -8,7 +8,10 @@ import (
 
 // Client is the part of the SQS API the library calls. *sqs.Client satisfies
 // it; so does anything that wraps one (a client with extra middleware, a
-// test double). The library never calls any other operation.
+// test double). The library calls no other operation, except SendMessage
+// when the Client also has that method (as *sqs.Client does): a Consumer
+// uses it to move a message whose handler returned a Permanent error to
+// the dead-letter queue (see WithDeadLetterQueue).
 type Client interface {
 	ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, optFns ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error)
 	DeleteMessage(ctx context.Context, in *sqs.DeleteMessageInput, optFns ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error)

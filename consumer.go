@@ -41,6 +41,9 @@ type Consumer struct {
 	calls    *batchedCalls
 	fl       *flow         // when to receive, how much; the handler slots
 	pollWait time.Duration // WaitTimeSeconds of every receive
+	dlq      deadLetter    // where Permanent errors' messages go
+
+	dlqWarned atomic.Bool // the missing dead-letter queue was logged
 
 	// settleCtx bounds every settling call (deletes, releases) and
 	// pollCtx every receive; both are cancelled at the hard stop, one
@@ -248,6 +251,7 @@ func (c *Consumer) setup(ctx context.Context) error {
 		AttributeNames: []types.QueueAttributeName{
 			types.QueueAttributeNameVisibilityTimeout, types.QueueAttributeNameFifoQueue,
 			types.QueueAttributeNameMessageRetentionPeriod, types.QueueAttributeNameRedrivePolicy,
+			types.QueueAttributeNameQueueArn,
 		},
 	})
 	if err != nil && lease == 0 {
@@ -265,6 +269,9 @@ func (c *Consumer) setup(ctx context.Context) error {
 		out = &sqs.GetQueueAttributesOutput{}
 	}
 	c.fifo = c.fifo || out.Attributes[string(types.QueueAttributeNameFifoQueue)] == "true"
+	if c.dlq, err = deadLetterFor(c.client, c.queueURL, c.fifo, c.s.deadLetterURL, out.Attributes); err != nil {
+		return err
+	}
 	qs := QueueSettingsFromAttributes(out.Attributes)
 	if lease == 0 {
 		secs, err := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameVisibilityTimeout)])
@@ -682,20 +689,18 @@ func (c *Consumer) settle(l *Lease, err error, ran bool) {
 		}
 	case err == nil:
 		c.observe(EventSucceeded, m, nil)
-		// While SQS confirms the delete the handler slot can take the
-		// next message: the lease keeps renewing until then. At most
-		// concurrency + max read-ahead such messages are held at once.
-		if l.slotEarly = c.takeSettleSlot(); l.slotEarly {
-			c.freeSlot(l, true)
-		}
-		if !l.deleteAsync(c.afterDelete) {
-			c.deleted(l, l.Delete(ctx))
-		} // else c.deleted finishes when SQS answers
+		c.settleDelete(l)
 		return
 	default:
 		c.observe(EventFailed, m, err)
 		if l.Err() != nil {
 			break // lost or expired: the handle is no good, leave the message to SQS
+		}
+		if IsPermanent(err) && c.moveToDeadLetter(l, err) {
+			// The copy is in the dead-letter queue: the source's message
+			// goes as a success's would (a FIFO group moves on).
+			c.settleDelete(l)
+			return
 		}
 		after, ok := retryAfterOf(err)
 		if !ok {
@@ -715,6 +720,20 @@ func (c *Consumer) settle(l *Lease, err error, ran bool) {
 		c.log(slog.LevelDebug, "sqsconsumer: handler failed; message released", "message_id", m.ID, "error", err, "retry_after", after.String())
 	}
 	c.finish(l, failed, ran)
+}
+
+// settleDelete deletes the message of a delivery that is done with
+// (handled, or moved to the dead-letter queue) and finishes it when SQS
+// has answered. While SQS confirms the delete the handler slot can take
+// the next message: the lease keeps renewing until then. At most
+// concurrency + max read-ahead such messages are held at once.
+func (c *Consumer) settleDelete(l *Lease) {
+	if l.slotEarly = c.takeSettleSlot(); l.slotEarly {
+		c.freeSlot(l, true)
+	}
+	if !l.deleteAsync(c.afterDelete) {
+		c.deleted(l, l.Delete(c.settleCtx))
+	} // else c.deleted finishes when SQS answers
 }
 
 // deleted finishes a succeeded handler's message once its delete returned

@@ -24,6 +24,7 @@ const (
 	EventCeilingReached                      // the lease neared its maximum duration; the handler's context is cancelled
 	EventDeleted                             // SQS confirmed the delete
 	EventReleased                            // visibility was set for a redelivery (Visibility = when)
+	EventDeadLettered                        // a Permanent error's message was sent to the dead-letter queue (Err = the handler's error); its delete follows
 )
 
 var eventNames = [...]string{
@@ -39,6 +40,7 @@ var eventNames = [...]string{
 	EventCeilingReached: "ceiling_reached",
 	EventDeleted:        "deleted",
 	EventReleased:       "released",
+	EventDeadLettered:   "dead_lettered",
 }
 
 // String returns the event's snake_case name, e.g. "renewal_failed".
@@ -71,7 +73,7 @@ type Event struct {
 	// EventReleased.
 	Visibility time.Duration
 	// Err is the error, for EventFailed, EventRenewalFailed, EventLeaseLost,
-	// EventLeaseExpired and EventCeilingReached.
+	// EventLeaseExpired, EventCeilingReached and EventDeadLettered.
 	Err error
 	// Message is the message the event concerns (for a Lease made with
 	// NewLease, one built from the received message).

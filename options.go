@@ -67,6 +67,7 @@ type settings struct {
 	adaptiveMin     time.Duration
 	adaptiveMax     time.Duration
 	receivedAt      time.Time // Lease only: when SQS handed the message over
+	deadLetterURL   string    // "" = from the queue's RedrivePolicy
 	errs            []error
 }
 

@@ -1,0 +1,275 @@
+package sqsconsumer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
+)
+
+// The message attributes a Consumer adds to a message it moves to the
+// dead-letter queue, in the order it adds them while there is room (SQS
+// allows 10 message attributes; the message's own always come first).
+const (
+	// dlqAttrError holds the handler's error text, cut to dlqErrorMax bytes.
+	dlqAttrError = "sqsconsumer.error"
+	// dlqAttrReceiveCount holds the ApproximateReceiveCount of the failed delivery.
+	dlqAttrReceiveCount = "sqsconsumer.receive_count"
+	// dlqAttrSource holds the source queue's ARN (its URL when the ARN
+	// could not be read).
+	dlqAttrSource = "sqsconsumer.source"
+)
+
+// dlqErrorMax bounds the error text carried in dlqAttrError, in bytes.
+const dlqErrorMax = 1024
+
+// maxMessageAttributes is SQS's limit on message attributes per message
+// (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-message-metadata.html).
+const maxMessageAttributes = 10
+
+// moveCallTimeout bounds one SendMessage to the dead-letter queue (the
+// client's own retries included).
+const moveCallTimeout = 30 * time.Second
+
+// messageSender is the optional part of a Client the poison path needs.
+// *sqs.Client has it.
+type messageSender interface {
+	SendMessage(ctx context.Context, in *sqs.SendMessageInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageOutput, error)
+}
+
+// WithDeadLetterQueue sets the queue, by URL, to which a message whose
+// handler returned a Permanent error is moved at once. Default: the
+// deadLetterTargetArn of the queue's RedrivePolicy, read at Run (SQS keeps
+// a dead-letter queue in the source's account and region, so its URL is
+// the source URL's scheme and host with the ARN's account and name). The
+// dead-letter queue must be of the source's type: FIFO (a ".fifo" name)
+// for a FIFO queue, standard otherwise; Run fails when it is not.
+//
+// The move sends the message to the dead-letter queue with SendMessage
+// (the Client must have that method, as *sqs.Client does) and deletes it
+// from the source only after SQS accepted the send: a crash between the
+// two leaves a copy in both queues, never none. The copy has the body,
+// the message attributes and the AWSTraceHeader of the original, and, as
+// room under SQS's 10 attributes allows, in this order:
+// "sqsconsumer.error" (String: the handler's error, at most 1024 bytes),
+// "sqsconsumer.receive_count" (Number) and "sqsconsumer.source" (String:
+// the source queue's ARN). The original's attributes are never dropped;
+// what does not fit is left out (the reason is logged with the message
+// ID). A send SQS refuses for good (such as a copy over the size limit
+// with the reason attached) is tried once more without the added
+// attributes. On a FIFO dead-letter queue the copy keeps its
+// MessageGroupId, and its MessageDeduplicationId is the original's
+// MessageId, so a second move within SQS's 5-minute deduplication window
+// (after a crash between send and delete) is dropped by SQS. The next
+// message of the group starts only after the delete.
+//
+// When the move cannot be made (no dead-letter queue, a client without
+// SendMessage, a failed send) the message is settled as an ordinary
+// failure: released for a retry after its backoff, to reach the
+// dead-letter queue through the redrive policy, if any. A missing
+// dead-letter queue is logged once per Run.
+func WithDeadLetterQueue(queueURL string) Option {
+	return option(func(s *settings) {
+		if err := checkQueueURL(queueURL); err != nil {
+			s.errs = append(s.errs, fmt.Errorf("WithDeadLetterQueue: %w", err))
+			return
+		}
+		s.deadLetterURL = queueURL
+	})
+}
+
+// deadLetter is where a Consumer moves permanently failing messages.
+type deadLetter struct {
+	url    string // "" when there is none
+	fifo   bool
+	source string // the source queue's ARN, or URL
+	sender messageSender
+	why    string // when url or sender is missing: why, for the warning
+}
+
+// deadLetterFor works out the dead-letter queue from the option or the
+// source queue's attributes. It fails only for a configuration that can
+// never work (a FIFO source with a standard dead-letter queue or the
+// other way round, an unreadable RedrivePolicy ARN).
+func deadLetterFor(c Client, queueURL string, fifo bool, given string, attrs map[string]string) (deadLetter, error) {
+	d := deadLetter{source: queueURL}
+	if arn := attrs[string(types.QueueAttributeNameQueueArn)]; arn != "" {
+		d.source = arn
+	}
+	switch {
+	case given != "":
+		d.url = given
+	case attrs[string(types.QueueAttributeNameRedrivePolicy)] != "":
+		var p struct {
+			Target string `json:"deadLetterTargetArn"`
+		}
+		if err := json.Unmarshal([]byte(attrs[string(types.QueueAttributeNameRedrivePolicy)]), &p); err != nil || p.Target == "" {
+			d.why = "the queue's RedrivePolicy names no deadLetterTargetArn"
+			break
+		}
+		u, err := queueURLFromARN(queueURL, p.Target)
+		if err != nil {
+			return d, err
+		}
+		d.url = u
+	default:
+		d.why = "the queue has no RedrivePolicy and WithDeadLetterQueue was not given"
+	}
+	if d.url == "" {
+		return d, nil
+	}
+	d.fifo = strings.HasSuffix(d.url, ".fifo")
+	if d.fifo != fifo {
+		kind := map[bool]string{true: "FIFO", false: "standard"}
+		return d, fmt.Errorf("%w: dead-letter queue %s is a %s queue but the source is a %s queue; SQS needs both of one type", ErrInvalidOption, d.url, kind[d.fifo], kind[fifo])
+	}
+	s, ok := c.(messageSender)
+	if !ok || isNil(s) {
+		d.why = fmt.Sprintf("the client (%T) has no SendMessage method", c)
+		return d, nil
+	}
+	d.sender = s
+	return d, nil
+}
+
+// queueURLFromARN turns a dead-letter queue's ARN
+// (arn:PARTITION:sqs:REGION:ACCOUNT:NAME) into its URL, on the source
+// URL's scheme and host: SQS keeps a dead-letter queue in its source's
+// account and region.
+func queueURLFromARN(sourceURL, arn string) (string, error) {
+	parts := strings.Split(arn, ":")
+	if len(parts) != 6 || parts[0] != "arn" || parts[2] != "sqs" || parts[4] == "" || parts[5] == "" {
+		return "", fmt.Errorf("sqsconsumer: the queue's RedrivePolicy names %q, which is not an SQS queue ARN (arn:aws:sqs:REGION:ACCOUNT:NAME)", arn)
+	}
+	u, err := url.Parse(sourceURL)
+	if err != nil {
+		return "", fmt.Errorf("sqsconsumer: queue URL %q: %w", sourceURL, err)
+	}
+	return u.Scheme + "://" + u.Host + "/" + parts[4] + "/" + parts[5], nil
+}
+
+// ready reports whether messages can be moved.
+func (d *deadLetter) ready() bool { return d.url != "" && d.sender != nil }
+
+// move sends m to the dead-letter queue with reason attached and returns
+// the copy's MessageId. It does not delete the original.
+func (d *deadLetter) move(ctx context.Context, m *Message, reason error) (id string, dropped []string, err error) {
+	attrs := make(map[string]types.MessageAttributeValue, maxMessageAttributes)
+	for k, v := range m.MessageAttributes {
+		attrs[k] = v
+	}
+	text := reason.Error()
+	if len(text) > dlqErrorMax {
+		cut := dlqErrorMax - len("…")
+		for cut > 0 && !utf8.RuneStart(text[cut]) {
+			cut--
+		}
+		text = text[:cut] + "…"
+	}
+	if text == "" {
+		text = "(empty error text)"
+	}
+	added := []struct{ name, typ, value string }{
+		{dlqAttrError, "String", text},
+		{dlqAttrReceiveCount, "Number", strconv.Itoa(m.ReceiveCount)},
+		{dlqAttrSource, "String", d.source},
+	}
+	var ours []string
+	for _, a := range added {
+		if _, own := m.MessageAttributes[a.name]; !own && len(attrs) >= maxMessageAttributes {
+			dropped = append(dropped, a.name)
+			continue
+		}
+		attrs[a.name] = types.MessageAttributeValue{DataType: aws.String(a.typ), StringValue: aws.String(a.value)}
+		ours = append(ours, a.name)
+	}
+	in := &sqs.SendMessageInput{
+		QueueUrl:          aws.String(d.url),
+		MessageBody:       aws.String(m.Body),
+		MessageAttributes: attrs,
+	}
+	if th := m.Attributes[string(types.MessageSystemAttributeNameAWSTraceHeader)]; th != "" {
+		in.MessageSystemAttributes = map[string]types.MessageSystemAttributeValue{
+			string(types.MessageSystemAttributeNameAWSTraceHeader): {DataType: aws.String("String"), StringValue: aws.String(th)},
+		}
+	}
+	if m.GroupID != "" {
+		in.MessageGroupId = aws.String(m.GroupID)
+	}
+	if d.fifo {
+		in.MessageDeduplicationId = aws.String(m.ID)
+	}
+	cctx, cancel := context.WithTimeout(ctx, moveCallTimeout)
+	defer cancel()
+	out, err := d.sender.SendMessage(cctx, in)
+	if err != nil && refusedContent(err) && len(ours) > 0 && ctx.Err() == nil {
+		// Perhaps the reason made the copy too large: the message
+		// matters more than the note.
+		plain := *in
+		plain.MessageAttributes = m.MessageAttributes
+		out, err = d.sender.SendMessage(cctx, &plain)
+		if err == nil {
+			dropped = append(dropped, ours...)
+		}
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	return aws.ToString(out.MessageId), dropped, nil
+}
+
+// refusedContent reports whether SQS refused a send for what it carried
+// (too large, an attribute it does not accept) rather than for where it
+// went or who sent it.
+func refusedContent(err error) bool {
+	var apiErr smithy.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode() {
+	case "InvalidParameterValue", "InvalidParameterValueException", "InvalidMessageContents",
+		"InvalidAttributeValue", "InvalidAttributeName":
+		return true
+	}
+	return false
+}
+
+// moveToDeadLetter moves a message whose handler returned the permanent
+// error err to the dead-letter queue. It reports false, having done
+// nothing to the message, when the move could not be made: the caller
+// then settles it as an ordinary failure.
+func (c *Consumer) moveToDeadLetter(l *Lease, err error) bool {
+	m := l.msg
+	if !c.dlq.ready() {
+		if c.dlqWarned.CompareAndSwap(false, true) {
+			c.log(slog.LevelWarn, "sqsconsumer: a handler returned a permanent error but there is no dead-letter queue to move it to; such messages are retried as ordinary failures (logged once)",
+				"message_id", m.ID, "reason", c.dlq.why)
+		}
+		return false
+	}
+	id, dropped, serr := c.dlq.move(c.settleCtx, m, err)
+	if serr != nil {
+		c.log(slog.LevelWarn, "sqsconsumer: could not move a permanently failing message to the dead-letter queue; retrying it as an ordinary failure",
+			"message_id", m.ID, "dead_letter_queue", c.dlq.url, "error", serr)
+		return false
+	}
+	level := slog.LevelInfo
+	if len(dropped) > 0 {
+		level = slog.LevelWarn
+	}
+	c.log(level, "sqsconsumer: moved a permanently failing message to the dead-letter queue",
+		"message_id", m.ID, "dead_letter_queue", c.dlq.url, "dead_letter_message_id", id, "error", err, "attributes_left_out", dropped)
+	c.observe(EventDeadLettered, m, err)
+	return true
+}
