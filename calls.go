@@ -60,6 +60,10 @@ type visEntry struct {
 type batchedCalls struct {
 	vis *batch.Batcher[visEntry]
 	del *batch.Batcher[string]
+	// report, when set, is told the result of every batch call as a
+	// whole (nil: SQS answered, whatever its entries' fates). Set
+	// before the first call.
+	report func(err error)
 }
 
 // newBatchedCalls makes the batchers of a queue. The delete batcher has at
@@ -68,7 +72,8 @@ type batchedCalls struct {
 // Renewals are not limited: their rate follows the number of leases held.
 // Cancelling base abandons every call in flight (nil: never).
 func newBatchedCalls(client Client, queueURL string, maxDeletes int, base context.Context) *batchedCalls {
-	return &batchedCalls{
+	var b *batchedCalls // the calls report through it
+	b = &batchedCalls{
 		vis: batch.New(MaxBatchSize, batchWindow, 0, func(ctx context.Context, es []visEntry) []error {
 			ctx, done := within(ctx, base)
 			defer done()
@@ -84,6 +89,7 @@ func newBatchedCalls(client Client, queueURL string, maxDeletes int, base contex
 				QueueUrl: aws.String(queueURL),
 				Entries:  entries,
 			})
+			b.reported(err)
 			if err != nil {
 				return fill(len(es), err)
 			}
@@ -100,11 +106,19 @@ func newBatchedCalls(client Client, queueURL string, maxDeletes int, base contex
 				QueueUrl: aws.String(queueURL),
 				Entries:  entries,
 			})
+			b.reported(err)
 			if err != nil {
 				return fill(len(handles), err)
 			}
 			return entryResults(len(handles), "DeleteMessageBatch", out.Successful, func(e types.DeleteMessageBatchResultEntry) *string { return e.Id }, out.Failed)
 		}),
+	}
+	return b
+}
+
+func (b *batchedCalls) reported(err error) {
+	if b.report != nil {
+		b.report(err)
 	}
 }
 

@@ -45,6 +45,11 @@ type Consumer struct {
 
 	dlqWarned atomic.Bool // the missing dead-letter queue was logged
 
+	br          *breaker           // WithBreaker; nil when off
+	aux         sync.WaitGroup     // the breaker's goroutines: releases at an opening, probes
+	probeCtx    context.Context    // a probe's context; cancelled at shutdown
+	cancelProbe context.CancelFunc // cancels probeCtx
+
 	// settleCtx bounds every settling call (deletes, releases) and
 	// pollCtx every receive; both are cancelled at the hard stop, one
 	// call timeout after the shutdown budget, so Run returns in time
@@ -209,6 +214,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	close(c.quit)
 	c.workers.Wait()
 	c.hbStarters.Wait() // every lease is stopped: their groups' timers are stopped or done
+	// The breaker's goroutines: none starts after shutdown stopped it.
+	c.aux.Wait()
 	c.calls.close()
 	c.hardStop()
 	c.logAdvice()
@@ -299,6 +306,22 @@ func (c *Consumer) setup(ctx context.Context) error {
 		c.pollers.Add(1)
 		go c.poll()
 	})
+	c.probeCtx, c.cancelProbe = context.WithCancel(context.Background())
+	if c.s.breaker != nil {
+		c.br = newBreaker(*c.s.breaker)
+		c.br.wake = fl.wake
+		c.br.onClose = c.breakerClosed
+		c.br.onOpen = func(reason string) {
+			c.aux.Add(1)
+			go c.breakerOpened(reason)
+		}
+		c.br.runProbe = func() {
+			c.aux.Add(1)
+			go c.probe()
+		}
+		fl.gate = c.br.limit
+	}
+	c.calls.report = c.callDone
 	c.mu.Lock()
 	c.qs = qs
 	c.fl = fl // under mu for flowOf
@@ -511,9 +534,10 @@ func (c *Consumer) dispatch(raw types.Message, handedOver, arrived time.Time, cf
 		c.releaseRaw(raw, DefaultBackoff(count))
 		return
 	}
-	if c.stopping.Load() {
-		// A receive that was in flight when the shutdown began: hand its
-		// messages back at once rather than leave them invisible.
+	if c.stopping.Load() || (c.br != nil && c.br.refusing()) {
+		// A receive that was in flight when the shutdown began, or when
+		// the breaker opened: hand its messages back at once rather than
+		// leave them invisible.
 		c.mu.Unlock()
 		c.fl.drop(1)
 		c.releaseRaw(raw, 0)
@@ -675,6 +699,9 @@ func (c *Consumer) settle(l *Lease, err error, ran bool) {
 	// at shutdown.
 	ctx := c.settleCtx
 	failed := !ran || err != nil
+	if c.br != nil && ran {
+		c.br.record(outcomeOf(err, l.Err(), errors.Is(context.Cause(l.ctx), ErrShutdown)))
+	}
 	switch {
 	case l.settled():
 		// The handler deleted or released the message itself.
@@ -706,6 +733,9 @@ func (c *Consumer) settle(l *Lease, err error, ran bool) {
 		if !ok {
 			after = c.backoff(m.ReceiveCount)
 			after = max(after, time.Second)
+		}
+		if c.br != nil {
+			after = max(after, c.br.holdFor()) // later probes try other messages
 		}
 		if errors.Is(context.Cause(l.ctx), ErrShutdown) {
 			after = 0
@@ -835,6 +865,10 @@ func (c *Consumer) shutdown() {
 	begun := time.Now()
 	hard := time.AfterFunc(c.s.shutdownTimeout+shutdownCallTimeout, c.hardStop)
 	defer hard.Stop()
+	if c.br != nil {
+		c.br.stop() // no more releases, probes or wakes of its own
+	}
+	c.cancelProbe()
 	c.mu.Lock()
 	c.stopping.Store(true)
 	var unstarted []*Lease

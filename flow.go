@@ -67,6 +67,11 @@ type flow struct {
 	kick      chan struct{}
 	spawn     func() // starts one more poller; called with mu held
 	peakAhead int    // most messages waiting + asked beyond the free slots
+
+	// gate, when set, bounds each receive: given the messages held
+	// (running + waiting + asked for) it returns the most the next
+	// receive may ask for, or -1 for no bound. Called with mu held.
+	gate func(held int) int
 }
 
 // receiveGather is how much work, in time at the current completion rate,
@@ -193,7 +198,32 @@ func (f *flow) nextLocked(now time.Time) int {
 	if f.stopped || now.Before(f.retryAt) {
 		return 0
 	}
-	return receiveSize(f.countsLocked(now))
+	n := receiveSize(f.countsLocked(now))
+	if n > 0 && f.gate != nil {
+		if g := f.gate(f.running + f.waiting + f.asked); g >= 0 {
+			n = min(n, g)
+		}
+	}
+	return n
+}
+
+// wake makes sure a poller looks, if a receive is due (a gate opened).
+func (f *flow) wake() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.wakeLocked(time.Now())
+}
+
+// takeReady returns the ready messages, which will not start; they no
+// longer count as waiting. Receiving goes on.
+func (f *flow) takeReady() []*Lease {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ready := f.ready
+	f.ready = nil
+	f.waiting -= len(ready)
+	f.wakeLocked(time.Now())
+	return ready
 }
 
 // wakeLocked makes sure a poller will look, if a receive is due.

@@ -68,6 +68,7 @@ type settings struct {
 	adaptiveMax     time.Duration
 	receivedAt      time.Time // Lease only: when SQS handed the message over
 	deadLetterURL   string    // "" = from the queue's RedrivePolicy
+	breaker         *Breaker  // nil = off
 	errs            []error
 }
 
