@@ -468,6 +468,7 @@ func (c *Consumer) breakerOpened(reason string) {
 // breakerClosed resumes receiving after the breaker closed.
 func (c *Consumer) breakerClosed() {
 	c.log(slog.LevelInfo, "sqsconsumer: circuit breaker closed: receiving resumes")
+	stamp(&c.progress.resumed)
 	c.fl.wake()
 }
 
@@ -495,7 +496,14 @@ func (c *Consumer) probe() {
 }
 
 // callDone takes the result of a renewal or delete batch call.
-func (c *Consumer) callDone(err error) {
+func (c *Consumer) callDone(deleting bool, err error) {
+	switch {
+	case err != nil:
+	case deleting:
+		stamp(&c.progress.delete)
+	default:
+		stamp(&c.progress.renewal)
+	}
 	if c.br != nil {
 		c.br.recordCall(err)
 	}

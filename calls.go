@@ -61,9 +61,9 @@ type batchedCalls struct {
 	vis *batch.Batcher[visEntry]
 	del *batch.Batcher[string]
 	// report, when set, is told the result of every batch call as a
-	// whole (nil: SQS answered, whatever its entries' fates). Set
-	// before the first call.
-	report func(err error)
+	// whole (nil: SQS answered, whatever its entries' fates), of a
+	// delete or a visibility change. Set before the first call.
+	report func(deleting bool, err error)
 }
 
 // newBatchedCalls makes the batchers of a queue. The delete batcher has at
@@ -89,7 +89,7 @@ func newBatchedCalls(client Client, queueURL string, maxDeletes int, base contex
 				QueueUrl: aws.String(queueURL),
 				Entries:  entries,
 			})
-			b.reported(err)
+			b.reported(false, err)
 			if err != nil {
 				return fill(len(es), err)
 			}
@@ -106,7 +106,7 @@ func newBatchedCalls(client Client, queueURL string, maxDeletes int, base contex
 				QueueUrl: aws.String(queueURL),
 				Entries:  entries,
 			})
-			b.reported(err)
+			b.reported(true, err)
 			if err != nil {
 				return fill(len(handles), err)
 			}
@@ -116,9 +116,9 @@ func newBatchedCalls(client Client, queueURL string, maxDeletes int, base contex
 	return b
 }
 
-func (b *batchedCalls) reported(err error) {
+func (b *batchedCalls) reported(deleting bool, err error) {
 	if b.report != nil {
-		b.report(err)
+		b.report(deleting, err)
 	}
 }
 

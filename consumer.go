@@ -45,6 +45,7 @@ type Consumer struct {
 
 	dlqWarned atomic.Bool // the missing dead-letter queue was logged
 
+	progress    progress           // for Health
 	br          *breaker           // WithBreaker; nil when off
 	aux         sync.WaitGroup     // the breaker's goroutines: releases at an opening, probes
 	probeCtx    context.Context    // a probe's context; cancelled at shutdown
@@ -74,6 +75,7 @@ type Consumer struct {
 	// Atomic so a worker can check it without the lock.
 	stopping atomic.Bool
 	fatal    error // a permanent receive error that ends Run
+	runErr   error // what Run returned, for Health
 
 	handlers   sync.WaitGroup // deliveries being handled or settled
 	hbStarters sync.WaitGroup // heartbeat group timers armed or firing
@@ -191,7 +193,7 @@ func (c *Consumer) QueueURL() string { return c.queueURL }
 // clean shutdown, the permanent error otherwise. The handlers' contexts
 // derive from context.Background, not from ctx, so cancelling ctx never
 // interrupts a handler by itself.
-func (c *Consumer) Run(ctx context.Context) error {
+func (c *Consumer) Run(ctx context.Context) (err error) {
 	if ctx == nil {
 		return errors.New("sqsconsumer: Run(nil): a context is required")
 	}
@@ -200,15 +202,25 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if !first {
 		return errors.New("sqsconsumer: Run may be called only once per Consumer")
 	}
+	c.progress.stage.Store(runStarting)
+	defer func() {
+		c.mu.Lock()
+		c.runErr = err
+		c.mu.Unlock()
+		c.progress.stage.Store(runStopped)
+	}()
 	if err := c.setup(ctx); err != nil {
 		return err
 	}
+	stamp(&c.progress.resumed)
+	c.progress.stage.Store(runRunning)
 	runCtx, fatalStop := context.WithCancel(ctx)
 	defer fatalStop()
 	c.fatalStop = fatalStop
 	c.fl.begin()
 	<-runCtx.Done()
 
+	c.progress.stage.Store(runDraining)
 	c.shutdown()
 	c.pollers.Wait()
 	close(c.quit)
@@ -439,8 +451,12 @@ func (c *Consumer) receive(n int) error {
 	cancel()
 	arrived := time.Now()
 	if err != nil {
+		msg := err.Error()
+		c.progress.recvErr.Store(&msg)
 		return err // the caller tells the flow
 	}
+	stamp(&c.progress.receive)
+	c.progress.recvErr.Store(nil)
 	msgs := out.Messages
 	if len(msgs) > n {
 		// SQS never does this; a misbehaving endpoint must not break

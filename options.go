@@ -67,9 +67,12 @@ type settings struct {
 	adaptiveMin     time.Duration
 	adaptiveMax     time.Duration
 	receivedAt      time.Time // Lease only: when SQS handed the message over
-	deadLetterURL   string    // "" = from the queue's RedrivePolicy
-	breaker         *Breaker  // nil = off
 	errs            []error
+
+	deadLetterURL string        // "" = from the queue's RedrivePolicy
+	breaker       *Breaker      // nil = off
+	stallLimit    time.Duration // Health: 0 = default
+	handlerLimit  time.Duration // Health: 0 = default
 }
 
 func defaultSettings() settings {

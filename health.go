@@ -1,0 +1,297 @@
+package sqsconsumer
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"sync/atomic"
+	"time"
+)
+
+// Health is a Consumer's health judged from its progress, for a liveness
+// or health check (Consumer.Health returns it, Consumer.HealthHandler
+// serves it). A process can be up and consume nothing: a receive that
+// keeps failing (expired credentials, a deleted queue, a network
+// partition), a handler stuck on a call that never returns. Health says
+// so from what the Consumer last completed.
+//
+// It is unhealthy when, while Run runs:
+//   - no ReceiveMessage, visibility change or delete call was answered by
+//     SQS for longer than the stall limit (while the breaker is closed:
+//     an open breaker pauses receiving on purpose);
+//   - a handler has run longer than the handler limit;
+//   - a running handler's lease is within its ceiling grace of the
+//     maximum lease duration (its context is cancelled with
+//     ErrLeaseCeiling and the message will be delivered again);
+//
+// and when Run has returned an error. It is healthy while Run drains (its
+// context is cancelled and handlers finish, as an orchestrator that sent
+// SIGTERM expects), and after Run returned nil. Before Run it is
+// unhealthy. WithHealthLimits sets the limits.
+type Health struct {
+	// Healthy is false when Problems is not empty.
+	Healthy bool `json:"healthy"`
+	// Status is "not started" (Run was not called), "starting" (Run
+	// reads the queue's attributes), "running", "draining" (Run's context
+	// was cancelled), "stopped" (Run returned nil) or "failed" (Run
+	// returned an error).
+	Status string `json:"status"`
+	// Problems says, one sentence each, why Healthy is false.
+	Problems []string `json:"problems,omitempty"`
+	// Breaker is the breaker's state ("closed", "open" or "half-open");
+	// "" without WithBreaker.
+	Breaker string `json:"breaker,omitempty"`
+	// LastReceive, LastRenewal and LastDelete are when SQS last answered
+	// a ReceiveMessage (with messages or none), a visibility change (a
+	// renewal or a release) and a delete; zero when none was.
+	LastReceive time.Time `json:"last_receive,omitzero"`
+	LastRenewal time.Time `json:"last_renewal,omitzero"`
+	LastDelete  time.Time `json:"last_delete,omitzero"`
+	// Running is the number of handlers running now; LongestHandler how
+	// long the oldest of them has run.
+	Running        int           `json:"running"`
+	LongestHandler time.Duration `json:"-"`
+	// Err is the error Run returned, if any.
+	Err error `json:"-"`
+}
+
+// MarshalJSON writes h with LongestHandler as a duration string ("1m30s")
+// and Err as its text.
+func (h Health) MarshalJSON() ([]byte, error) {
+	type plain Health
+	out := struct {
+		plain
+		LongestHandler string `json:"longest_handler,omitempty"`
+		Err            string `json:"error,omitempty"`
+	}{plain: plain(h)}
+	if h.LongestHandler > 0 {
+		out.LongestHandler = h.LongestHandler.String()
+	}
+	if h.Err != nil {
+		out.Err = h.Err.Error()
+	}
+	return json.Marshal(out)
+}
+
+// Health limits' defaults.
+const (
+	defaultStallLimit = 2 * time.Minute
+	// handlerLimitSlack is added to WithHandlerTimeout for the default
+	// handler limit: a handler still running that long after its context
+	// was cancelled ignores it.
+	handlerLimitSlack = time.Minute
+)
+
+// WithHealthLimits sets what Consumer.Health counts as a stall: stall is
+// the longest time without any ReceiveMessage, visibility change or
+// delete answered by SQS (default 0: 2 minutes, or twice the heartbeat
+// interval when that is longer, since a Consumer busy with long handlers
+// may only renew); handler is the longest a handler may run (default 0:
+// WithHandlerTimeout plus a minute when that is set, else no limit).
+// Range of each: 0 (the default) or 1 s to 24 h.
+func WithHealthLimits(stall, handler time.Duration) Option {
+	return option(func(s *settings) {
+		for _, d := range []struct {
+			name string
+			v    time.Duration
+		}{{"stall", stall}, {"handler", handler}} {
+			if d.v != 0 && (d.v < time.Second || d.v > 24*time.Hour) {
+				s.fail("WithHealthLimits: %s limit %v must be 0 (the default) or from 1s to 24h", d.name, d.v)
+			}
+		}
+		s.stallLimit, s.handlerLimit = stall, handler
+	})
+}
+
+// Run's stages, for Health.
+const (
+	runNotStarted int32 = iota
+	runStarting
+	runRunning
+	runDraining
+	runStopped
+)
+
+// progress is what a Consumer last completed, for Health: unix
+// nanoseconds, 0 for never.
+type progress struct {
+	stage   atomic.Int32
+	receive atomic.Int64
+	renewal atomic.Int64
+	delete  atomic.Int64
+	resumed atomic.Int64 // Run began running, or the breaker closed
+	recvErr atomic.Pointer[string]
+}
+
+func stamp(a *atomic.Int64) { a.Store(time.Now().UnixNano()) }
+
+func timeOf(a *atomic.Int64) time.Time {
+	if n := a.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
+// Health reports the Consumer's health now (see Health). Safe to call at
+// any time, from any goroutine; it takes a lock the Consumer takes for
+// every message, and walks the messages held, so call it every few
+// seconds, not in a loop.
+func (c *Consumer) Health() Health {
+	now := time.Now()
+	p := &c.progress
+	h := Health{
+		LastReceive: timeOf(&p.receive),
+		LastRenewal: timeOf(&p.renewal),
+		LastDelete:  timeOf(&p.delete),
+	}
+	stage := p.stage.Load()
+	switch stage {
+	case runNotStarted:
+		h.Status = "not started"
+		h.Problems = append(h.Problems, "Run has not been called")
+	case runStarting:
+		h.Status = "starting"
+	case runRunning:
+		h.Status = "running"
+	case runDraining:
+		h.Status = "draining"
+	case runStopped:
+		c.mu.Lock()
+		h.Err = c.runErr
+		c.mu.Unlock()
+		h.Status = "stopped"
+		if h.Err != nil {
+			h.Status = "failed"
+			h.Problems = append(h.Problems, fmt.Sprintf("Run returned an error: %v", h.Err))
+		}
+	}
+	closed := true
+	if c.br != nil && stage >= runRunning {
+		state, _, _ := c.br.status()
+		h.Breaker = state.String()
+		closed = state == breakerClosed
+	}
+	if stage >= runRunning && stage < runStopped {
+		h.Running, h.LongestHandler = c.handlerAges(now)
+	}
+	if stage != runRunning {
+		h.Healthy = len(h.Problems) == 0
+		return h
+	}
+
+	last := max(p.receive.Load(), p.renewal.Load(), p.delete.Load(), p.resumed.Load())
+	if idle := now.Sub(time.Unix(0, last)); closed && idle > c.stallLimit() {
+		msg := fmt.Sprintf("no ReceiveMessage, visibility change or delete was answered by SQS for %v (limit %v)", idle.Round(time.Second), c.stallLimit())
+		if e := p.recvErr.Load(); e != nil {
+			msg += "; the latest receive failed: " + *e
+		}
+		h.Problems = append(h.Problems, msg)
+	}
+	if lim := c.handlerLimit(); lim > 0 && h.LongestHandler > lim {
+		h.Problems = append(h.Problems, fmt.Sprintf("a handler has run for %v (limit %v)", h.LongestHandler.Round(time.Second), lim))
+	}
+	if ids := c.nearCeiling(now); len(ids) > 0 {
+		h.Problems = append(h.Problems, fmt.Sprintf("%d running handler(s) near the lease ceiling, their messages about to be delivered again: %v", len(ids), ids))
+	}
+	h.Healthy = len(h.Problems) == 0
+	return h
+}
+
+// stallLimit is WithHealthLimits' stall limit, or its default.
+func (c *Consumer) stallLimit() time.Duration {
+	if c.s.stallLimit > 0 {
+		return c.s.stallLimit
+	}
+	interval := c.cfg.interval
+	if c.s.adaptiveMax > 0 {
+		interval = max(interval, c.s.adaptiveMax/3)
+	}
+	return max(defaultStallLimit, 2*interval)
+}
+
+// handlerLimit is WithHealthLimits' handler limit, or its default (0:
+// none).
+func (c *Consumer) handlerLimit() time.Duration {
+	switch {
+	case c.s.handlerLimit > 0:
+		return c.s.handlerLimit
+	case c.s.handlerTimeout > 0:
+		return c.s.handlerTimeout + handlerLimitSlack
+	}
+	return 0
+}
+
+// handlerAges counts the running handlers and returns the age of the
+// oldest.
+func (c *Consumer) handlerAges(now time.Time) (running int, longest time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.fl.mu.Lock() // for slotAt; the flow never takes c.mu
+	defer c.fl.mu.Unlock()
+	for _, l := range c.inflight {
+		if !l.inHandler.Load() || l.slotAt.IsZero() {
+			continue
+		}
+		running++
+		longest = max(longest, now.Sub(l.slotAt))
+	}
+	return running, longest
+}
+
+// nearCeiling returns the IDs of the messages whose handler runs within
+// the ceiling grace of their lease's maximum duration, sorted.
+func (c *Consumer) nearCeiling(now time.Time) []string {
+	c.mu.Lock()
+	held := make([]*Lease, 0, len(c.inflight))
+	for _, l := range c.inflight {
+		if l.inHandler.Load() {
+			held = append(held, l)
+		}
+	}
+	c.mu.Unlock()
+	var ids []string
+	for _, l := range held {
+		l.mu.Lock()
+		left := l.receivedAt.Add(l.cfg.maxLease).Sub(now)
+		fired := l.ceilingFired
+		l.mu.Unlock()
+		if fired || left <= l.cfg.grace {
+			ids = append(ids, l.msg.ID)
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// HealthHandler returns an http.Handler for liveness and health checks
+// (Kubernetes probes, ECS container health checks through curl, load
+// balancer target groups): it answers GET and HEAD with 200 when Health
+// is healthy and 503 when not, with Health as a JSON body (for GET), and
+// 405 to other methods. Mount it where the orchestrator looks, e.g.
+// mux.Handle("/healthz", c.HealthHandler()).
+func (c *Consumer) HealthHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		h := c.Health()
+		body, err := json.Marshal(h)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		if h.Healthy {
+			w.WriteHeader(http.StatusOK)
+		} else {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		if r.Method == http.MethodGet {
+			_, _ = w.Write(append(body, '\n'))
+		}
+	})
+}
