@@ -94,7 +94,7 @@ func TestHealthFollowsProgress(t *testing.T) {
 		require.Equal(t, false, body["healthy"])
 		require.Equal(t, "running", body["status"])
 
-		down.down.Store(false) // SQS is back
+		down.down.Store(false)       // SQS is back
 		time.Sleep(31 * time.Second) // the backoff (at most 10 s), then a 20 s long poll
 		require.True(t, c.Health().Healthy, "healthy again after the next receive")
 
