@@ -61,7 +61,10 @@ type Breaker struct {
 	// the Consumer calls Probe (with a context cancelled after Pause, or
 	// at shutdown) and closes the breaker when it returns nil, without
 	// receiving anything while open. It is called from one goroutine at a
-	// time. Default: nil, probe with one message.
+	// time, and never after Run's context is cancelled (a Probe still
+	// running then has its context cancelled, and Run waits for it to
+	// return). A panic in it is a failed probe. Default: nil, probe with
+	// one message.
 	Probe func(ctx context.Context) error
 }
 

@@ -62,6 +62,7 @@ func TestBreakerKeepsReceiveCountsThroughAnOutage(t *testing.T) {
 			opts: func(time.Time) []Option { return nil },
 			check: func(t *testing.T, b dlqBundle, _ *receiveLog, _, _, _ time.Time) {
 				require.NotEmpty(t, b.srv.Messages(b.dlq), "every failure spent a receive count")
+				t.Logf("without a breaker: %d of 100 messages in the dead-letter queue", len(b.srv.Messages(b.dlq)))
 			},
 		},
 		{
@@ -77,10 +78,13 @@ func TestBreakerKeepsReceiveCountsThroughAnOutage(t *testing.T) {
 				for _, n := range probes {
 					require.EqualValues(t, 1, n, "a probe asks for one message")
 				}
+				most := 0
 				for _, st := range b.srv.Messages(b.url) {
 					require.True(t, st.Deleted, st.Body)
 					require.LessOrEqual(t, st.ReceiveCount, 3, "%s: at most one failure, one probe and the success", st.Body)
+					most = max(most, st.ReceiveCount)
 				}
+				t.Logf("message probes: 0 in the dead-letter queue, %d probe receives while not closed, at most %d receives per message, closed %v after the outage", len(probes), most, closed.Sub(start.Add(outage)))
 			},
 		},
 		{
@@ -106,6 +110,7 @@ func TestBreakerKeepsReceiveCountsThroughAnOutage(t *testing.T) {
 					}
 				}
 				require.LessOrEqual(t, twice, 20, "only what was held when it opened: the slots and one batch of read-ahead")
+				t.Logf("Probe: 0 in the dead-letter queue, 0 receives while open, %d of 100 messages received twice, closed %v after the outage", twice, closed.Sub(start.Add(outage)))
 			},
 		},
 	} {

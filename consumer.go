@@ -283,6 +283,7 @@ func (c *Consumer) setup(ctx context.Context) error {
 		}
 		return fmt.Errorf("sqsconsumer: reading the queue's VisibilityTimeout: %w", err)
 	}
+	attrErr := err
 	if err != nil {
 		c.log(slog.LevelDebug, "sqsconsumer: could not read the queue's attributes; advice will know less", "error", err)
 		out = &sqs.GetQueueAttributesOutput{}
@@ -290,6 +291,9 @@ func (c *Consumer) setup(ctx context.Context) error {
 	c.fifo = c.fifo || out.Attributes[string(types.QueueAttributeNameFifoQueue)] == "true"
 	if c.dlq, err = deadLetterFor(c.client, c.queueURL, c.fifo, c.s.deadLetterURL, out.Attributes); err != nil {
 		return err
+	}
+	if attrErr != nil && c.dlq.url == "" {
+		c.dlq.why = fmt.Sprintf("the queue's RedrivePolicy could not be read (%v) and WithDeadLetterQueue was not given", attrErr)
 	}
 	qs := QueueSettingsFromAttributes(out.Attributes)
 	if lease == 0 {

@@ -44,6 +44,19 @@
 // the work and before the delete. Handlers whose effects must happen once
 // use the [Idempotent] middleware.
 //
+// # When things go wrong
+//
+// A handler error wrapped with [Permanent] (an undecodable body, a schema
+// violation) moves the message to the dead-letter queue at once, with the
+// reason in its message attributes, instead of spending the redrive
+// policy's receives on it ([WithDeadLetterQueue]). A downstream outage is
+// the opposite case: every message fails through no fault of its own.
+// [WithBreaker] stops receiving after a run of failures, or while renewals
+// and deletes fail, so that no receive count is spent on the outage, and
+// probes until the downstream is back. [Consumer.Health] and
+// [Consumer.HealthHandler] report whether the Consumer makes progress, for
+// an orchestrator's health checks.
+//
 // # Using a Lease alone
 //
 // Code with its own receive loop can use [NewLease] directly: Start, do the
