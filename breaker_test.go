@@ -407,3 +407,50 @@ func TestWithBreakerValidates(t *testing.T) {
 		})
 	}
 }
+
+func TestBreakerShutdownWhileOpen(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name  string
+		probe func(ctx context.Context) error
+	}{
+		{"probe waits for its context", func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }},
+		{"probe panics", func(context.Context) error { panic("probe bug") }},
+		{"probe fails", func(context.Context) error { return errors.New("still down") }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := setup(t, nil)
+				ids := b.send(t, 3)
+				var mu sync.Mutex
+				probes := 0
+				c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+					return errors.New("down")
+				}), WithVisibilityTimeout(30*time.Second), WithBreaker(Breaker{Failures: 1, Pause: 10 * time.Second, MaxPause: 10 * time.Second,
+					Probe: func(ctx context.Context) error {
+						mu.Lock()
+						probes++
+						mu.Unlock()
+						return tt.probe(ctx)
+					}}))
+				require.NoError(t, err)
+				stop := running(t, c)
+				time.Sleep(time.Minute + 5*time.Second)
+				calls := b.srv.CallCount("ReceiveMessage")
+				begun := time.Now()
+				require.NoError(t, stop())
+				require.Less(t, time.Since(begun), 2*time.Second, "Run returns at once: nothing runs, the probe's context is cancelled")
+				require.Equal(t, calls, b.srv.CallCount("ReceiveMessage"))
+				mu.Lock()
+				defer mu.Unlock()
+				require.GreaterOrEqual(t, probes, 1)
+				for _, id := range ids {
+					require.False(t, b.state(t, id).Deleted)
+				}
+				h := c.Health()
+				require.True(t, h.Healthy)
+				require.Equal(t, "stopped", h.Status)
+			})
+		})
+	}
+}
