@@ -32,7 +32,7 @@ type Consumer struct {
 
 	runOnce sync.Once
 
-	stats *StatsRecorder // always on: Stats, Advice, adaptive leases
+	stats *statsRecorder // always on: Stats, Advice, adaptive leases
 
 	// Set up at Run, read-only afterwards.
 	cfg      leaseConfig
@@ -115,8 +115,7 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 			return nil, fmt.Errorf("%w: WithMiddleware: middleware %d returned a nil handler", ErrInvalidOption, i)
 		}
 	}
-	stats := NewStatsRecorder()
-	stats.direct = true
+	stats := newStatsRecorder()
 	s.stats = stats
 	return &Consumer{
 		client:   c,

@@ -59,7 +59,7 @@ type leaseConfig struct {
 	maxLease time.Duration // ceiling, from the latest receive
 	grace    time.Duration // cancel the handler this long before the ceiling
 	observer Observer
-	stats    *StatsRecorder // a Consumer's: counts every event
+	stats    *statsRecorder // a Consumer's: counts every event
 	calls    sqsCalls       // how the leases reach SQS
 	queueURL string
 	// settleCtx bounds the calls a lease makes on its own after an

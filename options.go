@@ -63,7 +63,7 @@ type settings struct {
 	middleware      []Middleware
 	logger          *slog.Logger
 	observer        Observer
-	stats           *StatsRecorder // a Consumer's own recorder, counted directly
+	stats           *statsRecorder // a Consumer's own recorder, counted directly
 	adaptiveMin     time.Duration
 	adaptiveMax     time.Duration
 	receivedAt      time.Time // Lease only: when SQS handed the message over

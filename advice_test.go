@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -110,148 +111,6 @@ func ev(kind EventKind, id string, since time.Duration) Event {
 	return Event{Kind: kind, QueueURL: testQueue, MessageID: id, ReceiveCount: 1, Time: base.Add(since), SinceReceive: since}
 }
 
-func TestStatsRecorderLifecycles(t *testing.T) {
-	t.Parallel()
-	s := time.Second
-	tests := []struct {
-		name      string
-		events    []Event
-		processed int64
-		max       time.Duration
-		renewals  float64
-		unstarted int64
-	}{
-		{"success is recorded at the delete", []Event{
-			ev(EventReceived, "a", 0), ev(EventStarted, "a", 2*s), ev(EventSucceeded, "a", 9*s), ev(EventDeleted, "a", 10*s),
-		}, 1, 10 * s, 0, 0},
-		{"failure is recorded at the release", []Event{
-			ev(EventReceived, "a", 0), ev(EventStarted, "a", 0), ev(EventFailed, "a", 4*s), ev(EventReleased, "a", 5*s),
-		}, 1, 5 * s, 0, 0},
-		{"an unstarted release at shutdown is only counted", []Event{
-			ev(EventReceived, "a", 0), ev(EventReleased, "a", 3*s),
-		}, 0, 0, 0, 1},
-		{"a lease lost while the handler runs is recorded at its return", []Event{
-			ev(EventReceived, "a", 0), ev(EventStarted, "a", 0), ev(EventRenewed, "a", 10*s), ev(EventLeaseLost, "a", 20*s), ev(EventFailed, "a", 45*s),
-		}, 1, 45 * s, 1, 0},
-		{"a lease that expires after the handler returned is recorded at once", []Event{
-			ev(EventReceived, "a", 0), ev(EventStarted, "a", 0), ev(EventSucceeded, "a", 5*s), ev(EventLeaseExpired, "a", 30*s),
-		}, 1, 30 * s, 0, 0},
-		{"a lease from NewLease has no receive or start events", []Event{
-			ev(EventRenewed, "a", 10*s), ev(EventRenewed, "a", 20*s), ev(EventDeleted, "a", 25*s),
-		}, 1, 25 * s, 2, 0},
-		{"a lone delete is recorded", []Event{ev(EventDeleted, "a", 3*s)}, 1, 3 * s, 0, 0},
-		{"two messages, renewals per message", []Event{
-			ev(EventReceived, "a", 0), ev(EventReceived, "b", 0), ev(EventStarted, "a", 0), ev(EventStarted, "b", 0),
-			ev(EventRenewed, "a", 10*s), ev(EventRenewed, "a", 20*s), ev(EventRenewed, "a", 30*s),
-			ev(EventSucceeded, "b", 5*s), ev(EventDeleted, "b", 5*s), ev(EventSucceeded, "a", 35*s), ev(EventDeleted, "a", 35*s),
-		}, 2, 35 * s, 1.5, 0},
-		{"the ceiling is counted and the release recorded", []Event{
-			ev(EventReceived, "a", 0), ev(EventStarted, "a", 0), ev(EventCeilingReached, "a", 11*time.Hour), ev(EventFailed, "a", 11*time.Hour+s), ev(EventReleased, "a", 11*time.Hour+2*s),
-		}, 1, 11*time.Hour + 2*s, 0, 0},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			r := NewStatsRecorder()
-			for _, e := range tt.events {
-				r.Observe(e)
-			}
-			st := r.Stats()
-			require.Equal(t, tt.processed, st.Processed, "processed")
-			require.InEpsilon(t, float64(tt.max+1), float64(st.Max+1), 0.001, "max: got %v, want %v", st.Max, tt.max)
-			require.InDelta(t, tt.renewals, st.RenewalsPerMessage, 1e-9, "renewals per message")
-			require.Equal(t, tt.unstarted, st.ReleasedUnstarted, "unstarted releases")
-			require.Empty(t, r.msgs, "no per-message state left behind")
-		})
-	}
-}
-
-func TestStatsRecorderCounts(t *testing.T) {
-	t.Parallel()
-	r := NewStatsRecorder()
-	kinds := []EventKind{EventReceived, EventAdopted, EventStarted, EventSucceeded, EventFailed, EventRenewed,
-		EventRenewalFailed, EventLeaseLost, EventLeaseExpired, EventCeilingReached, EventDeleted, EventReleased}
-	for i, k := range kinds {
-		for j := range i + 1 {
-			e := ev(k, strconv.Itoa(j), time.Second)
-			e.ReceiveCount = j%3 + 1
-			r.Observe(e)
-		}
-	}
-	st := r.Stats()
-	got := []int64{st.Received, st.Adopted, st.Started, st.Succeeded, st.Failed, st.Renewals,
-		st.RenewalFailures, st.LeasesLost, st.LeasesExpired, st.CeilingHits, st.Deleted, st.Released}
-	for i := range kinds {
-		require.Equal(t, int64(i+1), got[i], "count of %s", kinds[i])
-	}
-	require.Equal(t, map[int]int64{1: 1}, st.ReceiveCounts, "receive counts come from EventReceived")
-	require.Equal(t, int64(2), st.Redeliveries(), "adoptions are redeliveries")
-
-	// A receive count above SQS's maximum maxReceiveCount is counted at 1000.
-	e := ev(EventReceived, "x", 0)
-	e.ReceiveCount = 5000
-	r.Observe(e)
-	require.Equal(t, int64(1), r.Stats().ReceiveCounts[1000])
-}
-
-func TestStatsRecorderForgetsStaleMessages(t *testing.T) {
-	t.Parallel()
-	r := NewStatsRecorder()
-	r.Observe(ev(EventReceived, "stuck", 0)) // its lease is stopped and never settled
-	for i := range 5000 {
-		r.Observe(ev(EventRenewed, "later-"+strconv.Itoa(i%10), 14*time.Hour))
-	}
-	r.mu.Lock()
-	_, ok := r.msgs[msgKey{testQueue, "stuck"}]
-	n := len(r.msgs)
-	r.mu.Unlock()
-	require.False(t, ok, "a message unseen for 13 h is forgotten")
-	require.Equal(t, 10, n)
-}
-
-func TestStatsRecorderBoundsItsState(t *testing.T) {
-	t.Parallel()
-	r := NewStatsRecorder()
-	for i := range maxTrackedMessages + 100 {
-		r.Observe(ev(EventReceived, strconv.Itoa(i), 0))
-	}
-	r.mu.Lock()
-	n := len(r.msgs)
-	r.mu.Unlock()
-	require.Equal(t, maxTrackedMessages, n)
-	require.Equal(t, int64(maxTrackedMessages+100), r.Stats().Received)
-}
-
-func TestStatsRecorderConcurrent(t *testing.T) {
-	t.Parallel()
-	r := NewStatsRecorder()
-	const workers, each = 8, 500
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for i := range each {
-				id := fmt.Sprintf("%d-%d", w, i)
-				d := time.Duration(i+1) * time.Millisecond
-				r.Observe(ev(EventReceived, id, 0))
-				r.Observe(ev(EventStarted, id, 0))
-				r.Observe(ev(EventRenewed, id, d/2))
-				r.Observe(ev(EventSucceeded, id, d))
-				r.Observe(ev(EventDeleted, id, d))
-				if i%50 == 0 {
-					_ = r.Stats()
-				}
-			}
-		})
-	}
-	wg.Wait()
-	st := r.Stats()
-	require.Equal(t, int64(workers*each), st.Processed)
-	require.InDelta(t, 1.0, st.RenewalsPerMessage, 1e-9)
-	require.InDelta(t, 1.0, st.RenewedShare, 1e-9)
-	require.InEpsilon(t, float64(each*time.Millisecond), float64(st.Max), 0.001)
-	require.InEpsilon(t, float64(250*time.Millisecond), float64(st.P50), 0.04)
-}
-
 // transcoding returns n durations whose p50, p90, p99 and p99.9 are those
 // of a video-transcoding service (22 s, 95 s, 310 s, 540 s): the quantile
 // function is interpolated log-linearly between those points (from 2 s at
@@ -287,7 +146,7 @@ func TestAdviceTranscoding(t *testing.T) {
 			j := (i * 7919) % len(durations)
 			durations[i], durations[j] = durations[j], durations[i]
 		}
-		rec := NewStatsRecorder()
+		rec := newStatsRecorder()
 		const workers, lease = 50, 120 * time.Second
 		jobs := make(chan int)
 		var wg sync.WaitGroup
@@ -393,7 +252,7 @@ func hasTopic(a Advice, topic Topic) bool {
 
 // statsOf records durations as deleted messages and returns the stats.
 func statsOf(durations ...time.Duration) Stats {
-	r := NewStatsRecorder()
+	r := newStatsRecorder()
 	for i, d := range durations {
 		id := strconv.Itoa(i)
 		r.Observe(ev(EventReceived, id, 0))
@@ -424,7 +283,7 @@ func TestAdvise(t *testing.T) {
 		q     QueueSettings
 		check func(t *testing.T, a Advice)
 	}{
-		{"nothing processed", NewStatsRecorder().Stats(), QueueSettings{VisibilityTimeout: 30 * time.Second, MaxReceiveCount: 5},
+		{"nothing processed", newStatsRecorder().Stats(), QueueSettings{VisibilityTimeout: 30 * time.Second, MaxReceiveCount: 5},
 			func(t *testing.T, a Advice) {
 				require.Equal(t, SeverityInfo, find(t, a, TopicData).Severity)
 				require.Zero(t, a.VisibilityTimeout)
@@ -554,7 +413,7 @@ func with(s Stats, f func(*Stats)) Stats {
 
 func TestAdaptiveFollowsShift(t *testing.T) {
 	t.Parallel()
-	r := NewStatsRecorder()
+	r := newStatsRecorder()
 	const lo, hi, fallback = 15 * time.Second, 30 * time.Minute, 45 * time.Second
 	settle := func(i int, d time.Duration) {
 		id := strconv.Itoa(i)
@@ -656,7 +515,7 @@ func TestFormatting(t *testing.T) {
 }
 
 func ExampleStats_Advise() {
-	rec := NewStatsRecorder() // give it to New with WithObserver(rec)
+	rec := newStatsRecorder()
 	// Simulate 1,000 messages that each took 4 to 8 s from receive to delete.
 	for i := range 1000 {
 		id := strconv.Itoa(i)
@@ -674,26 +533,6 @@ func ExampleStats_Advise() {
 	// info visibility_timeout: lease 30s is 1.9× the 16s recommended (p99 8s × 2 = 16s): it works, but a crashed consumer's messages stay invisible up to 30s instead of 16s
 	// info time_to_dlq: a message whose consumer crashes or times out on every attempt reaches the DLQ after maxReceiveCount 5 × the current 30s lease = 150s (at the recommended 16s lease: 80s), <0.1% of retention (96h); a handler that hangs is renewed up to the maximum lease duration on each attempt, so bound handlers with WithHandlerTimeout
 	// info redelivery: every receive was a first delivery (receive counts 1:1000): no sign of overrun
-}
-
-// BenchmarkStatsRecorder measures the recorder's cost per message: the
-// five events of a message that is received, handled, renewed once and
-// deleted.
-func BenchmarkStatsRecorder(b *testing.B) {
-	r := NewStatsRecorder()
-	kinds := []EventKind{EventReceived, EventStarted, EventRenewed, EventSucceeded, EventDeleted}
-	ids := make([]string, 1024)
-	for i := range ids {
-		ids[i] = strconv.Itoa(i)
-	}
-	i := 0
-	for b.Loop() {
-		id := ids[i%len(ids)]
-		for _, k := range kinds {
-			r.Observe(Event{Kind: k, QueueURL: testQueue, MessageID: id, ReceiveCount: 1, SinceReceive: time.Duration(i%5000) * time.Millisecond})
-		}
-		i++
-	}
 }
 
 func parseDur(t *testing.T, s string) time.Duration {
@@ -928,3 +767,24 @@ func TestStatsLogJSON(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(lines[2]), &rec), lines[2])
 	require.Equal(t, map[string]any{"topic": "redelivery", "severity": "info", "message": "fine"}, rec.Recommendation, "no value: none logged")
 }
+
+// Observe feeds the recorder as a Consumer would: counts, and a
+// settlement at each delete or release with the renewals counted since the
+// message's receive.
+func (r *statsRecorder) Observe(e Event) {
+	r.countKind(e.Kind, e.ReceiveCount)
+	key := fmt.Sprintf("%p/%s", r, e.MessageID)
+	switch e.Kind {
+	case EventRenewed:
+		n, _ := testRenewals.LoadOrStore(key, new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
+	case EventDeleted, EventReleased:
+		var renewals int
+		if n, ok := testRenewals.LoadAndDelete(key); ok {
+			renewals = int(n.(*atomic.Int64).Load())
+		}
+		r.settled(e.SinceReceive, renewals)
+	}
+}
+
+var testRenewals sync.Map // "recorder/message id" → *atomic.Int64
