@@ -583,6 +583,7 @@ func (c *Consumer) handle(d *Lease) {
 		c.settle(d, nil, false)
 		return
 	}
+	d.handlerStarted(time.Now())
 	c.observe(EventStarted, d.msg, nil)
 	ctx := d.ctx
 	if c.s.handlerTimeout > 0 {
@@ -713,7 +714,7 @@ func (c *Consumer) settle(l *Lease, err error, ran bool) {
 		}
 		c.log(slog.LevelDebug, "sqsconsumer: handler failed; message released", "message_id", m.ID, "error", err, "retry_after", after.String())
 	}
-	c.finish(l, failed, ran)
+	c.finish(l, failed, ran, err)
 }
 
 // deleted finishes a succeeded handler's message once its delete returned
@@ -722,13 +723,13 @@ func (c *Consumer) deleted(l *Lease, err error) {
 	if err != nil {
 		c.log(slog.LevelError, "sqsconsumer: handler succeeded but the message could not be deleted; it will be delivered again", "message_id", l.msg.ID, "error", err)
 	}
-	c.finish(l, err != nil, true)
+	c.finish(l, err != nil, true, nil)
 }
 
 // finish ends a settled delivery: it stops the lease, records the figures,
 // frees the slot, moves the FIFO group on (handing the rest of the group
 // back when this one failed) and marks the delivery handled.
-func (c *Consumer) finish(l *Lease, failed, ran bool) {
+func (c *Consumer) finish(l *Lease, failed, ran bool, doneErr error) {
 	defer c.handlers.Done()
 	m := l.msg
 	l.Stop()
@@ -737,6 +738,7 @@ func (c *Consumer) finish(l *Lease, failed, ran bool) {
 	} else {
 		c.stats.unstarted()
 	}
+	c.observe(EventDone, m, doneErr)
 
 	var next *Lease
 	var drop []*Lease
@@ -790,6 +792,7 @@ func (c *Consumer) settleUnstarted(d *Lease) {
 	}
 	d.Stop()
 	c.stats.unstarted()
+	c.observe(EventDone, d.msg, nil)
 	c.mu.Lock()
 	if c.inflight[d.msg.ID] == d {
 		delete(c.inflight, d.msg.ID)
@@ -925,6 +928,7 @@ func (c *Consumer) observeCount(kind EventKind, m *Message, count int, err error
 		GroupID:      m.GroupID,
 		Time:         now,
 		SinceReceive: now.Sub(m.Lease.arrived),
+		SinceStart:   m.Lease.sinceHandlerStart(now),
 		Err:          err,
 		Message:      m,
 	})

@@ -707,7 +707,7 @@ func TestObserverSeesTheLifeOfAMessage(t *testing.T) {
 			kinds = append(kinds, e.Kind.String())
 			require.NotNil(t, e.Message)
 		}
-		require.Equal(t, "received,started,renewed,renewed,succeeded,deleted", strings.Join(kinds, ","))
+		require.Equal(t, "received,started,renewed,renewed,succeeded,deleted,done", strings.Join(kinds, ","))
 		last := rec.events[len(rec.events)-1]
 		require.Equal(t, 25*time.Second+batchWindow, last.SinceReceive)
 	})

@@ -165,6 +165,7 @@ type Lease struct {
 	started      bool
 	stopped      bool
 	hbRunning    bool      // the heartbeat goroutine has begun
+	handlerStart time.Time // when a Consumer called the handler (zero before)
 	groupIdx     uint8     // l's index in group.leases
 	receivedAt   time.Time // latest receive's hand-over estimate: the ceiling counts from it
 	deadline     time.Time // confirmed (or, before any call, estimated) end of visibility
@@ -933,6 +934,7 @@ func (l *Lease) expire(deadline time.Time) {
 func (l *Lease) emit(kind EventKind, vis time.Duration, err error) {
 	l.mu.Lock()
 	count := int(l.receiveCount)
+	handlerStart := l.handlerStart
 	l.mu.Unlock()
 	if l.cfg.stats != nil {
 		l.cfg.stats.countKind(kind, count)
@@ -949,6 +951,7 @@ func (l *Lease) emit(kind EventKind, vis time.Duration, err error) {
 		GroupID:      l.msg.GroupID,
 		Time:         now,
 		SinceReceive: now.Sub(l.arrived),
+		SinceStart:   since(now, handlerStart),
 		Visibility:   vis,
 		Err:          err,
 		Message:      l.msg,
@@ -960,4 +963,27 @@ func (l *Lease) log(level slog.Level, msg string, args ...any) {
 		return
 	}
 	logSafely(l.cfg.logger, level, msg, append([]any{"message_id", l.msg.ID, "queue_url", l.cfg.queueURL}, args...)...)
+}
+
+// since is now − t, 0 when t is zero (not happened).
+func since(now, t time.Time) time.Duration {
+	if t.IsZero() {
+		return 0
+	}
+	return now.Sub(t)
+}
+
+// handlerStarted records when the Consumer called the handler, for the
+// events' SinceStart.
+func (l *Lease) handlerStarted(t time.Time) {
+	l.mu.Lock()
+	l.handlerStart = t
+	l.mu.Unlock()
+}
+
+// sinceHandlerStart is now − the handler's start, 0 if it has not started.
+func (l *Lease) sinceHandlerStart(now time.Time) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return since(now, l.handlerStart)
 }
