@@ -32,7 +32,8 @@ var (
 	// not finish within the shutdown timeout.
 	ErrShutdown = errors.New("sqsconsumer: consumer shut down before the handler finished")
 	// ErrLeaseSettled is returned by Delete, Release and Extend on a lease
-	// that was already deleted, released or stopped.
+	// that was already deleted, released or stopped (Lease.Stop leaves the
+	// message to SQS: it comes back when its visibility runs out).
 	ErrLeaseSettled = errors.New("sqsconsumer: lease already settled")
 	// ErrInvalidOption wraps every validation error New and NewLease return.
 	ErrInvalidOption = errors.New("sqsconsumer: invalid option")

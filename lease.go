@@ -292,11 +292,14 @@ func (l *Lease) start(ctx context.Context, g *hbGroup) context.Context {
 	return l.ctx
 }
 
-// Stop ends the heartbeat and waits for its goroutine to return, cancels the
-// context Start returned (cause ErrLeaseSettled) and any SQS call the
-// heartbeat has in flight. It does not delete or release the message: its
-// visibility runs out at Deadline. Safe to call more than once and before
-// Start.
+// Stop ends the lease: it ends the heartbeat and waits for its goroutine to
+// return, cancels the context Start returned (cause ErrLeaseSettled) and
+// any SQS call the heartbeat has in flight. It does not delete or release
+// the message, which SQS delivers again when its visibility runs out (at
+// Deadline); Delete, Release and Extend called after Stop return
+// ErrLeaseSettled without calling SQS. A Delete or Release already in
+// flight completes. Safe to call more than once and before Start. Call it
+// when the work is over, after Delete or Release (defer l.Stop()).
 func (l *Lease) Stop() {
 	l.mu.Lock()
 	l.stopped = true
@@ -411,6 +414,9 @@ func (l *Lease) stateErrLocked(settledIsErr bool) error {
 		if settledIsErr {
 			return ErrLeaseSettled
 		}
+	}
+	if settledIsErr && l.stopped {
+		return fmt.Errorf("%w: Stop was called; the message is left to SQS", ErrLeaseSettled)
 	}
 	return nil
 }

@@ -683,3 +683,30 @@ func TestLeaseNilContexts(t *testing.T) {
 		require.ErrorIs(t, context.Cause(ctx), ErrLeaseSettled)
 	})
 }
+
+// Stop ends the lease: Delete, Release and Extend after it are refused
+// without calling SQS, and the message comes back when its visibility runs
+// out. ErrLeaseSettled's documentation promises exactly this.
+func TestLeaseCallsAfterStopAreRefused(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		msg, sent := b.receive(t, "hello", 30*time.Second)
+		l := b.lease(t, msg, sent)
+		ctx := l.Start(context.Background())
+		time.Sleep(5 * time.Second)
+		l.Stop()
+		require.ErrorIs(t, context.Cause(ctx), ErrLeaseSettled)
+		calls := b.srv.Calls()
+		require.ErrorIs(t, l.Delete(context.Background()), ErrLeaseSettled)
+		require.ErrorIs(t, l.Release(context.Background(), 0), ErrLeaseSettled)
+		require.ErrorIs(t, l.Extend(context.Background(), time.Minute), ErrLeaseSettled)
+		require.Equal(t, calls, b.srv.Calls(), "no SQS call after Stop")
+		require.NoError(t, l.Err(), "stopping is not a failure of the lease")
+		st := b.state(t, *msg.MessageId)
+		require.False(t, st.Deleted)
+		time.Sleep(30 * time.Second)
+		again, _ := b.receiveNext(t, 30*time.Second)
+		require.Equal(t, *msg.MessageId, *again.MessageId, "delivered again when its visibility ran out")
+	})
+}
