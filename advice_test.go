@@ -195,7 +195,7 @@ func TestAdviceTranscoding(t *testing.T) {
 			VisibilityTimeout: 10 * time.Minute, // a generous constant, sized for the tail
 			MaxReceiveCount:   3,
 			RetentionPeriod:   4 * 24 * time.Hour,
-			ShutdownTimeout:   DefaultShutdownTimeout,
+			ShutdownTimeout:   defaultShutdownTimeout,
 		})
 		t.Log("\n" + adv.String())
 

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -271,8 +270,8 @@ func (c *Consumer) setup(ctx context.Context) error {
 			return fmt.Errorf("sqsconsumer: queue VisibilityTimeout %q is not a number", out.Attributes[string(types.QueueAttributeNameVisibilityTimeout)])
 		}
 		lease = time.Duration(secs) * time.Second
-		if lease < MinVisibilityTimeout {
-			return fmt.Errorf("%w: the queue's VisibilityTimeout (%v) is below %v, too short to renew; set WithVisibilityTimeout", ErrInvalidOption, lease, MinVisibilityTimeout)
+		if lease < minVisibilityTimeout {
+			return fmt.Errorf("%w: the queue's VisibilityTimeout (%v) is below %v, too short to renew; set WithVisibilityTimeout", ErrInvalidOption, lease, minVisibilityTimeout)
 		}
 	}
 	cfg, err := c.s.leaseConfig(lease)
@@ -463,12 +462,8 @@ const receiveCallTimeout = 10 * time.Second
 // receiveBackoff is the pause after the n-th consecutive receive failure:
 // 100 ms doubling to 10 s, jittered.
 func receiveBackoff(n int) time.Duration {
-	d := 100 * time.Millisecond
-	for i := 0; i < n && d < 10*time.Second; i++ {
-		d *= 2
-	}
-	d = min(d, 10*time.Second)
-	return d/2 + rand.N(d/2+1)
+	d := backoffDelay(n, 100*time.Millisecond, 10*time.Second)
+	return between(d/2, d)
 }
 
 // dispatch takes one received message, counted as waiting in the flow: a

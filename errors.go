@@ -255,14 +255,6 @@ func errorIdentity(err error) string {
 	return err.Error()
 }
 
-// IsLeaseLost reports whether err, returned by an SQS ChangeMessageVisibility
-// or DeleteMessage call (or by this library), means the receipt handle is no
-// longer usable. It knows every form SQS uses for that answer, including the
-// InvalidParameterValue messages that arrive as *smithy.GenericAPIError.
-func IsLeaseLost(err error) bool {
-	return errors.Is(err, ErrLeaseLost) || classify(err) == kindLost
-}
-
 // EntryError is the error of one failed entry of a batch call, routed back
 // to the lease that asked for it.
 type EntryError struct {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -193,7 +192,7 @@ type Lease struct {
 // call per request (a Consumer's leases share batch calls instead).
 //
 // The lease assumes m was received with a visibility timeout equal to the
-// lease length (WithVisibilityTimeout, default DefaultVisibilityTimeout),
+// lease length (WithVisibilityTimeout, default 30 s),
 // counted from WithReceivedAt (default: one second before NewLease, the
 // estimate HandoverTime makes for an answer that just arrived). NewLease returns an error
 // wrapping ErrInvalidOption for a nil client, an empty queue URL, a message
@@ -206,7 +205,7 @@ func NewLease(c Client, queueURL string, m types.Message, opts ...LeaseOption) (
 	errs = append(errs, s.errs...)
 	lease := s.visibility
 	if lease == 0 {
-		lease = DefaultVisibilityTimeout
+		lease = defaultVisibilityTimeout
 	}
 	cfg, err := s.leaseConfig(lease)
 	errs = append(errs, err)
@@ -388,11 +387,7 @@ func (l *Lease) Deadline() time.Time {
 // says otherwise. It never changes; safe for concurrent use.
 func (l *Lease) Length() time.Duration { return l.cfg.lease }
 
-// MessageID returns the ID of the leased message.
-func (l *Lease) MessageID() string { return l.msg.ID }
 
-// QueueURL returns the URL of the queue the message came from.
-func (l *Lease) QueueURL() string { return l.cfg.queueURL }
 
 // Err reports why the lease ended: nil while it is active or after a
 // successful Delete or Release; an error matching ErrLeaseLost or
@@ -880,24 +875,8 @@ func (l *Lease) supersededSince(gen uint32) bool {
 // failed call: 200 ms doubling, capped at a quarter of the heartbeat
 // interval (at least 200 ms), uniformly jittered in [d/2, d].
 func (l *Lease) retryDelay(n int) time.Duration {
-	d := 200 * time.Millisecond
-	limit := max(l.cfg.interval/4, 200*time.Millisecond)
-	for i := 0; i < n && d < limit; i++ {
-		d *= 2
-	}
-	d = min(d, limit)
-	return d/2 + rand.N(d/2+1)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	d := backoffDelay(n, 200*time.Millisecond, max(l.cfg.interval/4, 200*time.Millisecond))
+	return between(d/2, d)
 }
 
 // lose marks the lease lost and cancels the handler's context.

@@ -276,7 +276,7 @@ func TestLeaseLost(t *testing.T) {
 				<-ctx.Done()
 				require.Equal(t, sent.Add(10*time.Second), time.Now(), "lost at the first renewal")
 				require.ErrorIs(t, context.Cause(ctx), ErrLeaseLost)
-				require.True(t, IsLeaseLost(context.Cause(ctx)))
+				require.ErrorIs(t, context.Cause(ctx), ErrLeaseLost)
 				cmv := b.srv.CallCount("ChangeMessageVisibility")
 				time.Sleep(time.Minute)
 				require.Equal(t, cmv, b.srv.CallCount("ChangeMessageVisibility"), "the heartbeat stopped at once")
@@ -503,13 +503,15 @@ func TestLeaseOnDeadline(t *testing.T) {
 	})
 }
 
-func TestIsLeaseLost(t *testing.T) {
+// Every form SQS uses to say a receipt handle is unusable is classified
+// as a lost lease, including the InvalidParameterValue messages that arrive
+// as *smithy.GenericAPIError.
+func TestClassifyLostHandles(t *testing.T) {
 	t.Parallel()
-	require.True(t, IsLeaseLost(ErrLeaseLost))
-	require.True(t, IsLeaseLost(&types.ReceiptHandleIsInvalid{}))
-	require.True(t, IsLeaseLost(&EntryError{Code: "ReceiptHandleIsInvalid", Message: "The receipt handle has expired"}))
-	require.False(t, IsLeaseLost(errors.New("boom")))
-	require.False(t, IsLeaseLost(&EntryError{Code: "RequestThrottled"}))
+	require.Equal(t, kindLost, classify(&types.ReceiptHandleIsInvalid{}))
+	require.Equal(t, kindLost, classify(&EntryError{Code: "ReceiptHandleIsInvalid", Message: "The receipt handle has expired"}))
+	require.NotEqual(t, kindLost, classify(errors.New("boom")))
+	require.NotEqual(t, kindLost, classify(&EntryError{Code: "RequestThrottled"}))
 }
 
 // One option value configures a Consumer and a standalone Lease alike.

@@ -52,7 +52,10 @@ func TestEventsAreSelfSufficient(t *testing.T) {
 	}{
 		{"success", func(ctx context.Context, m *Message) error { time.Sleep(7 * time.Second); return nil },
 			0, nil, 7 * time.Second, []EventKind{EventReceived, EventStarted, EventSucceeded, EventDeleted, EventDone}},
-		{"failure", func(ctx context.Context, m *Message) error { time.Sleep(3 * time.Second); return RetryAfter(errBoom, time.Hour) },
+		{"failure", func(ctx context.Context, m *Message) error {
+			time.Sleep(3 * time.Second)
+			return RetryAfter(errBoom, time.Hour)
+		},
 			0, errBoom, 3 * time.Second, []EventKind{EventReceived, EventStarted, EventFailed, EventReleased, EventDone}},
 		{"renewed, then success", func(ctx context.Context, m *Message) error { time.Sleep(25 * time.Second); return nil },
 			0, nil, 25 * time.Second, []EventKind{EventReceived, EventStarted, EventRenewed, EventRenewed, EventSucceeded, EventDeleted, EventDone}},
