@@ -952,4 +952,3 @@ func TestMemoryStoreSweepsExpiredRecords(t *testing.T) {
 		require.Equal(t, 2, s.size(), "got %d records, want long and new", s.size())
 	})
 }
-

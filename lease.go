@@ -387,8 +387,6 @@ func (l *Lease) Deadline() time.Time {
 // says otherwise. It never changes; safe for concurrent use.
 func (l *Lease) Length() time.Duration { return l.cfg.lease }
 
-
-
 // Err reports why the lease ended: nil while it is active or after a
 // successful Delete or Release; an error matching ErrLeaseLost or
 // ErrLeaseExpired otherwise.
