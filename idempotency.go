@@ -60,8 +60,8 @@ var (
 	// over the configured size limit.
 	ErrResultTooLarge = errors.New("sqsconsumer: idempotency result too large")
 	// ErrNotIdempotent is returned by SetIdempotencyResult when the context
-	// does not come from a handler wrapped by Idempotent.
-	ErrNotIdempotent = errors.New("sqsconsumer: context has no idempotency claim (handler not wrapped by Idempotent)")
+	// does not come from a handler wrapped by NewIdempotent's middleware.
+	ErrNotIdempotent = errors.New("sqsconsumer: context has no idempotency claim (handler not wrapped by NewIdempotent's middleware)")
 )
 
 // IdempotencyStore records, for each idempotency key, that a worker is
@@ -144,7 +144,7 @@ type ClaimResult struct {
 	Until time.Time
 }
 
-// IdempotencyClaim identifies the claim the Idempotent middleware holds
+// IdempotencyClaim identifies the claim the NewIdempotent middleware holds
 // for the message being handled; stores that let a handler complete the
 // claim in its own transaction (pgstore.Store.CompleteInTx) need it.
 type IdempotencyClaim struct {
@@ -184,7 +184,7 @@ func (c *idemCtx) Value(key any) any {
 
 // ClaimFromContext returns the idempotency claim of the handler call ctx
 // belongs to, and false when ctx does not come from a handler wrapped by
-// Idempotent.
+// NewIdempotent's middleware.
 func ClaimFromContext(ctx context.Context) (IdempotencyClaim, bool) {
 	c, ok := ctx.Value(idemCallKey{}).(*idemCall)
 	if !ok {
@@ -198,7 +198,7 @@ func ClaimFromContext(ctx context.Context) (IdempotencyClaim, bool) {
 // hands it to the WithDuplicateHook hook. A later call replaces an earlier
 // one. It returns ErrResultTooLarge for more than the limit
 // (WithMaxResultSize, default 64 KiB) and ErrNotIdempotent when ctx does not
-// come from a handler wrapped by Idempotent. Safe for concurrent use.
+// come from a handler wrapped by NewIdempotent's middleware. Safe for concurrent use.
 func SetIdempotencyResult(ctx context.Context, result []byte) error {
 	c, ok := ctx.Value(idemCallKey{}).(*idemCall)
 	if !ok {
@@ -214,7 +214,7 @@ func SetIdempotencyResult(ctx context.Context, result []byte) error {
 	return nil
 }
 
-// IdempotencyOption configures Idempotent.
+// IdempotencyOption configures NewIdempotent.
 type IdempotencyOption func(*idempotencyConfig) error
 
 type idempotencyConfig struct {
