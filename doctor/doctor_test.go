@@ -13,16 +13,15 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/sqskit/sqsconsumer"
 	"github.com/sqskit/sqsconsumer/sqstest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const (
-	info  = sqsconsumer.SeverityInfo
-	warn  = sqsconsumer.SeverityWarn
-	fail  = sqsconsumer.SeverityError
+	info  = SeverityInfo
+	warn  = SeverityWarn
+	fail  = SeverityError
 	day   = 24 * 3600
 	week2 = 14 * day
 )
@@ -62,7 +61,7 @@ func TestCheckFindings(t *testing.T) {
 		queues   []queueSpec // the last one is checked
 		opts     Options
 		check    CheckName
-		severity sqsconsumer.Severity
+		severity Severity
 		contains string
 	}{
 		{"no DLQ on a standard queue", []queueSpec{{"work", map[string]string{"ReceiveMessageWaitTimeSeconds": "20"}}},
@@ -97,10 +96,10 @@ func TestCheckFindings(t *testing.T) {
 		{"heartbeat lease too short", healthy(map[string]string{"VisibilityTimeout": "5"}), Options{P99: time.Minute, Heartbeat: true},
 			CheckVisibilityP99, warn, "below 10s"},
 		{"heartbeat lease far too long", healthy(map[string]string{"VisibilityTimeout": "3600"}), Options{P99: 10 * time.Second, Heartbeat: true},
-			CheckVisibilityP99, warn, "far above the recommended lease 20s (180×) while consumers renew their leases: a crashed consumer's messages stay invisible 1h for nothing; use 20s (p99 10s × 2, at least 10s)"},
+			CheckVisibilityP99, warn, "lease 1h is 180× the 20s the work needs (p99 10s × 2 = 20s): a crashed consumer's messages stay invisible up to 1h instead of 20s"},
 		{"heartbeat lease too long for a short p99", healthy(map[string]string{"VisibilityTimeout": "30"}), Options{P99: time.Second, Heartbeat: true},
-			CheckVisibilityP99, warn, "is above the recommended lease 10s (3×)"},
-		{"heartbeat lease fine", healthy(nil), Options{P99: time.Minute, Heartbeat: true}, CheckVisibilityP99, info, "with renewals"},
+			CheckVisibilityP99, warn, "lease 30s is 3× the 10s the work needs (p99 1s × 2 = 2s, raised to the 10s floor)"},
+		{"heartbeat lease fine", healthy(nil), Options{P99: time.Minute, Heartbeat: true}, CheckVisibilityP99, info, "live on renewals"},
 		{"Lambda: below 6 × timeout + window", healthy(map[string]string{"VisibilityTimeout": "60"}),
 			Options{LambdaTimeout: 30 * time.Second, BatchingWindow: 2 * time.Second}, CheckLambda, fail, "at least 182 seconds"},
 		{"Lambda: covered", healthy(map[string]string{"VisibilityTimeout": "182"}),
@@ -108,7 +107,7 @@ func TestCheckFindings(t *testing.T) {
 		{"shutdown longer than the lease", healthy(nil), Options{ShutdownTimeout: time.Minute}, CheckShutdown, warn, "only duplicates work"},
 		{"shutdown longer than the lease with renewals", healthy(nil), Options{ShutdownTimeout: time.Minute, Heartbeat: true}, CheckShutdown, info, "fits"},
 		{"shutdown below p99", healthy(map[string]string{"VisibilityTimeout": "120"}), Options{ShutdownTimeout: 20 * time.Second, P99: 40 * time.Second},
-			CheckShutdown, warn, "below p99 40s"},
+			CheckShutdown, warn, "below p99 (40s)"},
 		{"shutdown fits", healthy(nil), Options{ShutdownTimeout: 20 * time.Second}, CheckShutdown, info, "fits"},
 	}
 	for _, tt := range tests {
@@ -265,7 +264,7 @@ func TestRetentionThresholds(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		retention time.Duration
-		severity  sqsconsumer.Severity
+		severity  Severity
 		contains  string
 	}{
 		{time.Minute, fail, "MessageRetentionPeriod 1m is below 1d"},
@@ -312,7 +311,7 @@ func TestTimeToDLQFollowsTheRatio(t *testing.T) {
 	const ret = 96 * time.Hour // 4 receives × 6h is a quarter
 	tests := []struct {
 		vis      time.Duration
-		severity sqsconsumer.Severity
+		severity Severity
 		contains string
 		ratio    float64
 	}{
