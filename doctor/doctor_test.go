@@ -22,8 +22,8 @@ const (
 	info  = SeverityInfo
 	warn  = SeverityWarn
 	fail  = SeverityError
-	day   = 24 * 3600
-	week2 = 14 * day
+	days  = 24 * 3600
+	week2 = 14 * days
 )
 
 func arn(name string) string {
@@ -85,7 +85,7 @@ func TestCheckFindings(t *testing.T) {
 			Options{}, CheckDLQRetention, info, "reset the enqueue time"},
 		{"retention below a working day's outage", healthy(map[string]string{"MessageRetentionPeriod": "43200"}),
 			Options{}, CheckRetention, fail, "MessageRetentionPeriod 12h is below 1d"},
-		{"retention below a weekend's outage", healthy(map[string]string{"MessageRetentionPeriod": secs(2 * day)}),
+		{"retention below a weekend's outage", healthy(map[string]string{"MessageRetentionPeriod": secs(2 * days)}),
 			Options{}, CheckRetention, warn, "MessageRetentionPeriod 2d is below 4d: an outage from Friday evening to Monday morning (63h) expires every message"},
 		{"retention outlasts a weekend", healthy(nil), Options{}, CheckRetention, info, "4d outlasts an outage"},
 		{"short polling", []queueSpec{{"work", nil}}, Options{}, CheckLongPolling, warn, "short polling"},
@@ -242,19 +242,6 @@ func TestAnalyzeWithoutDLQAttributes(t *testing.T) {
 	for _, f := range fs {
 		require.NotEqual(t, CheckDLQRetention, f.Check, "no DLQ attributes, no retention check")
 		require.Equal(t, info, f.Severity, "%v", f)
-	}
-}
-
-func TestFmtDur(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		d    time.Duration
-		want string
-	}{
-		{500 * time.Millisecond, "500ms"}, {30 * time.Second, "30s"}, {620 * time.Second, "620s"}, {2 * time.Minute, "2m"},
-		{96 * time.Hour, "4d"}, {60 * time.Hour, "2d12h"}, {30 * time.Hour, "30h"}, {90 * time.Minute, "1h30m"}, {12 * time.Hour, "12h"},
-	} {
-		require.Equal(t, tt.want, fmtDur(tt.d), "fmtDur(%v)", tt.d)
 	}
 }
 

@@ -114,6 +114,8 @@ func (w *work) longer(d time.Duration) (share float64, text string, measured boo
 		return f, about(f), true
 	}
 	switch {
+	case w.max > 0 && w.max <= d:
+		return 0, "", true // the longest measured was not longer
 	case w.p50 > d:
 		return 0.5, "at least half", false
 	case w.p90 > d:
