@@ -158,7 +158,7 @@ func with(s sqsconsumer.Stats, f func(*sqsconsumer.Stats)) sqsconsumer.Stats {
 func TestAdvise(t *testing.T) {
 	t.Parallel()
 	narrow := measure(t, spread(2000, 5*time.Second, 10*time.Second)) // p99 ≈ 10 s, no tail
-	stepped := measure(t, steps())                                     // p90 1 s, p99 5 s, p99.9 20 s
+	stepped := measure(t, steps())                                    // p90 1 s, p99 5 s, p99.9 20 s
 	tests := []struct {
 		name  string
 		stats sqsconsumer.Stats
