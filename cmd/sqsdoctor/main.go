@@ -10,7 +10,8 @@
 //	          [-heartbeat] [-strict] [-timeout D]
 //
 // Run sqsdoctor -help for the checks, the JSON schema and the exit codes.
-// The checks themselves live in package doctor, for use from Go tests.
+// The checks themselves live in package doctor, for use from Go tests; its
+// Advise runs them on the figures a sqsconsumer.Consumer measured (Stats).
 package main
 
 import (
