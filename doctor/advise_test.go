@@ -95,7 +95,7 @@ func TestAdviceTranscoding(t *testing.T) {
 		RetentionPeriod:   4 * day,
 		ReceiveWaitTime:   20 * time.Second,
 		Redrive:           dlqPolicy(3),
-	}, Options{ShutdownTimeout: sqsconsumer.DefaultShutdownTimeout})
+	}, Options{ShutdownTimeout: 20 * time.Second}) // the Consumer's default budget
 	t.Log("\n" + adv.String())
 
 	require.True(t, adv.Heartbeat, "a long tail calls for heartbeating")
