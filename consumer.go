@@ -31,11 +31,10 @@ type Consumer struct {
 
 	runOnce sync.Once
 
-	stats *statsRecorder // always on: Stats, Advice, adaptive leases
+	stats *statsRecorder // always on: Stats, adaptive leases
 
 	// Set up at Run, read-only afterwards.
 	cfg      leaseConfig
-	qs       QueueSettings
 	fifo     bool
 	calls    *batchedCalls
 	fl       *flow         // when to receive, how much; the handler slots
@@ -129,24 +128,15 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 // percentiles (in-process queueing included), the receive-count
 // distribution, renewals per message, and what it holds now (running,
 // waiting, asked for). Safe to call at any time, from any goroutine.
+// Package doctor judges the figures against the queue's settings and
+// recommends a visibility timeout, heartbeating for long tails and a safe
+// time to the dead-letter queue: doctor.Advise(c.Stats(), queue, opts).
 func (c *Consumer) Stats() Stats {
 	st := c.stats.Stats()
 	if fl := c.flowOf(); fl != nil {
 		st.Running, st.Waiting, st.Asked, _ = fl.snapshot()
 	}
 	return st
-}
-
-// Advice checks Stats against the queue's settings (read at Run: visibility
-// timeout, retention, redrive policy) and the shutdown timeout, and
-// recommends a visibility timeout (p99 x 2), heartbeating for long tails,
-// and a safe time to the dead-letter queue, each with its reason. Safe for
-// concurrent use; before Run it knows only the figures.
-func (c *Consumer) Advice() Advice {
-	c.mu.Lock()
-	qs := c.qs
-	c.mu.Unlock()
-	return c.stats.Stats().Advise(qs)
 }
 
 // flowOf returns the flow once Run has set it up, nil before.
@@ -206,7 +196,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	c.hbStarters.Wait() // every lease is stopped: their groups' timers are stopped or done
 	c.calls.close()
 	c.hardStop()
-	c.logAdvice()
+	c.logStats()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.fatal
@@ -217,19 +207,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 // given before they are abandoned.
 const shutdownCallTimeout = 5 * time.Second
 
-// logAdvice logs the run's figures and the advice drawn from them, when a
-// logger is set and anything was processed.
-func (c *Consumer) logAdvice() {
+// logStats logs the run's figures, when a logger is set and anything was
+// processed. Judging them is package doctor's work (doctor.Advise).
+func (c *Consumer) logStats() {
 	if c.s.logger == nil {
 		return
 	}
-	st := c.Stats()
-	if st.Processed == 0 {
-		return
-	}
-	c.log(slog.LevelInfo, "sqsconsumer: stats", "stats", st)
-	for _, r := range c.Advice().Recommendations {
-		c.log(r.Severity.Level(), "sqsconsumer: advice", "recommendation", r)
+	if st := c.Stats(); st.Processed > 0 {
+		c.log(slog.LevelInfo, "sqsconsumer: stats", "stats", st)
 	}
 }
 
@@ -238,14 +223,13 @@ func (c *Consumer) logAdvice() {
 func (c *Consumer) setup(ctx context.Context) error {
 	lease := c.s.visibility
 	c.fifo = strings.HasSuffix(c.queueURL, ".fifo")
-	// The queue's settings feed Advice; its VisibilityTimeout is the lease
-	// when none was given. Without WithVisibilityTimeout a failure here
-	// ends Run; with it, Advice just knows less.
+	// The queue's VisibilityTimeout is the lease when none was given, and
+	// FifoQueue confirms the URL's suffix. Without WithVisibilityTimeout a
+	// failure here ends Run; with it, the URL decides FIFO.
 	out, err := c.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
 		QueueUrl: aws.String(c.queueURL),
 		AttributeNames: []types.QueueAttributeName{
 			types.QueueAttributeNameVisibilityTimeout, types.QueueAttributeNameFifoQueue,
-			types.QueueAttributeNameMessageRetentionPeriod, types.QueueAttributeNameRedrivePolicy,
 		},
 	})
 	if err != nil && lease == 0 {
@@ -259,11 +243,10 @@ func (c *Consumer) setup(ctx context.Context) error {
 		return fmt.Errorf("sqsconsumer: reading the queue's VisibilityTimeout: %w", err)
 	}
 	if err != nil {
-		c.log(slog.LevelDebug, "sqsconsumer: could not read the queue's attributes; advice will know less", "error", err)
+		c.log(slog.LevelDebug, "sqsconsumer: could not read the queue's attributes; FIFO is judged from the URL", "error", err)
 		out = &sqs.GetQueueAttributesOutput{}
 	}
 	c.fifo = c.fifo || out.Attributes[string(types.QueueAttributeNameFifoQueue)] == "true"
-	qs := QueueSettingsFromAttributes(out.Attributes)
 	if lease == 0 {
 		secs, err := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameVisibilityTimeout)])
 		if err != nil {
@@ -285,13 +268,11 @@ func (c *Consumer) setup(ctx context.Context) error {
 	c.hardStop = func() { cancelPolls(); cancelSettle() }
 	cfg.calls, cfg.queueURL, cfg.settleCtx = c.calls, c.queueURL, settleCtx
 	c.cfg = cfg
-	qs.VisibilityTimeout, qs.ShutdownTimeout = cfg.lease, c.s.shutdownTimeout
 	fl := newFlow(c.s.concurrency, c.s.batchSize, c.s.maxAhead, c.s.pollers, func() {
 		c.pollers.Add(1)
 		go c.poll()
 	})
 	c.mu.Lock()
-	c.qs = qs
 	c.fl = fl // under mu for flowOf
 	c.mu.Unlock()
 	c.pollWait = c.s.waitTime
