@@ -74,7 +74,7 @@ type batchedCalls struct {
 func newBatchedCalls(client Client, queueURL string, maxDeletes int, base context.Context) *batchedCalls {
 	var b *batchedCalls // the calls report through it
 	b = &batchedCalls{
-		vis: batch.New(MaxBatchSize, batchWindow, 0, func(ctx context.Context, es []visEntry) []error {
+		vis: batch.New(maxBatchSize, batchWindow, 0, func(ctx context.Context, es []visEntry) []error {
 			ctx, done := within(ctx, base)
 			defer done()
 			entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(es))
@@ -95,7 +95,7 @@ func newBatchedCalls(client Client, queueURL string, maxDeletes int, base contex
 			}
 			return entryResults(len(es), "ChangeMessageVisibilityBatch", out.Successful, func(e types.ChangeMessageVisibilityBatchResultEntry) *string { return e.Id }, out.Failed)
 		}),
-		del: batch.New(MaxBatchSize, batchWindow, maxDeletes, func(ctx context.Context, handles []string) []error {
+		del: batch.New(maxBatchSize, batchWindow, maxDeletes, func(ctx context.Context, handles []string) []error {
 			ctx, done := within(ctx, base)
 			defer done()
 			entries := make([]types.DeleteMessageBatchRequestEntry, len(handles))
@@ -156,18 +156,18 @@ func fill(n int, err error) []error {
 var errNoEntryResult = errors.New("sqsconsumer: SQS returned neither success nor failure for a batch entry")
 
 // entryResults maps a batch response back onto its n entries (Ids "0".."n-1",
-// n at most MaxBatchSize): nil for an entry listed as successful, its
+// n at most maxBatchSize): nil for an entry listed as successful, its
 // *EntryError for a failed one, errNoEntryResult for one listed as neither.
 func entryResults[T any](n int, op string, successful []T, id func(T) *string, failed []types.BatchResultErrorEntry) []error {
-	var ok [MaxBatchSize]bool
+	var ok [maxBatchSize]bool
 	for _, e := range successful {
-		if i, err := strconv.Atoi(aws.ToString(id(e))); err == nil && i >= 0 && i < n && i < MaxBatchSize {
+		if i, err := strconv.Atoi(aws.ToString(id(e))); err == nil && i >= 0 && i < n && i < maxBatchSize {
 			ok[i] = true
 		}
 	}
 	errs := make([]error, n)
 	for i := range errs {
-		if i >= MaxBatchSize || !ok[i] {
+		if i >= maxBatchSize || !ok[i] {
 			errs[i] = errNoEntryResult
 		}
 	}

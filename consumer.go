@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -32,11 +31,10 @@ type Consumer struct {
 
 	runOnce sync.Once
 
-	stats *StatsRecorder // always on: Stats, Advice, adaptive leases
+	stats *statsRecorder // always on: Stats, adaptive leases
 
 	// Set up at Run, read-only afterwards.
 	cfg      leaseConfig
-	qs       QueueSettings
 	fifo     bool
 	calls    *batchedCalls
 	fl       *flow         // when to receive, how much; the handler slots
@@ -125,8 +123,7 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 			return nil, fmt.Errorf("%w: WithMiddleware: middleware %d returned a nil handler", ErrInvalidOption, i)
 		}
 	}
-	stats := NewStatsRecorder()
-	stats.direct = true
+	stats := newStatsRecorder()
 	s.stats = stats
 	return &Consumer{
 		client:   c,
@@ -141,24 +138,15 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 // percentiles (in-process queueing included), the receive-count
 // distribution, renewals per message, and what it holds now (running,
 // waiting, asked for). Safe to call at any time, from any goroutine.
+// Package doctor judges the figures against the queue's settings and
+// recommends a visibility timeout, heartbeating for long tails and a safe
+// time to the dead-letter queue: doctor.Advise(c.Stats(), queue, opts).
 func (c *Consumer) Stats() Stats {
 	st := c.stats.Stats()
 	if fl := c.flowOf(); fl != nil {
 		st.Running, st.Waiting, st.Asked, _ = fl.snapshot()
 	}
 	return st
-}
-
-// Advice checks Stats against the queue's settings (read at Run: visibility
-// timeout, retention, redrive policy) and the shutdown timeout, and
-// recommends a visibility timeout (p99 x 2), heartbeating for long tails,
-// and a safe time to the dead-letter queue, each with its reason. Safe for
-// concurrent use; before Run it knows only the figures.
-func (c *Consumer) Advice() Advice {
-	c.mu.Lock()
-	qs := c.qs
-	c.mu.Unlock()
-	return c.stats.Stats().Advise(qs)
 }
 
 // flowOf returns the flow once Run has set it up, nil before.
@@ -230,7 +218,7 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	c.aux.Wait()
 	c.calls.close()
 	c.hardStop()
-	c.logAdvice()
+	c.logStats()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.fatal
@@ -241,19 +229,14 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 // given before they are abandoned.
 const shutdownCallTimeout = 5 * time.Second
 
-// logAdvice logs the run's figures and the advice drawn from them, when a
-// logger is set and anything was processed.
-func (c *Consumer) logAdvice() {
+// logStats logs the run's figures, when a logger is set and anything was
+// processed. Judging them is package doctor's work (doctor.Advise).
+func (c *Consumer) logStats() {
 	if c.s.logger == nil {
 		return
 	}
-	st := c.Stats()
-	if st.Processed == 0 {
-		return
-	}
-	c.log(slog.LevelInfo, "sqsconsumer: stats", "stats", st)
-	for _, r := range c.Advice().Recommendations {
-		c.log(r.Severity.Level(), "sqsconsumer: advice", "recommendation", r)
+	if st := c.Stats(); st.Processed > 0 {
+		c.log(slog.LevelInfo, "sqsconsumer: stats", "stats", st)
 	}
 }
 
@@ -262,15 +245,14 @@ func (c *Consumer) logAdvice() {
 func (c *Consumer) setup(ctx context.Context) error {
 	lease := c.s.visibility
 	c.fifo = strings.HasSuffix(c.queueURL, ".fifo")
-	// The queue's settings feed Advice; its VisibilityTimeout is the lease
-	// when none was given. Without WithVisibilityTimeout a failure here
-	// ends Run; with it, Advice just knows less.
+	// The queue's VisibilityTimeout is the lease when none was given, and
+	// FifoQueue confirms the URL's suffix. Without WithVisibilityTimeout a
+	// failure here ends Run; with it, the URL decides FIFO.
 	out, err := c.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
 		QueueUrl: aws.String(c.queueURL),
 		AttributeNames: []types.QueueAttributeName{
 			types.QueueAttributeNameVisibilityTimeout, types.QueueAttributeNameFifoQueue,
-			types.QueueAttributeNameMessageRetentionPeriod, types.QueueAttributeNameRedrivePolicy,
-			types.QueueAttributeNameQueueArn,
+			types.QueueAttributeNameRedrivePolicy, types.QueueAttributeNameQueueArn, // for the poison path
 		},
 	})
 	if err != nil && lease == 0 {
@@ -285,7 +267,7 @@ func (c *Consumer) setup(ctx context.Context) error {
 	}
 	attrErr := err
 	if err != nil {
-		c.log(slog.LevelDebug, "sqsconsumer: could not read the queue's attributes; advice will know less", "error", err)
+		c.log(slog.LevelDebug, "sqsconsumer: could not read the queue's attributes; FIFO is judged from the URL", "error", err)
 		out = &sqs.GetQueueAttributesOutput{}
 	}
 	c.fifo = c.fifo || out.Attributes[string(types.QueueAttributeNameFifoQueue)] == "true"
@@ -295,15 +277,14 @@ func (c *Consumer) setup(ctx context.Context) error {
 	if attrErr != nil && c.dlq.url == "" {
 		c.dlq.why = fmt.Sprintf("the queue's RedrivePolicy could not be read (%v) and WithDeadLetterQueue was not given", attrErr)
 	}
-	qs := QueueSettingsFromAttributes(out.Attributes)
 	if lease == 0 {
 		secs, err := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameVisibilityTimeout)])
 		if err != nil {
 			return fmt.Errorf("sqsconsumer: queue VisibilityTimeout %q is not a number", out.Attributes[string(types.QueueAttributeNameVisibilityTimeout)])
 		}
 		lease = time.Duration(secs) * time.Second
-		if lease < MinVisibilityTimeout {
-			return fmt.Errorf("%w: the queue's VisibilityTimeout (%v) is below %v, too short to renew; set WithVisibilityTimeout", ErrInvalidOption, lease, MinVisibilityTimeout)
+		if lease < minVisibilityTimeout {
+			return fmt.Errorf("%w: the queue's VisibilityTimeout (%v) is below %v, too short to renew; set WithVisibilityTimeout", ErrInvalidOption, lease, minVisibilityTimeout)
 		}
 	}
 	cfg, err := c.s.leaseConfig(lease)
@@ -317,7 +298,6 @@ func (c *Consumer) setup(ctx context.Context) error {
 	c.hardStop = func() { cancelPolls(); cancelSettle() }
 	cfg.calls, cfg.queueURL, cfg.settleCtx = c.calls, c.queueURL, settleCtx
 	c.cfg = cfg
-	qs.VisibilityTimeout, qs.ShutdownTimeout = cfg.lease, c.s.shutdownTimeout
 	fl := newFlow(c.s.concurrency, c.s.batchSize, c.s.maxAhead, c.s.pollers, func() {
 		c.pollers.Add(1)
 		go c.poll()
@@ -339,7 +319,6 @@ func (c *Consumer) setup(ctx context.Context) error {
 	}
 	c.calls.report = c.callDone
 	c.mu.Lock()
-	c.qs = qs
 	c.fl = fl // under mu for flowOf
 	c.mu.Unlock()
 	c.pollWait = c.s.waitTime
@@ -514,12 +493,8 @@ const receiveCallTimeout = 10 * time.Second
 // receiveBackoff is the pause after the n-th consecutive receive failure:
 // 100 ms doubling to 10 s, jittered.
 func receiveBackoff(n int) time.Duration {
-	d := 100 * time.Millisecond
-	for i := 0; i < n && d < 10*time.Second; i++ {
-		d *= 2
-	}
-	d = min(d, 10*time.Second)
-	return d/2 + rand.N(d/2+1)
+	d := backoffDelay(n, 100*time.Millisecond, 10*time.Second)
+	return between(d/2, d)
 }
 
 // dispatch takes one received message, counted as waiting in the flow: a
@@ -635,6 +610,7 @@ func (c *Consumer) handle(d *Lease) {
 		c.settle(d, nil, false)
 		return
 	}
+	d.handlerStarted(time.Now())
 	c.observe(EventStarted, d.msg, nil)
 	ctx := d.ctx
 	if c.s.handlerTimeout > 0 {
@@ -746,6 +722,7 @@ func (c *Consumer) settle(l *Lease, err error, ran bool) {
 		if IsPermanent(err) && c.moveToDeadLetter(l, err) {
 			// The copy is in the dead-letter queue: the source's message
 			// goes as a success's would (a FIFO group moves on).
+			l.doneErr = err
 			c.settleDelete(l)
 			return
 		}
@@ -769,7 +746,7 @@ func (c *Consumer) settle(l *Lease, err error, ran bool) {
 		}
 		c.log(slog.LevelDebug, "sqsconsumer: handler failed; message released", "message_id", m.ID, "error", err, "retry_after", after.String())
 	}
-	c.finish(l, failed, ran)
+	c.finish(l, failed, ran, err)
 }
 
 // settleDelete deletes the message of a delivery that is done with
@@ -789,16 +766,19 @@ func (c *Consumer) settleDelete(l *Lease) {
 // deleted finishes a succeeded handler's message once its delete returned
 // err, logging a failure.
 func (c *Consumer) deleted(l *Lease, err error) {
-	if err != nil {
+	switch {
+	case err != nil && l.doneErr != nil:
+		c.log(slog.LevelError, "sqsconsumer: message moved to the dead-letter queue but could not be deleted; it will be delivered again", "message_id", l.msg.ID, "error", err)
+	case err != nil:
 		c.log(slog.LevelError, "sqsconsumer: handler succeeded but the message could not be deleted; it will be delivered again", "message_id", l.msg.ID, "error", err)
 	}
-	c.finish(l, err != nil, true)
+	c.finish(l, err != nil, true, l.doneErr)
 }
 
 // finish ends a settled delivery: it stops the lease, records the figures,
 // frees the slot, moves the FIFO group on (handing the rest of the group
 // back when this one failed) and marks the delivery handled.
-func (c *Consumer) finish(l *Lease, failed, ran bool) {
+func (c *Consumer) finish(l *Lease, failed, ran bool, doneErr error) {
 	defer c.handlers.Done()
 	m := l.msg
 	l.Stop()
@@ -807,6 +787,7 @@ func (c *Consumer) finish(l *Lease, failed, ran bool) {
 	} else {
 		c.stats.unstarted()
 	}
+	c.observe(EventDone, m, doneErr)
 
 	var next *Lease
 	var drop []*Lease
@@ -860,6 +841,7 @@ func (c *Consumer) settleUnstarted(d *Lease) {
 	}
 	d.Stop()
 	c.stats.unstarted()
+	c.observe(EventDone, d.msg, nil)
 	c.mu.Lock()
 	if c.inflight[d.msg.ID] == d {
 		delete(c.inflight, d.msg.ID)
@@ -999,6 +981,7 @@ func (c *Consumer) observeCount(kind EventKind, m *Message, count int, err error
 		GroupID:      m.GroupID,
 		Time:         now,
 		SinceReceive: now.Sub(m.Lease.arrived),
+		SinceStart:   m.Lease.sinceHandlerStart(now),
 		Err:          err,
 		Message:      m,
 	})

@@ -25,43 +25,6 @@ import (
 	"github.com/sqskit/sqsconsumer/sqstest"
 )
 
-// spy wraps a Client and records the MaxNumberOfMessages of every receive.
-type spy struct {
-	Client
-	mu   sync.Mutex
-	maxN []int32
-}
-
-func (s *spy) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, optFns ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
-	s.mu.Lock()
-	s.maxN = append(s.maxN, in.MaxNumberOfMessages)
-	s.mu.Unlock()
-	return s.Client.ReceiveMessage(ctx, in, optFns...)
-}
-
-// running starts c.Run in a goroutine; stop cancels it and returns Run's error.
-func running(t *testing.T, c *Consumer) (stop func() error) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	return func() error {
-		cancel()
-		return <-done
-	}
-}
-
-func (b bundle) send(t *testing.T, n int, opts ...sqstest.SendOption) []string {
-	t.Helper()
-	ids := make([]string, n)
-	for i := range n {
-		id, err := b.srv.Send(b.url, fmt.Sprintf("m%03d", i), opts...)
-		require.NoError(t, err)
-		ids[i] = id
-	}
-	return ids
-}
-
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
 	h := HandlerFunc(func(context.Context, *Message) error { return nil })
@@ -707,7 +670,7 @@ func TestObserverSeesTheLifeOfAMessage(t *testing.T) {
 			kinds = append(kinds, e.Kind.String())
 			require.NotNil(t, e.Message)
 		}
-		require.Equal(t, "received,started,renewed,renewed,succeeded,deleted", strings.Join(kinds, ","))
+		require.Equal(t, "received,started,renewed,renewed,succeeded,deleted,done", strings.Join(kinds, ","))
 		last := rec.events[len(rec.events)-1]
 		require.Equal(t, 25*time.Second+batchWindow, last.SinceReceive)
 	})
@@ -1003,7 +966,8 @@ func TestQuietQueueRenewsAtOnceWhenDueOnArrival(t *testing.T) {
 }
 
 // Statistics measure work, not the long poll's wait: 20 ms jobs arriving
-// 6 s apart on an idle queue are 20 ms jobs, and the advice is the floor.
+// 6 s apart on an idle queue are 20 ms jobs, and the lease they call for is
+// the floor.
 func TestQuietQueueStatsMeasureWork(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -1025,7 +989,7 @@ func TestQuietQueueStatsMeasureWork(t *testing.T) {
 		st := c.Stats()
 		require.EqualValues(t, 30, st.Processed)
 		require.Less(t, st.P99, 100*time.Millisecond, "p99 is the work plus the delete, not the wait")
-		require.Equal(t, 10*time.Second, c.Advice().VisibilityTimeout, "advice at the floor")
+		require.Equal(t, MinAdaptiveVisibility, AdaptiveVisibility(st.P99, 0, MaxVisibilityTimeout), "a lease at the floor")
 	})
 }
 
@@ -1101,40 +1065,6 @@ func TestRunNilContext(t *testing.T) {
 	require.NoError(t, err)
 	//lint:ignore SA1012 the nil context is the point
 	require.ErrorContains(t, c.Run(nil), "Run(nil)") //nolint:staticcheck
-}
-
-// Issue 16: RetryAfter with a negative delay redelivers at once instead of
-// failing its release and leaving the message for the whole lease.
-func TestRetryAfterClamps(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		in, want time.Duration
-	}{{-5 * time.Second, 0}, {0, 0}, {42 * time.Second, 42 * time.Second}, {13 * time.Hour, 12 * time.Hour}} {
-		got, ok := retryAfterOf(RetryAfter(errors.New("x"), tt.in))
-		require.True(t, ok)
-		require.Equal(t, tt.want, got, "RetryAfter(err, %v)", tt.in)
-	}
-	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, nil)
-		ids := b.send(t, 1)
-		var calls atomic.Int32
-		c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error {
-			if calls.Add(1) == 1 {
-				return RetryAfter(errors.New("again"), -5*time.Second)
-			}
-			return nil
-		}), WithVisibilityTimeout(time.Minute))
-		require.NoError(t, err)
-		stop := running(t, c)
-		time.Sleep(5 * time.Second)
-		require.NoError(t, stop())
-		st := b.state(t, ids[0])
-		require.True(t, st.Deleted, "delivered again at once, not after the minute-long lease")
-		// A receive in flight may take the message while its release is
-		// on the wire: the lease adopts that handle and releases it too.
-		require.GreaterOrEqual(t, st.ReceiveCount, 2)
-		require.Equal(t, int32(2), calls.Load(), "handled twice: the failure and the success")
-	})
 }
 
 // corruptFirst rewrites the MD5OfBody of the first message of the first
@@ -1268,16 +1198,4 @@ func TestCallbackPanicsAreContained(t *testing.T) {
 			})
 		})
 	}
-}
-
-func TestPermanentMarksAndUnwraps(t *testing.T) {
-	base := errors.New("bad body")
-	p := Permanent(base)
-	require.True(t, IsPermanent(p))
-	require.ErrorIs(t, p, base)
-	require.True(t, IsPermanent(RetryAfter(p, time.Second)))
-	require.True(t, IsPermanent(fmt.Errorf("wrapped: %w", Permanent(nil))))
-	require.False(t, IsPermanent(base))
-	require.False(t, IsPermanent(nil))
-	require.Contains(t, p.Error(), "bad body")
 }

@@ -123,6 +123,7 @@ func TestPermanentErrorMovesToDeadLetterQueue(t *testing.T) {
 		id, err := b.srv.Send(b.url, "not json", sqstest.WithStringAttribute("tenant", "acme"), sqstest.WithStringAttribute("kind", "order"))
 		require.NoError(t, err)
 		var events []EventKind
+		var doneErr error
 		var mu sync.Mutex
 		client := &callLog{Client: b.client}
 		c, err := New(client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
@@ -130,6 +131,9 @@ func TestPermanentErrorMovesToDeadLetterQueue(t *testing.T) {
 		}), WithVisibilityTimeout(30*time.Second), WithObserver(ObserverFunc(func(e Event) {
 			mu.Lock()
 			events = append(events, e.Kind)
+			if e.Kind == EventDone {
+				doneErr = e.Err
+			}
 			mu.Unlock()
 		})))
 		require.NoError(t, err)
@@ -156,7 +160,8 @@ func TestPermanentErrorMovesToDeadLetterQueue(t *testing.T) {
 		require.Equal(t, b.srcARN, attr("sqsconsumer.source"))
 		mu.Lock()
 		defer mu.Unlock()
-		require.Equal(t, []EventKind{EventReceived, EventStarted, EventFailed, EventDeadLettered, EventDeleted}, events)
+		require.Equal(t, []EventKind{EventReceived, EventStarted, EventFailed, EventDeadLettered, EventDeleted, EventDone}, events)
+		require.True(t, IsPermanent(doneErr), "EventDone carries the handler's error")
 	})
 }
 

@@ -4,45 +4,54 @@
 //
 // # The life of a message
 //
-// A [Consumer] long-polls ReceiveMessage, asking for no more messages than
-// it has free handler slots (back pressure), and with the lease length as
-// the receive's VisibilityTimeout. The lease clock starts when that request
-// is sent — SQS started its timer somewhere between send and response, so
-// this is the safe end.
+// A [Consumer] long-polls ReceiveMessage with the lease length as the
+// receive's VisibilityTimeout. It asks for what its free handler slots
+// need plus a small read-ahead: enough messages to cover one receive round
+// trip at the rate handlers are finishing, so a slot that frees finds a
+// message waiting (see [WithMaxReadAhead], which also bounds it). Messages
+// read ahead are leased like the others from the moment they arrive.
 //
-// At once every received message gets a Lease. The lease's heartbeat renews
-// visibility to the lease length every third of the lease
-// (ChangeMessageVisibility, coalesced with other leases into 10-entry batch
-// calls), so a long job keeps its message and a crashed worker's message
-// comes back within one lease. Transient renewal failures are retried
-// before the deadline; if SQS answers that the receipt handle is no longer
-// good, the handler's context is cancelled with cause [ErrLeaseLost] and the
-// message is never deleted by this worker. A renewal never asks for
-// visibility past 12 hours after the receive (SQS's ceiling, or
-// [WithMaxLeaseDuration]); one heartbeat interval before it the handler's
-// context is cancelled with [ErrLeaseCeiling].
+// Every received message gets a Lease at once. Its clock starts when SQS
+// handed the message over, estimated conservatively as a second before the
+// receive's answer arrived and never before the request was sent
+// ([HandoverTime]): a message that waited in a 20-second long poll still
+// has its whole lease. The lease's heartbeat renews visibility to the
+// lease length every third of the lease (ChangeMessageVisibility,
+// coalesced with other leases into 10-entry batch calls), so a long job
+// keeps its message and a crashed worker's message comes back within one
+// lease. Transient renewal failures are retried before the deadline; if
+// SQS answers that the receipt handle is no longer good, the handler's
+// context is cancelled with cause [ErrLeaseLost] and the message is never
+// deleted by this worker. A renewal never asks for visibility past 12
+// hours after the receive (SQS's ceiling, or [WithMaxLeaseDuration]); one
+// heartbeat interval before it the handler's context is cancelled with
+// [ErrLeaseCeiling].
 //
 // The handler runs in its own goroutine with a context that derives from
 // the lease, not from Run's context. When it returns nil the message is
 // deleted (batched) with the newest receipt handle, and the heartbeat keeps
-// running until SQS confirms; meanwhile its handler slot already takes the
-// next message (see [WithConcurrency]). When it returns an error or panics, the
-// message's visibility is set to a backoff for its receive count
-// ([DefaultBackoff], [WithBackoff]) — never 0 — or to the delay given with
-// [RetryAfter]. If SQS redelivers a message this process is still handling,
-// the running lease adopts the newer receipt handle instead of starting a
-// second handler. On FIFO queues the messages of a group are handled one at
-// a time, in order.
+// renewing until SQS confirms; meanwhile its handler slot already takes
+// the next message (see [WithConcurrency]). When it returns an error or
+// panics, the message's visibility is set to a backoff for its receive
+// count ([DefaultBackoff], [WithBackoff]) — never 0 — or to the delay
+// given with [RetryAfter]; [Permanent] marks an error that retrying cannot
+// fix. If SQS redelivers a message this process is still handling, the
+// running lease adopts the newer receipt handle instead of starting a
+// second handler. On FIFO queues the messages of a group are handled one
+// at a time, in order.
 //
-// When Run's context is cancelled the Consumer stops receiving, releases
-// the messages it has not started (visibility 0), lets running handlers
-// finish within [WithShutdownTimeout] while their leases stay renewed, then
-// cancels them with [ErrShutdown] and releases their messages. Run returns
-// after every goroutine it started has exited.
+// When Run's context is cancelled the Consumer stops receiving (a long
+// poll in flight is never cancelled, since it may already hold messages:
+// they are released as soon as it returns), releases the messages it has
+// not started (visibility 0), lets running handlers finish within
+// [WithShutdownTimeout] while their leases stay renewed, then cancels them
+// with [ErrShutdown] and releases their messages. Run returns after every
+// goroutine it started has exited.
 //
 // SQS delivers at least once whatever the timeout: a worker can crash after
 // the work and before the delete. Handlers whose effects must happen once
-// use the [Idempotent] middleware.
+// use the middleware [NewIdempotent] returns, with a store shared by every
+// process that consumes the queue.
 //
 // # When things go wrong
 //
@@ -60,15 +69,22 @@
 // # Using a Lease alone
 //
 // Code with its own receive loop can use [NewLease] directly: Start, do the
-// work, then Delete or Release, and Stop. Lease options ([WithVisibilityTimeout],
-// [WithHeartbeatInterval], [WithMaxLeaseDuration], ...) are also Consumer
-// options: one value configures both.
+// work, then Delete or Release, and Stop (after Stop the lease refuses
+// further calls and the message is left to SQS). Lease options
+// ([WithVisibilityTimeout], [WithHeartbeatInterval], [WithMaxLeaseDuration],
+// ...) are also Consumer options: one value configures both.
 //
 // # Observing
 //
-// The library logs nothing unless given a logger ([WithLogger]); an
-// [Observer] ([WithObserver]) sees every event of every message with its
-// time since receipt. The otelsqs subpackage turns them into OpenTelemetry
-// metrics and spans. Tests use the sqstest subpackage, an in-memory SQS
-// that runs inside testing/synctest.
+// The library logs nothing unless given a logger ([WithLogger]). An
+// [Observer] ([WithObserver]) sees every event of every message, each
+// carrying its time since the message arrived and since its handler
+// started; a Consumer's delivery always ends with [EventDone], so an
+// observer needs no state of its own. [Consumer.Stats] gives the figures
+// the Consumer measured (receive-to-settle percentiles, receive counts,
+// renewals, what it holds now); the doctor subpackage turns them, with the
+// queue's settings, into advice on the visibility timeout and the settings
+// around it. The otelsqs module turns events into OpenTelemetry metrics
+// and spans. Tests use the sqstest subpackage, an in-memory SQS that runs
+// inside testing/synctest.
 package sqsconsumer

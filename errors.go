@@ -32,7 +32,8 @@ var (
 	// not finish within the shutdown timeout.
 	ErrShutdown = errors.New("sqsconsumer: consumer shut down before the handler finished")
 	// ErrLeaseSettled is returned by Delete, Release and Extend on a lease
-	// that was already deleted, released or stopped.
+	// that was already deleted, released or stopped (Lease.Stop leaves the
+	// message to SQS: it comes back when its visibility runs out).
 	ErrLeaseSettled = errors.New("sqsconsumer: lease already settled")
 	// ErrInvalidOption wraps every validation error New and NewLease return.
 	ErrInvalidOption = errors.New("sqsconsumer: invalid option")
@@ -252,14 +253,6 @@ func errorIdentity(err error) string {
 		return apiErr.ErrorCode() + ": " + apiErr.ErrorMessage()
 	}
 	return err.Error()
-}
-
-// IsLeaseLost reports whether err, returned by an SQS ChangeMessageVisibility
-// or DeleteMessage call (or by this library), means the receipt handle is no
-// longer usable. It knows every form SQS uses for that answer, including the
-// InvalidParameterValue messages that arrive as *smithy.GenericAPIError.
-func IsLeaseLost(err error) bool {
-	return errors.Is(err, ErrLeaseLost) || classify(err) == kindLost
 }
 
 // EntryError is the error of one failed entry of a batch call, routed back

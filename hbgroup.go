@@ -35,7 +35,7 @@ func (g *hbGroup) add(l *Lease, at time.Time) bool {
 		return false
 	case g.timer == nil:
 		if g.leases == nil {
-			g.leases = make([]*Lease, 0, MaxBatchSize)
+			g.leases = make([]*Lease, 0, maxBatchSize)
 		}
 		g.at = at
 		g.owner.Add(1)
@@ -43,7 +43,7 @@ func (g *hbGroup) add(l *Lease, at time.Time) bool {
 	case !g.at.Equal(at):
 		return false
 	}
-	l.groupIdx = uint8(len(g.leases)) // at most MaxBatchSize
+	l.groupIdx = uint8(len(g.leases)) // at most maxBatchSize
 	g.leases = append(g.leases, l)
 	g.left++
 	return true

@@ -64,7 +64,7 @@ func TestHeartbeatGroupStartsWaitingLeasesOnly(t *testing.T) {
 			running := l.hbRunning
 			l.mu.Unlock()
 			require.Equal(t, i >= 7, running, "lease %d", i)
-			st := b.state(t, l.MessageID())
+			st := b.state(t, l.msg.ID)
 			if i >= 7 {
 				require.Len(t, st.VisibilityChanges, 1, "lease %d renewed once, at +10 s", i)
 				require.Equal(t, start.Add(10*time.Second+batchWindow), st.VisibilityChanges[0].At)

@@ -67,10 +67,10 @@ func (l *Lease) heartbeat() {
 			return
 		}
 		now := time.Now()
-		p, handle, ok := l.next(now)
+		p, h, ok := l.next(now)
 		ended := !ok
 		if ok && p.renewNow {
-			ended = l.renew(bg, now, p, handle, &failures)
+			ended = l.renew(bg, now, p, h, &failures)
 		}
 		if token {
 			l.releaseCall()
@@ -113,20 +113,28 @@ func (l *Lease) isDeleting() bool {
 	return l.deleting
 }
 
+// heldHandle is a receipt handle with its generation (handleGen when it
+// was read): a later Adopt supersedes it, which the generation tells
+// without comparing strings.
+type heldHandle struct {
+	handle string
+	gen    uint32
+}
+
 // next plans the heartbeat's step at now; ok is false once the lease is
 // no longer active.
-func (l *Lease) next(now time.Time) (p step, handle string, ok bool) {
+func (l *Lease) next(now time.Time) (p step, h heldHandle, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state != leaseActive {
-		return step{}, "", false
+		return step{}, heldHandle{}, false
 	}
-	return plan(now, l.schedLocked()), l.handle, true
+	return plan(now, l.schedLocked()), heldHandle{l.handle, l.handleGen}, true
 }
 
 // renew sends one renewal planned at now and judges its answer; the caller
 // holds the call token (acquireCall). It reports whether the heartbeat should end.
-func (l *Lease) renew(bg context.Context, now time.Time, p step, handle string, failures *int) (ended bool) {
+func (l *Lease) renew(bg context.Context, now time.Time, p step, h heldHandle, failures *int) (ended bool) {
 	// The call gets half the time left (at most 10 s), so a hung request
 	// leaves room for retries before the deadline.
 	callTimeout := min(p.deadline.Sub(now)/2, 10*time.Second)
@@ -137,13 +145,13 @@ func (l *Lease) renew(bg context.Context, now time.Time, p step, handle string, 
 	l.asked = true
 	l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(bg, callTimeout)
-	err := l.cfg.calls.changeVisibility(ctx, handle, int32(p.renewFor/time.Second))
+	err := l.cfg.calls.changeVisibility(ctx, h.handle, int32(p.renewFor/time.Second))
 	cancel()
 	if bg.Err() != nil {
 		return true // stopped
 	}
 	l.mu.Lock()
-	stale := handle != l.handle || l.state != leaseActive
+	stale := l.handleGen != h.gen || l.state != leaseActive
 	l.mu.Unlock()
 	if stale {
 		return false // adopted or settled meanwhile: this answer no longer matters
@@ -178,7 +186,7 @@ func (l *Lease) renew(bg context.Context, now time.Time, p step, handle string, 
 	delay := l.retryDelay(*failures)
 	*failures++
 	l.mu.Lock()
-	if l.state == leaseActive && handle == l.handle {
+	if l.state == leaseActive && l.handleGen == h.gen {
 		l.nextRenew = time.Now().Add(delay)
 	}
 	l.mu.Unlock()

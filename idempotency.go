@@ -2,11 +2,11 @@ package sqsconsumer
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
@@ -20,12 +20,12 @@ const (
 	DefaultIdempotencyTTL = 24 * time.Hour
 	// MaxIdempotencyTTL is the longest WithIdempotencyTTL accepts.
 	MaxIdempotencyTTL = 366 * 24 * time.Hour
-	// DefaultClaimTTL is how long a claim lasts when the message has no
+	// defaultClaimTTL is how long a claim lasts when the message has no
 	// Lease to follow (a handler called outside a Consumer); see WithClaimTTL.
-	DefaultClaimTTL = 5 * time.Minute
-	// DefaultMaxResultSize is the default limit on the bytes a handler may
+	defaultClaimTTL = 5 * time.Minute
+	// defaultMaxResultSize is the default limit on the bytes a handler may
 	// store with SetIdempotencyResult: 64 KiB.
-	DefaultMaxResultSize = 64 << 10
+	defaultMaxResultSize = 64 << 10
 	// MaxResultSize is the largest limit WithMaxResultSize accepts: 256 KiB,
 	// which keeps a completion record under DynamoDB's 400 KB item limit.
 	MaxResultSize = 256 << 10
@@ -60,8 +60,8 @@ var (
 	// over the configured size limit.
 	ErrResultTooLarge = errors.New("sqsconsumer: idempotency result too large")
 	// ErrNotIdempotent is returned by SetIdempotencyResult when the context
-	// does not come from a handler wrapped by Idempotent.
-	ErrNotIdempotent = errors.New("sqsconsumer: context has no idempotency claim (handler not wrapped by Idempotent)")
+	// does not come from a handler wrapped by NewIdempotent's middleware.
+	ErrNotIdempotent = errors.New("sqsconsumer: context has no idempotency claim (handler not wrapped by NewIdempotent's middleware)")
 )
 
 // IdempotencyStore records, for each idempotency key, that a worker is
@@ -144,7 +144,7 @@ type ClaimResult struct {
 	Until time.Time
 }
 
-// IdempotencyClaim identifies the claim the Idempotent middleware holds
+// IdempotencyClaim identifies the claim the NewIdempotent middleware holds
 // for the message being handled; stores that let a handler complete the
 // claim in its own transaction (pgstore.Store.CompleteInTx) need it.
 type IdempotencyClaim struct {
@@ -184,7 +184,7 @@ func (c *idemCtx) Value(key any) any {
 
 // ClaimFromContext returns the idempotency claim of the handler call ctx
 // belongs to, and false when ctx does not come from a handler wrapped by
-// Idempotent.
+// NewIdempotent's middleware.
 func ClaimFromContext(ctx context.Context) (IdempotencyClaim, bool) {
 	c, ok := ctx.Value(idemCallKey{}).(*idemCall)
 	if !ok {
@@ -198,7 +198,7 @@ func ClaimFromContext(ctx context.Context) (IdempotencyClaim, bool) {
 // hands it to the WithDuplicateHook hook. A later call replaces an earlier
 // one. It returns ErrResultTooLarge for more than the limit
 // (WithMaxResultSize, default 64 KiB) and ErrNotIdempotent when ctx does not
-// come from a handler wrapped by Idempotent. Safe for concurrent use.
+// come from a handler wrapped by NewIdempotent's middleware. Safe for concurrent use.
 func SetIdempotencyResult(ctx context.Context, result []byte) error {
 	c, ok := ctx.Value(idemCallKey{}).(*idemCall)
 	if !ok {
@@ -214,7 +214,7 @@ func SetIdempotencyResult(ctx context.Context, result []byte) error {
 	return nil
 }
 
-// IdempotencyOption configures Idempotent.
+// IdempotencyOption configures NewIdempotent.
 type IdempotencyOption func(*idempotencyConfig) error
 
 type idempotencyConfig struct {
@@ -256,7 +256,7 @@ func WithIdempotencyTTL(d time.Duration) IdempotencyOption {
 // WithClaimTTL sets how long a claim lasts for a message without a Lease
 // (a handler called directly rather than by a Consumer). Messages with a
 // Lease are claimed until the lease's deadline and extended with it, and
-// ignore this. Range 1 s to 12 h; default DefaultClaimTTL (5 min).
+// ignore this. Range 1 s to 12 h; default 5 min.
 func WithClaimTTL(d time.Duration) IdempotencyOption {
 	return durationOption("WithClaimTTL", d, MaxVisibilityTimeout, func(c *idempotencyConfig) { c.claimTTL = d })
 }
@@ -296,7 +296,7 @@ func WithPayloadValidation() IdempotencyOption {
 
 // WithMaxResultSize sets the largest result, in bytes, SetIdempotencyResult
 // accepts. Range 0 (results refused) to MaxResultSize (256 KiB); default
-// DefaultMaxResultSize (64 KiB).
+// 64 KiB.
 func WithMaxResultSize(n int) IdempotencyOption {
 	return func(c *idempotencyConfig) error {
 		if n < 0 || n > MaxResultSize {
@@ -325,7 +325,7 @@ func WithDuplicateHook(f func(ctx context.Context, m *Message, result []byte) er
 
 func messageIDKey(m *Message) (string, error) { return m.ID, nil }
 
-// Idempotent returns middleware that makes the handler's effects happen
+// NewIdempotent returns middleware that makes the handler's effects happen
 // once per idempotency key (the message ID unless WithIdempotencyKey says
 // otherwise), although SQS may deliver a message more than once.
 //
@@ -366,32 +366,17 @@ func messageIDKey(m *Message) (string, error) { return m.ID, nil }
 //
 // Bad input never panics: NewIdempotent returns an error wrapping
 // ErrInvalidOption that names the problem (a nil store, an option out of
-// range). Idempotent, for use inline in WithMiddleware, turns the same
-// error into a middleware that fails every message with it without running
-// the handler, so nothing is processed (or deleted) unguarded; prefer
-// NewIdempotent to find the problem at start-up. The middleware is safe for
-// concurrent use.
-func Idempotent(store IdempotencyStore, opts ...IdempotencyOption) Middleware {
-	mw, err := NewIdempotent(store, opts...)
-	if err != nil {
-		return func(Handler) Handler {
-			return HandlerFunc(func(context.Context, *Message) error { return err })
-		}
-	}
-	return mw
-}
-
-// NewIdempotent is Idempotent that reports a nil store or an invalid
-// option as an error wrapping ErrInvalidOption.
+// range), so a misconfiguration is found at start-up. The middleware is
+// safe for concurrent use.
 func NewIdempotent(store IdempotencyStore, opts ...IdempotencyOption) (Middleware, error) {
 	if store == nil {
-		return nil, fmt.Errorf("%w: Idempotent: store is nil", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: NewIdempotent: store is nil", ErrInvalidOption)
 	}
 	cfg := idempotencyConfig{
 		key:       messageIDKey,
 		ttl:       DefaultIdempotencyTTL,
-		claimTTL:  DefaultClaimTTL,
-		maxResult: DefaultMaxResultSize,
+		claimTTL:  defaultClaimTTL,
+		maxResult: defaultMaxResultSize,
 	}
 	var errs []error
 	for _, o := range opts {
@@ -399,7 +384,7 @@ func NewIdempotent(store IdempotencyStore, opts ...IdempotencyOption) (Middlewar
 			continue
 		}
 		if err := o(&cfg); err != nil {
-			errs = append(errs, fmt.Errorf("%w: Idempotent: %w", ErrInvalidOption, err))
+			errs = append(errs, fmt.Errorf("%w: NewIdempotent: %w", ErrInvalidOption, err))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -436,7 +421,7 @@ func (h *idempotentHandler) HandleMessage(ctx context.Context, m *Message) error
 		sum := sha256.Sum256([]byte(m.Body))
 		hash = hex.EncodeToString(sum[:])
 	}
-	token := newClaimToken()
+	token := rand.Text() // 128 random bits: unique among claims
 	now := time.Now()
 	until := now.Add(h.cfg.claimTTL)
 	if m.Lease != nil {
@@ -475,7 +460,7 @@ func (h *idempotentHandler) inProgressDelay(now, holderUntil time.Time) time.Dur
 // visibility timeout.
 func inProgressDelay(now, holderUntil time.Time) time.Duration {
 	if holderUntil.IsZero() {
-		return DefaultVisibilityTimeout
+		return defaultVisibilityTimeout
 	}
 	d := holderUntil.Sub(now) + time.Second
 	if r := d % time.Second; r != 0 {
@@ -548,16 +533,15 @@ func (h *idempotentHandler) settle(ctx context.Context, op func(context.Context)
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), idempotencyStoreTimeout)
 	defer cancel()
-	delay := 50 * time.Millisecond
-	for {
+	for attempt := 0; ; attempt++ {
 		err := op(sctx)
 		if err == nil || errors.Is(err, ErrClaimLost) || errors.Is(err, ErrPayloadMismatch) {
 			return err
 		}
-		if !sleepCtx(sctx, delay/2+rand.N(delay/2+1)) {
+		d := backoffDelay(attempt, 50*time.Millisecond, time.Second)
+		if !sleepCtx(sctx, between(d/2, d)) {
 			return err
 		}
-		delay = min(2*delay, time.Second)
 	}
 }
 
@@ -598,7 +582,7 @@ func (w *claimWatch) deadlineChanged(deadline time.Time) {
 
 func (w *claimWatch) extend() {
 	defer w.wg.Done()
-	delay := 100 * time.Millisecond
+	failures := 0 // consecutive failed extensions
 	for {
 		w.mu.Lock()
 		until := w.pending
@@ -613,7 +597,7 @@ func (w *claimWatch) extend() {
 		err := w.store.Extend(w.ctx, w.key, w.token, until)
 		switch {
 		case err == nil:
-			delay = 100 * time.Millisecond
+			failures = 0
 			continue
 		case errors.Is(err, ErrClaimLost):
 			w.cancel(fmt.Errorf("%w: key %q: %w", ErrClaimLost, w.key, err))
@@ -625,8 +609,9 @@ func (w *claimWatch) extend() {
 				w.pending = until
 			}
 			w.mu.Unlock()
-			if sleepCtx(w.ctx, delay/2+rand.N(delay/2+1)) {
-				delay = min(2*delay, 5*time.Second)
+			d := backoffDelay(failures, 100*time.Millisecond, 5*time.Second)
+			failures++
+			if sleepCtx(w.ctx, between(d/2, d)) {
 				continue
 			}
 		}
@@ -650,18 +635,3 @@ func (w *claimWatch) stop() {
 }
 
 var errHandlerReturned = errors.New("sqsconsumer: the handler returned")
-
-// newClaimToken returns 128 random bits in hex. Tokens only need to be
-// unique, not secret; math/rand/v2's generator is seeded by the OS.
-func newClaimToken() string {
-	var b [32]byte
-	const digits = "0123456789abcdef"
-	for half := range 2 {
-		x := rand.Uint64()
-		for i := range 16 {
-			b[half*16+i] = digits[x&15]
-			x >>= 4
-		}
-	}
-	return string(b[:])
-}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -59,7 +58,7 @@ type leaseConfig struct {
 	maxLease time.Duration // ceiling, from the latest receive
 	grace    time.Duration // cancel the handler this long before the ceiling
 	observer Observer
-	stats    *StatsRecorder // a Consumer's: counts every event
+	stats    *statsRecorder // a Consumer's: counts every event
 	calls    sqsCalls       // how the leases reach SQS
 	queueURL string
 	// settleCtx bounds the calls a lease makes on its own after an
@@ -140,6 +139,10 @@ type Lease struct {
 	// slotEarly is the Consumer's: the handler slot was freed when the
 	// handler succeeded, before the delete was confirmed.
 	slotEarly bool
+	// doneErr is the Consumer's: the handler error of a delivery settled
+	// by a delete all the same (its message was moved to the dead-letter
+	// queue), for EventDone. Set before the delete is submitted.
+	doneErr error
 	// inHandler is the Consumer's: set while the handler runs.
 	inHandler atomic.Bool
 	// slotAt is the Consumer's flow's, guarded by its mutex: when the
@@ -165,6 +168,7 @@ type Lease struct {
 	started      bool
 	stopped      bool
 	hbRunning    bool      // the heartbeat goroutine has begun
+	handlerStart time.Time // when a Consumer called the handler (zero before)
 	groupIdx     uint8     // l's index in group.leases
 	receivedAt   time.Time // latest receive's hand-over estimate: the ceiling counts from it
 	deadline     time.Time // confirmed (or, before any call, estimated) end of visibility
@@ -192,7 +196,7 @@ type Lease struct {
 // call per request (a Consumer's leases share batch calls instead).
 //
 // The lease assumes m was received with a visibility timeout equal to the
-// lease length (WithVisibilityTimeout, default DefaultVisibilityTimeout),
+// lease length (WithVisibilityTimeout, default 30 s),
 // counted from WithReceivedAt (default: one second before NewLease, the
 // estimate HandoverTime makes for an answer that just arrived). NewLease returns an error
 // wrapping ErrInvalidOption for a nil client, an empty queue URL, a message
@@ -205,7 +209,7 @@ func NewLease(c Client, queueURL string, m types.Message, opts ...LeaseOption) (
 	errs = append(errs, s.errs...)
 	lease := s.visibility
 	if lease == 0 {
-		lease = DefaultVisibilityTimeout
+		lease = defaultVisibilityTimeout
 	}
 	cfg, err := s.leaseConfig(lease)
 	errs = append(errs, err)
@@ -291,11 +295,14 @@ func (l *Lease) start(ctx context.Context, g *hbGroup) context.Context {
 	return l.ctx
 }
 
-// Stop ends the heartbeat and waits for its goroutine to return, cancels the
-// context Start returned (cause ErrLeaseSettled) and any SQS call the
-// heartbeat has in flight. It does not delete or release the message: its
-// visibility runs out at Deadline. Safe to call more than once and before
-// Start.
+// Stop ends the lease: it ends the heartbeat and waits for its goroutine to
+// return, cancels the context Start returned (cause ErrLeaseSettled) and
+// any SQS call the heartbeat has in flight. It does not delete or release
+// the message, which SQS delivers again when its visibility runs out (at
+// Deadline); Delete, Release and Extend called after Stop return
+// ErrLeaseSettled without calling SQS. A Delete or Release already in
+// flight completes. Safe to call more than once and before Start. Call it
+// when the work is over, after Delete or Release (defer l.Stop()).
 func (l *Lease) Stop() {
 	l.mu.Lock()
 	l.stopped = true
@@ -384,12 +391,6 @@ func (l *Lease) Deadline() time.Time {
 // says otherwise. It never changes; safe for concurrent use.
 func (l *Lease) Length() time.Duration { return l.cfg.lease }
 
-// MessageID returns the ID of the leased message.
-func (l *Lease) MessageID() string { return l.msg.ID }
-
-// QueueURL returns the URL of the queue the message came from.
-func (l *Lease) QueueURL() string { return l.cfg.queueURL }
-
 // Err reports why the lease ended: nil while it is active or after a
 // successful Delete or Release; an error matching ErrLeaseLost or
 // ErrLeaseExpired otherwise.
@@ -410,6 +411,9 @@ func (l *Lease) stateErrLocked(settledIsErr bool) error {
 		if settledIsErr {
 			return ErrLeaseSettled
 		}
+	}
+	if settledIsErr && l.stopped {
+		return fmt.Errorf("%w: Stop was called; the message is left to SQS", ErrLeaseSettled)
 	}
 	return nil
 }
@@ -873,24 +877,8 @@ func (l *Lease) supersededSince(gen uint32) bool {
 // failed call: 200 ms doubling, capped at a quarter of the heartbeat
 // interval (at least 200 ms), uniformly jittered in [d/2, d].
 func (l *Lease) retryDelay(n int) time.Duration {
-	d := 200 * time.Millisecond
-	limit := max(l.cfg.interval/4, 200*time.Millisecond)
-	for i := 0; i < n && d < limit; i++ {
-		d *= 2
-	}
-	d = min(d, limit)
-	return d/2 + rand.N(d/2+1)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	d := backoffDelay(n, 200*time.Millisecond, max(l.cfg.interval/4, 200*time.Millisecond))
+	return between(d/2, d)
 }
 
 // lose marks the lease lost and cancels the handler's context.
@@ -933,6 +921,7 @@ func (l *Lease) expire(deadline time.Time) {
 func (l *Lease) emit(kind EventKind, vis time.Duration, err error) {
 	l.mu.Lock()
 	count := int(l.receiveCount)
+	handlerStart := l.handlerStart
 	l.mu.Unlock()
 	if l.cfg.stats != nil {
 		l.cfg.stats.countKind(kind, count)
@@ -949,6 +938,7 @@ func (l *Lease) emit(kind EventKind, vis time.Duration, err error) {
 		GroupID:      l.msg.GroupID,
 		Time:         now,
 		SinceReceive: now.Sub(l.arrived),
+		SinceStart:   since(now, handlerStart),
 		Visibility:   vis,
 		Err:          err,
 		Message:      l.msg,
@@ -960,4 +950,27 @@ func (l *Lease) log(level slog.Level, msg string, args ...any) {
 		return
 	}
 	logSafely(l.cfg.logger, level, msg, append([]any{"message_id", l.msg.ID, "queue_url", l.cfg.queueURL}, args...)...)
+}
+
+// since is now − t, 0 when t is zero (not happened).
+func since(now, t time.Time) time.Duration {
+	if t.IsZero() {
+		return 0
+	}
+	return now.Sub(t)
+}
+
+// handlerStarted records when the Consumer called the handler, for the
+// events' SinceStart.
+func (l *Lease) handlerStarted(t time.Time) {
+	l.mu.Lock()
+	l.handlerStart = t
+	l.mu.Unlock()
+}
+
+// sinceHandlerStart is now − the handler's start, 0 if it has not started.
+func (l *Lease) sinceHandlerStart(now time.Time) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return since(now, l.handlerStart)
 }

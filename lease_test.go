@@ -2,7 +2,6 @@ package sqsconsumer
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -15,89 +14,6 @@ import (
 
 	"github.com/sqskit/sqsconsumer/sqstest"
 )
-
-// bundle is what most tests need: an in-memory SQS, a client without the
-// SDK's own retries (so call counts are exact), and one queue.
-type bundle struct {
-	srv    *sqstest.Server
-	client *sqs.Client
-	url    string
-}
-
-func setup(t *testing.T, attrs map[string]string) bundle {
-	t.Helper()
-	srv := sqstest.New(t)
-	name := "q"
-	if attrs["FifoQueue"] == "true" {
-		name = "q.fifo"
-	}
-	url, err := srv.CreateQueue(name, attrs)
-	require.NoError(t, err)
-	return bundle{srv: srv, client: srv.Client(func(o *sqs.Options) { o.Retryer = aws.NopRetryer{} }), url: url}
-}
-
-// receive sends body and receives it with the given visibility, returning
-// the message and when the receive request was sent.
-func (b bundle) receive(t *testing.T, body string, visibility time.Duration) (types.Message, time.Time) {
-	t.Helper()
-	_, err := b.srv.Send(b.url, body)
-	require.NoError(t, err)
-	return b.receiveNext(t, visibility)
-}
-
-func (b bundle) receiveNext(t *testing.T, visibility time.Duration) (types.Message, time.Time) {
-	t.Helper()
-	sent := time.Now()
-	out, err := b.client.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
-		QueueUrl:                    aws.String(b.url),
-		VisibilityTimeout:           int32(visibility / time.Second),
-		WaitTimeSeconds:             20,
-		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
-	})
-	require.NoError(t, err)
-	require.Len(t, out.Messages, 1)
-	return out.Messages[0], sent
-}
-
-// lease makes a standalone 30-second Lease for msg, received at sent;
-// opts come after those defaults and may override them.
-func (b bundle) lease(t *testing.T, msg types.Message, sent time.Time, opts ...LeaseOption) *Lease {
-	t.Helper()
-	l, err := NewLease(b.client, b.url, msg, append([]LeaseOption{WithVisibilityTimeout(30 * time.Second), WithReceivedAt(sent)}, opts...)...)
-	require.NoError(t, err)
-	return l
-}
-
-func (b bundle) state(t *testing.T, id string) sqstest.MessageState {
-	t.Helper()
-	st, ok := b.srv.Message(b.url, id)
-	require.True(t, ok, "message %s unknown to sqstest", id)
-	return st
-}
-
-// recorder is an Observer that keeps every event.
-type recorder struct {
-	mu     sync.Mutex
-	events []Event
-}
-
-func (r *recorder) Observe(e Event) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, e)
-}
-
-func (r *recorder) count(k EventKind) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, e := range r.events {
-		if e.Kind == k {
-			n++
-		}
-	}
-	return n
-}
 
 func TestNewLeaseValidates(t *testing.T) {
 	t.Parallel()
@@ -130,114 +46,6 @@ func TestNewLeaseValidates(t *testing.T) {
 			require.ErrorContains(t, err, tt.want)
 		})
 	}
-}
-
-// Semantics 1 and 2: the clock starts when the receive was sent; renewals
-// come every third of the lease, each asking for the whole lease.
-func TestLeaseRenewsAtAThird(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, nil)
-		msg, sent := b.receive(t, "hello", 30*time.Second)
-		time.Sleep(4 * time.Second) // the message waited in the process before the lease was made
-		l := b.lease(t, msg, sent)
-		require.Equal(t, sent.Add(30*time.Second), l.Deadline())
-		ctx := l.Start(context.Background())
-		defer l.Stop()
-
-		time.Sleep(65 * time.Second)
-		require.NoError(t, ctx.Err())
-		changes := b.state(t, *msg.MessageId).VisibilityChanges
-		require.Len(t, changes, 6, "renewals at 10, 20, ... 60 s after the receive")
-		for i, c := range changes {
-			require.Equal(t, sent.Add(time.Duration(i+1)*10*time.Second), c.At, "renewal %d", i)
-			require.Equal(t, 30*time.Second, c.Timeout)
-			require.Empty(t, c.Err)
-		}
-		require.Equal(t, sent.Add(90*time.Second), l.Deadline())
-		st := b.state(t, *msg.MessageId)
-		require.True(t, st.InFlight)
-		require.Equal(t, 1, st.ReceiveCount, "never redelivered while renewed")
-	})
-}
-
-func TestLeaseHeartbeatIntervalOption(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, nil)
-		msg, sent := b.receive(t, "x", 60*time.Second)
-		l := b.lease(t, msg, sent, WithVisibilityTimeout(60*time.Second), WithHeartbeatInterval(5*time.Second))
-		l.Start(context.Background())
-		time.Sleep(21 * time.Second)
-		l.Stop()
-		require.Len(t, b.state(t, *msg.MessageId).VisibilityChanges, 4)
-	})
-}
-
-// Semantics 3: transient failures are retried before the deadline; the
-// deadline only moves when SQS confirmed.
-func TestLeaseRetriesTransientFailures(t *testing.T) {
-	t.Parallel()
-	for _, f := range []sqstest.Fault{sqstest.FaultThrottled, sqstest.FaultInternalError, sqstest.FaultServiceUnavailable} {
-		t.Run(f.Type, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				b := setup(t, nil)
-				rec := &recorder{}
-				msg, sent := b.receive(t, "x", 30*time.Second)
-				l := b.lease(t, msg, sent, WithObserver(rec))
-				b.srv.FailNext("ChangeMessageVisibility", 4, f)
-				ctx := l.Start(context.Background())
-				defer l.Stop()
-				time.Sleep(10*time.Second + time.Millisecond)
-				synctest.Wait()
-				require.Equal(t, sent.Add(30*time.Second), l.Deadline(), "a failed renewal does not move the deadline")
-				time.Sleep(15 * time.Second)
-				require.NoError(t, ctx.Err())
-				require.Equal(t, 4, rec.count(EventRenewalFailed))
-				require.GreaterOrEqual(t, rec.count(EventRenewed), 1)
-				require.True(t, l.Deadline().After(sent.Add(30*time.Second)))
-				require.Equal(t, 1, b.state(t, *msg.MessageId).ReceiveCount)
-			})
-		})
-	}
-}
-
-func TestLeaseExpiresWhenNoRenewalLands(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, nil)
-		rec := &recorder{}
-		msg, sent := b.receive(t, "x", 30*time.Second)
-		l := b.lease(t, msg, sent, WithObserver(rec))
-		b.srv.FailNext("ChangeMessageVisibility", 1000, sqstest.FaultServiceUnavailable)
-		ctx := l.Start(context.Background())
-		defer l.Stop()
-		<-ctx.Done()
-		require.Equal(t, sent.Add(30*time.Second), time.Now(), "cancelled exactly at the deadline")
-		require.ErrorIs(t, context.Cause(ctx), ErrLeaseExpired)
-		require.ErrorIs(t, l.Err(), ErrLeaseExpired)
-		calls := b.srv.CallCount("ChangeMessageVisibility")
-		require.Greater(t, calls, 5, "retried repeatedly before the deadline")
-		require.ErrorIs(t, l.Delete(context.Background()), ErrLeaseExpired)
-		require.Equal(t, 0, b.srv.CallCount("DeleteMessage"), "no delete after expiry")
-		require.Equal(t, 1, rec.count(EventLeaseExpired))
-	})
-}
-
-// A renewal that hangs is cut off by its own timeout, leaving time to retry.
-func TestLeaseRenewalCallTimeout(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, nil)
-		msg, sent := b.receive(t, "x", 30*time.Second)
-		l := b.lease(t, msg, sent)
-		b.srv.DelayNext("ChangeMessageVisibility", 1, time.Hour)
-		ctx := l.Start(context.Background())
-		defer l.Stop()
-		time.Sleep(25 * time.Second)
-		require.NoError(t, ctx.Err(), "the hung call timed out and a retry landed")
-		require.True(t, l.Deadline().After(sent.Add(30*time.Second)))
-	})
 }
 
 // Semantics 3: the terminal answers stop the heartbeat, cancel the
@@ -276,7 +84,7 @@ func TestLeaseLost(t *testing.T) {
 				<-ctx.Done()
 				require.Equal(t, sent.Add(10*time.Second), time.Now(), "lost at the first renewal")
 				require.ErrorIs(t, context.Cause(ctx), ErrLeaseLost)
-				require.True(t, IsLeaseLost(context.Cause(ctx)))
+				require.ErrorIs(t, context.Cause(ctx), ErrLeaseLost)
 				cmv := b.srv.CallCount("ChangeMessageVisibility")
 				time.Sleep(time.Minute)
 				require.Equal(t, cmv, b.srv.CallCount("ChangeMessageVisibility"), "the heartbeat stopped at once")
@@ -503,15 +311,6 @@ func TestLeaseOnDeadline(t *testing.T) {
 	})
 }
 
-func TestIsLeaseLost(t *testing.T) {
-	t.Parallel()
-	require.True(t, IsLeaseLost(ErrLeaseLost))
-	require.True(t, IsLeaseLost(&types.ReceiptHandleIsInvalid{}))
-	require.True(t, IsLeaseLost(&EntryError{Code: "ReceiptHandleIsInvalid", Message: "The receipt handle has expired"}))
-	require.False(t, IsLeaseLost(errors.New("boom")))
-	require.False(t, IsLeaseLost(&EntryError{Code: "RequestThrottled"}))
-}
-
 // One option value configures a Consumer and a standalone Lease alike.
 func TestLeaseOptionsAreConsumerOptions(t *testing.T) {
 	t.Parallel()
@@ -682,4 +481,53 @@ func TestLeaseNilContexts(t *testing.T) {
 		l.Stop()
 		require.ErrorIs(t, context.Cause(ctx), ErrLeaseSettled)
 	})
+}
+
+// Stop ends the lease: Delete, Release and Extend after it are refused
+// without calling SQS, and the message comes back when its visibility runs
+// out. ErrLeaseSettled's documentation promises exactly this.
+func TestLeaseCallsAfterStopAreRefused(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		msg, sent := b.receive(t, "hello", 30*time.Second)
+		l := b.lease(t, msg, sent)
+		ctx := l.Start(context.Background())
+		time.Sleep(5 * time.Second)
+		l.Stop()
+		require.ErrorIs(t, context.Cause(ctx), ErrLeaseSettled)
+		calls := b.srv.Calls()
+		require.ErrorIs(t, l.Delete(context.Background()), ErrLeaseSettled)
+		require.ErrorIs(t, l.Release(context.Background(), 0), ErrLeaseSettled)
+		require.ErrorIs(t, l.Extend(context.Background(), time.Minute), ErrLeaseSettled)
+		require.Equal(t, calls, b.srv.Calls(), "no SQS call after Stop")
+		require.NoError(t, l.Err(), "stopping is not a failure of the lease")
+		st := b.state(t, *msg.MessageId)
+		require.False(t, st.Deleted)
+		time.Sleep(30 * time.Second)
+		again, _ := b.receiveNext(t, 30*time.Second)
+		require.Equal(t, *msg.MessageId, *again.MessageId, "delivered again when its visibility ran out")
+	})
+}
+
+func TestHandoverTime(t *testing.T) {
+	t.Parallel()
+	sent := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name     string
+		answered time.Duration // after sent
+		want     time.Duration // after sent
+	}{
+		{"instant answer: the request's sending", 0, 0},
+		{"answer within the slack: the request's sending", 800 * time.Millisecond, 0},
+		{"answer exactly one slack later", time.Second, 0},
+		{"message arrived 8 s into a long poll", 8 * time.Second, 7 * time.Second},
+		{"whole 20 s poll", 20 * time.Second, 19 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := HandoverTime(sent, sent.Add(tt.answered))
+			require.Equal(t, sent.Add(tt.want), got, "HandoverTime(sent, sent+%v)", tt.answered)
+		})
+	}
 }

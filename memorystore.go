@@ -44,9 +44,9 @@ func NewMemoryStore() *MemoryStore {
 	return &MemoryStore{records: make(map[string]memoryRecord), lastSweep: time.Now()}
 }
 
-// Len returns the number of records held, counting expired ones the sweep
+// size returns the number of records held, counting expired ones the sweep
 // has not deleted yet.
-func (s *MemoryStore) Len() int {
+func (s *MemoryStore) size() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.records)

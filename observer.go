@@ -24,6 +24,7 @@ const (
 	EventCeilingReached                      // the lease neared its maximum duration; the handler's context is cancelled
 	EventDeleted                             // SQS confirmed the delete
 	EventReleased                            // visibility was set for a redelivery (Visibility = when)
+	EventDone                                // a Consumer's delivery ended: always its last event (see below)
 	EventDeadLettered                        // a Permanent error's message was sent to the dead-letter queue (Err = the handler's error); its delete follows
 )
 
@@ -40,6 +41,7 @@ var eventNames = [...]string{
 	EventCeilingReached: "ceiling_reached",
 	EventDeleted:        "deleted",
 	EventReleased:       "released",
+	EventDone:           "done",
 	EventDeadLettered:   "dead_lettered",
 }
 
@@ -51,7 +53,17 @@ func (k EventKind) String() string {
 	return "unknown"
 }
 
-// Event describes one thing that happened to one message.
+// Event describes one thing that happened to one message. An event carries
+// what an observer needs to measure the message without keeping state of
+// its own: the durations since its arrival and since its handler started,
+// and (EventDone) the end of its delivery.
+//
+// EventDone is a Consumer's last event for a delivery, emitted exactly once
+// for each EventReceived: when the handler (if it started) has returned and
+// the lease is over, the message deleted, released, or left to SQS (lease
+// lost or expired, delete failed). Its SinceReceive is the delivery's whole
+// time in this process, and Err the handler's error (nil if it succeeded
+// or never started). A Lease made with NewLease does not emit it.
 type Event struct {
 	Kind      EventKind
 	QueueURL  string
@@ -69,6 +81,10 @@ type Event struct {
 	// excluded. (Message.ReceivedAt, the lease clock, may lie up to a
 	// second earlier: see HandoverTime.)
 	SinceReceive time.Duration
+	// SinceStart is Time minus the moment the handler was called, 0 before
+	// that (and for a Lease made with NewLease). On EventSucceeded and
+	// EventFailed it is the handler's running time.
+	SinceStart time.Duration
 	// Visibility is the timeout SQS accepted, for EventRenewed and
 	// EventReleased.
 	Visibility time.Duration

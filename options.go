@@ -3,7 +3,6 @@ package sqsconsumer
 import (
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/url"
 	"path"
 	"reflect"
@@ -15,39 +14,39 @@ const (
 	// MaxVisibilityTimeout is SQS's ceiling: a message may stay invisible
 	// for at most 12 hours after the receive that issued its handle.
 	MaxVisibilityTimeout = 12 * time.Hour
-	// DefaultMaxLeaseDuration is the default WithMaxLeaseDuration.
-	DefaultMaxLeaseDuration = MaxVisibilityTimeout
-	// DefaultVisibilityTimeout is the lease length of a NewLease without
+	// defaultMaxLeaseDuration is the default WithMaxLeaseDuration.
+	defaultMaxLeaseDuration = MaxVisibilityTimeout
+	// defaultVisibilityTimeout is the lease length of a NewLease without
 	// WithVisibilityTimeout (SQS's own queue default). A Consumer without
 	// the option uses the queue's VisibilityTimeout instead.
-	DefaultVisibilityTimeout = 30 * time.Second
-	// MinVisibilityTimeout is the shortest lease the library accepts:
+	defaultVisibilityTimeout = 30 * time.Second
+	// minVisibilityTimeout is the shortest lease the library accepts:
 	// renewals need whole seconds and a margin.
-	MinVisibilityTimeout = 3 * time.Second
-	// DefaultWaitTime is the default long-poll wait (SQS's maximum).
-	DefaultWaitTime = 20 * time.Second
-	// MaxWaitTime is SQS's longest long poll.
-	MaxWaitTime = 20 * time.Second
-	// DefaultBatchSize and MaxBatchSize bound MaxNumberOfMessages.
-	DefaultBatchSize = 10
-	MaxBatchSize     = 10
-	// DefaultConcurrency is the default number of handlers running at once.
-	DefaultConcurrency = 10
-	// DefaultShutdownTimeout is how long running handlers may finish after
+	minVisibilityTimeout = 3 * time.Second
+	// defaultWaitTime is the default long-poll wait (SQS's maximum).
+	defaultWaitTime = 20 * time.Second
+	// maxWaitTime is SQS's longest long poll.
+	maxWaitTime = 20 * time.Second
+	// defaultBatchSize and maxBatchSize bound MaxNumberOfMessages.
+	defaultBatchSize = 10
+	maxBatchSize     = 10
+	// defaultConcurrency is the default number of handlers running at once.
+	defaultConcurrency = 10
+	// defaultShutdownTimeout is how long running handlers may finish after
 	// Run's context is cancelled. It is below ECS's default 30 s stopTimeout.
-	DefaultShutdownTimeout = 20 * time.Second
-	// DefaultMaxReadAhead is the default WithMaxReadAhead, as many as
+	defaultShutdownTimeout = 20 * time.Second
+	// defaultMaxReadAhead is the default WithMaxReadAhead, as many as
 	// Pub/Sub's default MaxOutstandingMessages.
-	DefaultMaxReadAhead = 1000
-	// MaxReadAheadLimit is the largest WithMaxReadAhead: SQS lets about
+	defaultMaxReadAhead = 1000
+	// maxReadAheadLimit is the largest WithMaxReadAhead: SQS lets about
 	// 120,000 messages of a standard queue be in flight at once.
-	MaxReadAheadLimit = 120_000
+	maxReadAheadLimit = 120_000
 )
 
 // settings holds every option's value. New and NewLease fill it with
 // defaults, apply the options, then validate.
 type settings struct {
-	visibility      time.Duration // 0 = queue's (Consumer) / DefaultVisibilityTimeout (Lease)
+	visibility      time.Duration // 0 = queue's (Consumer) / defaultVisibilityTimeout (Lease)
 	heartbeat       time.Duration // 0 = visibility/3
 	maxLease        time.Duration
 	ceilingGrace    time.Duration // 0 = one heartbeat interval
@@ -63,7 +62,7 @@ type settings struct {
 	middleware      []Middleware
 	logger          *slog.Logger
 	observer        Observer
-	stats           *StatsRecorder // a Consumer's own recorder, counted directly
+	stats           *statsRecorder // a Consumer's own recorder, counted directly
 	adaptiveMin     time.Duration
 	adaptiveMax     time.Duration
 	receivedAt      time.Time // Lease only: when SQS handed the message over
@@ -77,12 +76,12 @@ type settings struct {
 
 func defaultSettings() settings {
 	return settings{
-		maxLease:        DefaultMaxLeaseDuration,
-		concurrency:     DefaultConcurrency,
-		batchSize:       DefaultBatchSize,
-		waitTime:        DefaultWaitTime,
-		maxAhead:        DefaultMaxReadAhead,
-		shutdownTimeout: DefaultShutdownTimeout,
+		maxLease:        defaultMaxLeaseDuration,
+		concurrency:     defaultConcurrency,
+		batchSize:       defaultBatchSize,
+		waitTime:        defaultWaitTime,
+		maxAhead:        defaultMaxReadAhead,
+		shutdownTimeout: defaultShutdownTimeout,
 		backoff:         DefaultBackoff,
 	}
 }
@@ -167,14 +166,14 @@ func (o leaseOption) apply(s *settings) { o(s) }
 func (leaseOption) leaseOption()        {}
 
 // WithVisibilityTimeout sets the lease length: the visibility each renewal
-// asks for, counted from the renewal. Range MinVisibilityTimeout (3 s) to
+// asks for, counted from the renewal. Range 3 s to
 // 12 h, whole seconds. Consumer default: the queue's VisibilityTimeout,
 // read at Run (the Consumer also asks for it on ReceiveMessage when set);
-// Lease default: DefaultVisibilityTimeout.
+// Lease default: 30 s (SQS's own default for a queue).
 func WithVisibilityTimeout(d time.Duration) LeaseOption {
 	return leaseOption(func(s *settings) {
-		if d < MinVisibilityTimeout || d > MaxVisibilityTimeout || d%time.Second != 0 {
-			s.fail("WithVisibilityTimeout(%v): must be whole seconds from %v to %v", d, MinVisibilityTimeout, MaxVisibilityTimeout)
+		if d < minVisibilityTimeout || d > MaxVisibilityTimeout || d%time.Second != 0 {
+			s.fail("WithVisibilityTimeout(%v): must be whole seconds from %v to %v", d, minVisibilityTimeout, MaxVisibilityTimeout)
 			return
 		}
 		s.visibility = d
@@ -246,7 +245,7 @@ func WithLogger(l *slog.Logger) LeaseOption {
 }
 
 // WithConcurrency sets how many handlers run at once. Range 1 to 100,000;
-// default DefaultConcurrency (10). Beyond the free handler slots the
+// default 10. Beyond the free handler slots the
 // Consumer reads ahead a little (see WithMaxReadAhead), so a slot that
 // frees finds a message waiting. A handler that succeeded gives its slot
 // back at once while its message, still leased, waits for SQS to confirm
@@ -266,8 +265,8 @@ func WithConcurrency(n int) Option {
 // slot would otherwise have nothing coming.
 func WithBatchSize(n int) Option {
 	return option(func(s *settings) {
-		if n < 1 || n > MaxBatchSize {
-			s.fail("WithBatchSize(%d): must be from 1 to %d", n, MaxBatchSize)
+		if n < 1 || n > maxBatchSize {
+			s.fail("WithBatchSize(%d): must be from 1 to %d", n, maxBatchSize)
 			return
 		}
 		s.batchSize = n
@@ -282,8 +281,8 @@ func WithBatchSize(n int) Option {
 // messages, so each must return within the shutdown budget.
 func WithWaitTime(d time.Duration) Option {
 	return option(func(s *settings) {
-		if d < 0 || d > MaxWaitTime || d%time.Second != 0 {
-			s.fail("WithWaitTime(%v): must be whole seconds from 0 to %v", d, MaxWaitTime)
+		if d < 0 || d > maxWaitTime || d%time.Second != 0 {
+			s.fail("WithWaitTime(%v): must be whole seconds from 0 to %v", d, maxWaitTime)
 			return
 		}
 		s.waitTime = d
@@ -307,7 +306,8 @@ func WithPollers(n int) Option {
 // WithMaxReadAhead bounds how many messages a Consumer holds or has asked
 // for beyond its handler slots: received and waiting for a slot (leased:
 // their visibility is renewed while they wait), or asked for by receives
-// in flight. Range 0 to MaxReadAheadLimit; default DefaultMaxReadAhead.
+// in flight. Range 0 to 120,000 (about what SQS lets a standard queue have
+// in flight); default 1000.
 // 0 turns read-ahead off: a receive then asks only for free slots, and
 // each freed slot waits a receive round trip for its next message.
 //
@@ -331,8 +331,8 @@ func WithPollers(n int) Option {
 // smaller receives: it trades calls for latency.
 func WithMaxReadAhead(n int) Option {
 	return option(func(s *settings) {
-		if n < 0 || n > MaxReadAheadLimit {
-			s.fail("WithMaxReadAhead(%d): must be from 0 to %d", n, MaxReadAheadLimit)
+		if n < 0 || n > maxReadAheadLimit {
+			s.fail("WithMaxReadAhead(%d): must be from 0 to %d", n, maxReadAheadLimit)
 			return
 		}
 		s.maxAhead = n
@@ -342,7 +342,7 @@ func WithMaxReadAhead(n int) Option {
 // WithShutdownTimeout sets how long running handlers may finish after
 // Run's context is cancelled, while their leases keep being renewed; then
 // their contexts are cancelled with ErrShutdown and their messages
-// released. Range 0 to 12 h; default DefaultShutdownTimeout (20 s).
+// released. Range 0 to 12 h; default 20 s (below ECS's default 30 s stopTimeout).
 func WithShutdownTimeout(d time.Duration) Option {
 	return option(func(s *settings) {
 		if d < 0 || d > MaxVisibilityTimeout {
@@ -370,12 +370,8 @@ func WithHandlerTimeout(d time.Duration) Option {
 // on its n-th receive: 5 s doubling per receive (5 s, 10 s, 20 s, ...) up to
 // 15 minutes, with ±20 % jitter so retries of a burst spread out.
 func DefaultBackoff(receiveCount int) time.Duration {
-	d := 5 * time.Second
-	for i := 1; i < receiveCount && d < 15*time.Minute; i++ {
-		d *= 2
-	}
-	d = min(d, 15*time.Minute)
-	return d - d/5 + rand.N(2*d/5+1)
+	d := backoffDelay(receiveCount-1, 5*time.Second, 15*time.Minute)
+	return between(d-d/5, d+d/5)
 }
 
 // WithBackoff sets the visibility given to a message whose handler failed,

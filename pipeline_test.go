@@ -105,7 +105,7 @@ func measureCell(t *testing.T, c cell, warm, span time.Duration) cellResult {
 		b := setup(t, nil)
 		client := &latencyClient{Client: b.client, rtt: c.rtt}
 		// Enough backlog for the whole run at the ideal rate, and then some.
-		n := int(c.idealRate(DefaultMaxReadAhead)*(warm+span).Seconds()*1.2) + 2*c.conc + 20
+		n := int(c.idealRate(defaultMaxReadAhead)*(warm+span).Seconds()*1.2) + 2*c.conc + 20
 		for range n {
 			_, err := b.srv.Send(b.url, "m")
 			require.NoError(t, err)
@@ -194,7 +194,7 @@ func measureCell(t *testing.T, c cell, warm, span time.Duration) cellResult {
 // renewalCalls is what heartbeats add per message in a cell: a renewal
 // every 20 s of the minute-long lease, batched 10 to a call at best.
 func renewalCalls(c cell) float64 {
-	return math.Floor(c.handler.Seconds()/20) / float64(min(c.conc, MaxBatchSize))
+	return math.Floor(c.handler.Seconds()/20) / float64(min(c.conc, maxBatchSize))
 }
 
 // tableServerLimit is the highest ideal rate (messages per virtual second)
@@ -231,7 +231,7 @@ func TestPipelineTable(t *testing.T) {
 					warm := max(2*time.Second, 3*h)
 					span := max(2*time.Second, 5*h)
 					r := measureCell(t, c, warm, span)
-					ideal := c.idealRate(DefaultMaxReadAhead)
+					ideal := c.idealRate(defaultMaxReadAhead)
 					// Busy slot time is the exact measure of throughput
 					// for a fixed handler time: rate = utilization x C / H.
 					got := r.utilization * float64(c.conc) / c.handler.Seconds()
@@ -241,7 +241,7 @@ func TestPipelineTable(t *testing.T) {
 					if c.handler >= time.Second {
 						// Slow handlers hold at most one round trip of
 						// completions plus one batch unstarted.
-						bound := int(math.Ceil(float64(c.conc)/c.handler.Seconds()*c.rtt.Seconds())) + MaxBatchSize
+						bound := int(math.Ceil(float64(c.conc)/c.handler.Seconds()*c.rtt.Seconds())) + maxBatchSize
 						require.LessOrEqual(t, r.peakHeld, bound, "unstarted messages held")
 					}
 					if got >= 10/batchWindow.Seconds() {
@@ -278,7 +278,7 @@ func TestReadAhead(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cover, ahead := readAhead(tt.rate, tt.capacity, tt.due, tt.rtt, MaxBatchSize, tt.limit)
+			cover, ahead := readAhead(tt.rate, tt.capacity, tt.due, tt.rtt, maxBatchSize, tt.limit)
 			require.Equal(t, tt.wantCover, cover, "cover")
 			require.Equal(t, tt.wantAhed, ahead, "ahead")
 		})
@@ -384,7 +384,7 @@ func TestTwoConsumersShareSlowWork(t *testing.T) {
 		// One round trip of completions (10 / 30 s x 10 ms, rounded up)
 		// plus one batch.
 		for i := range 2 {
-			require.LessOrEqual(t, peak[i], 1+MaxBatchSize, "consumer %d held unstarted", i)
+			require.LessOrEqual(t, peak[i], 1+maxBatchSize, "consumer %d held unstarted", i)
 		}
 		for i := range 2 {
 			require.InDelta(t, 50, count[i], 5, "consumer %d's share of the work (%v)", i, count)

@@ -13,18 +13,17 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/sqskit/sqsconsumer"
 	"github.com/sqskit/sqsconsumer/sqstest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const (
-	info  = sqsconsumer.SeverityInfo
-	warn  = sqsconsumer.SeverityWarn
-	fail  = sqsconsumer.SeverityError
-	day   = 24 * 3600
-	week2 = 14 * day
+	info  = SeverityInfo
+	warn  = SeverityWarn
+	fail  = SeverityError
+	days  = 24 * 3600
+	week2 = 14 * days
 )
 
 func arn(name string) string {
@@ -62,7 +61,7 @@ func TestCheckFindings(t *testing.T) {
 		queues   []queueSpec // the last one is checked
 		opts     Options
 		check    CheckName
-		severity sqsconsumer.Severity
+		severity Severity
 		contains string
 	}{
 		{"no DLQ on a standard queue", []queueSpec{{"work", map[string]string{"ReceiveMessageWaitTimeSeconds": "20"}}},
@@ -86,7 +85,7 @@ func TestCheckFindings(t *testing.T) {
 			Options{}, CheckDLQRetention, info, "reset the enqueue time"},
 		{"retention below a working day's outage", healthy(map[string]string{"MessageRetentionPeriod": "43200"}),
 			Options{}, CheckRetention, fail, "MessageRetentionPeriod 12h is below 1d"},
-		{"retention below a weekend's outage", healthy(map[string]string{"MessageRetentionPeriod": secs(2 * day)}),
+		{"retention below a weekend's outage", healthy(map[string]string{"MessageRetentionPeriod": secs(2 * days)}),
 			Options{}, CheckRetention, warn, "MessageRetentionPeriod 2d is below 4d: an outage from Friday evening to Monday morning (63h) expires every message"},
 		{"retention outlasts a weekend", healthy(nil), Options{}, CheckRetention, info, "4d outlasts an outage"},
 		{"short polling", []queueSpec{{"work", nil}}, Options{}, CheckLongPolling, warn, "short polling"},
@@ -97,10 +96,10 @@ func TestCheckFindings(t *testing.T) {
 		{"heartbeat lease too short", healthy(map[string]string{"VisibilityTimeout": "5"}), Options{P99: time.Minute, Heartbeat: true},
 			CheckVisibilityP99, warn, "below 10s"},
 		{"heartbeat lease far too long", healthy(map[string]string{"VisibilityTimeout": "3600"}), Options{P99: 10 * time.Second, Heartbeat: true},
-			CheckVisibilityP99, warn, "far above the recommended lease 20s (180×) while consumers renew their leases: a crashed consumer's messages stay invisible 1h for nothing; use 20s (p99 10s × 2, at least 10s)"},
+			CheckVisibilityP99, warn, "lease 1h is 180× the 20s the work needs (p99 10s × 2 = 20s): a crashed consumer's messages stay invisible up to 1h instead of 20s"},
 		{"heartbeat lease too long for a short p99", healthy(map[string]string{"VisibilityTimeout": "30"}), Options{P99: time.Second, Heartbeat: true},
-			CheckVisibilityP99, warn, "is above the recommended lease 10s (3×)"},
-		{"heartbeat lease fine", healthy(nil), Options{P99: time.Minute, Heartbeat: true}, CheckVisibilityP99, info, "with renewals"},
+			CheckVisibilityP99, warn, "lease 30s is 3× the 10s the work needs (p99 1s × 2 = 2s, raised to the 10s floor)"},
+		{"heartbeat lease fine", healthy(nil), Options{P99: time.Minute, Heartbeat: true}, CheckVisibilityP99, info, "live on renewals"},
 		{"Lambda: below 6 × timeout + window", healthy(map[string]string{"VisibilityTimeout": "60"}),
 			Options{LambdaTimeout: 30 * time.Second, BatchingWindow: 2 * time.Second}, CheckLambda, fail, "at least 182 seconds"},
 		{"Lambda: covered", healthy(map[string]string{"VisibilityTimeout": "182"}),
@@ -108,7 +107,7 @@ func TestCheckFindings(t *testing.T) {
 		{"shutdown longer than the lease", healthy(nil), Options{ShutdownTimeout: time.Minute}, CheckShutdown, warn, "only duplicates work"},
 		{"shutdown longer than the lease with renewals", healthy(nil), Options{ShutdownTimeout: time.Minute, Heartbeat: true}, CheckShutdown, info, "fits"},
 		{"shutdown below p99", healthy(map[string]string{"VisibilityTimeout": "120"}), Options{ShutdownTimeout: 20 * time.Second, P99: 40 * time.Second},
-			CheckShutdown, warn, "below p99 40s"},
+			CheckShutdown, warn, "below p99 (40s)"},
 		{"shutdown fits", healthy(nil), Options{ShutdownTimeout: 20 * time.Second}, CheckShutdown, info, "fits"},
 	}
 	for _, tt := range tests {
@@ -246,26 +245,13 @@ func TestAnalyzeWithoutDLQAttributes(t *testing.T) {
 	}
 }
 
-func TestFmtDur(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		d    time.Duration
-		want string
-	}{
-		{500 * time.Millisecond, "500ms"}, {30 * time.Second, "30s"}, {620 * time.Second, "620s"}, {2 * time.Minute, "2m"},
-		{96 * time.Hour, "4d"}, {60 * time.Hour, "2d12h"}, {30 * time.Hour, "30h"}, {90 * time.Minute, "1h30m"}, {12 * time.Hour, "12h"},
-	} {
-		require.Equal(t, tt.want, fmtDur(tt.d), "fmtDur(%v)", tt.d)
-	}
-}
-
 // TestRetentionThresholds pins CheckRetention's severities to
 // MinRetention and RecommendedRetention, one second either side.
 func TestRetentionThresholds(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		retention time.Duration
-		severity  sqsconsumer.Severity
+		severity  Severity
 		contains  string
 	}{
 		{time.Minute, fail, "MessageRetentionPeriod 1m is below 1d"},
@@ -312,7 +298,7 @@ func TestTimeToDLQFollowsTheRatio(t *testing.T) {
 	const ret = 96 * time.Hour // 4 receives × 6h is a quarter
 	tests := []struct {
 		vis      time.Duration
-		severity sqsconsumer.Severity
+		severity Severity
 		contains string
 		ratio    float64
 	}{

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -20,20 +19,12 @@ var durationBuckets = []float64{
 	120, 300, 600, 1200, 1800, 3600, 7200, 14400, 28800, 43200,
 }
 
-// Bounds of the Observer's per-message state.
-const (
-	maxTracked = 1 << 16
-	// staleAfter: no lease outlives SQS's 12-hour ceiling, so a message
-	// unseen this long was stopped without settlement.
-	staleAfter = sqsconsumer.MaxVisibilityTimeout + time.Hour
-)
-
 // Observer records metrics of the events it observes (see the package
 // doc for the instruments). Make one with NewObserver and give it to
 // sqsconsumer.WithObserver; the zero value is not usable. Observe is safe
-// for concurrent use: it takes one short mutex per event and keeps at
-// most 65,536 messages' state, which it needs for the in-flight count and
-// the handler duration.
+// for concurrent use and keeps no per-message state: each event carries
+// what its instruments need (SinceStart for the handler's duration,
+// EventDone for the end of a delivery).
 type Observer struct {
 	received, adopted, processed, failed, deleted, released metric.Int64Counter
 	renewals, renewalFailures, lost, expired, ceiling       metric.Int64Counter
@@ -41,20 +32,6 @@ type Observer struct {
 	handlerDur, messageDur                                  metric.Float64Histogram
 
 	attrs sync.Map // queue URL -> metric.MeasurementOption
-
-	mu     sync.Mutex // guards msgs and events
-	msgs   map[msgKey]*msgState
-	events uint64
-}
-
-type msgKey struct{ queue, id string }
-
-type msgState struct {
-	queue    string
-	inFlight bool          // counted in in_flight
-	started  time.Duration // SinceReceive at EventStarted; -1 when no handler runs
-	ended    bool          // settled, lost or expired; waiting for the handler to return
-	lastSeen time.Time
 }
 
 // NewObserver makes an Observer whose instruments come from the meter
@@ -63,7 +40,7 @@ type msgState struct {
 func NewObserver(opts ...Option) (*Observer, error) {
 	cfg := newConfig(opts)
 	m := cfg.meterProvider.Meter(ScopeName)
-	o := &Observer{msgs: map[msgKey]*msgState{}}
+	o := &Observer{}
 	var errs []error
 	counter := func(name, unit, desc string) metric.Int64Counter {
 		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
@@ -88,11 +65,11 @@ func NewObserver(opts ...Option) (*Observer, error) {
 	o.expired = counter("sqsconsumer.lease.expired", "{lease}", "Leases whose deadline passed with no confirmed renewal.")
 	o.ceiling = counter("sqsconsumer.lease.ceiling_reached", "{lease}", "Leases that neared their maximum duration.")
 	ud, err := m.Int64UpDownCounter("sqsconsumer.messages.in_flight", metric.WithUnit("{message}"),
-		metric.WithDescription("Messages received and not yet settled (deleted, released, lost or expired)."))
+		metric.WithDescription("Messages a Consumer received whose delivery has not ended (handler returned and lease over)."))
 	errs = append(errs, err)
 	o.inFlight = ud
 	o.handlerDur = hist("sqsconsumer.handler.duration", "Handler calls, from start to return.")
-	o.messageDur = hist("sqsconsumer.message.duration", "Messages from the receive to their settlement, in-process queueing included.")
+	o.messageDur = hist("sqsconsumer.message.duration", "Deliveries from the receive's answer to their end (handler returned and lease over), in-process queueing included.")
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -118,10 +95,12 @@ func (o *Observer) Observe(e sqsconsumer.Event) {
 	switch e.Kind {
 	case sqsconsumer.EventReceived:
 		o.received.Add(ctx, 1, attrs)
+		o.inFlight.Add(ctx, 1, attrs)
 	case sqsconsumer.EventAdopted:
 		o.adopted.Add(ctx, 1, attrs)
 	case sqsconsumer.EventSucceeded, sqsconsumer.EventFailed:
 		o.processed.Add(ctx, 1, attrs)
+		o.handlerDur.Record(ctx, e.SinceStart.Seconds(), attrs)
 		if e.Kind == sqsconsumer.EventFailed {
 			o.failed.Add(ctx, 1, attrs)
 		}
@@ -139,110 +118,8 @@ func (o *Observer) Observe(e sqsconsumer.Event) {
 		o.expired.Add(ctx, 1, attrs)
 	case sqsconsumer.EventCeilingReached:
 		o.ceiling.Add(ctx, 1, attrs)
-	}
-	o.track(ctx, e, attrs)
-}
-
-// track keeps the per-message state behind in_flight and the durations.
-func (o *Observer) track(ctx context.Context, e sqsconsumer.Event, attrs metric.MeasurementOption) {
-	var (
-		inFlight   int64
-		handlerDur = time.Duration(-1)
-		settled    bool
-		stale      []string // queues of forgotten in-flight messages
-	)
-	key := msgKey{e.QueueURL, e.MessageID}
-	o.mu.Lock()
-	st := o.msgs[key]
-	if st == nil && startsState(e.Kind) {
-		if len(o.msgs) >= maxTracked {
-			stale = o.pruneLocked(e.Time, stale)
-		}
-		if len(o.msgs) < maxTracked {
-			st = &msgState{queue: e.QueueURL, started: -1}
-			o.msgs[key] = st
-		}
-	}
-	if st != nil {
-		st.lastSeen = e.Time
-	}
-	switch e.Kind {
-	case sqsconsumer.EventReceived:
-		if st != nil && !st.inFlight {
-			st.inFlight = true
-			inFlight = 1
-		}
-	case sqsconsumer.EventStarted:
-		if st != nil {
-			st.started = e.SinceReceive
-		}
-	case sqsconsumer.EventSucceeded, sqsconsumer.EventFailed:
-		if st != nil && st.started >= 0 {
-			handlerDur = e.SinceReceive - st.started
-			st.started = -1
-			if st.ended {
-				delete(o.msgs, key)
-			}
-		}
-	case sqsconsumer.EventDeleted, sqsconsumer.EventReleased, sqsconsumer.EventLeaseLost, sqsconsumer.EventLeaseExpired:
-		switch {
-		case st == nil:
-			settled = true
-		case st.ended:
-			// settled before; not counted twice
-		default:
-			settled = true
-			st.ended = true
-			if st.inFlight {
-				st.inFlight = false
-				inFlight = -1
-			}
-			if st.started < 0 {
-				delete(o.msgs, key)
-			} // else the handler still runs (its lease was lost): keep its start
-		}
-	}
-	o.events++
-	if o.events%4096 == 0 {
-		stale = o.pruneLocked(e.Time, stale)
-	}
-	o.mu.Unlock()
-
-	if inFlight != 0 {
-		o.inFlight.Add(ctx, inFlight, attrs)
-	}
-	for _, q := range stale {
-		o.inFlight.Add(ctx, -1, o.attrsFor(q))
-	}
-	if handlerDur >= 0 {
-		o.handlerDur.Record(ctx, handlerDur.Seconds(), attrs)
-	}
-	if settled {
+	case sqsconsumer.EventDone:
+		o.inFlight.Add(ctx, -1, attrs)
 		o.messageDur.Record(ctx, e.SinceReceive.Seconds(), attrs)
 	}
-}
-
-// startsState reports whether an event of kind k, for a message without
-// state, should create it.
-func startsState(k sqsconsumer.EventKind) bool {
-	switch k {
-	case sqsconsumer.EventReceived, sqsconsumer.EventAdopted, sqsconsumer.EventStarted, sqsconsumer.EventRenewed:
-		return true
-	}
-	return false
-}
-
-// pruneLocked forgets messages unseen for staleAfter and returns, appended
-// to stale, the queues of those still counted in flight.
-func (o *Observer) pruneLocked(now time.Time, stale []string) []string {
-	cutoff := now.Add(-staleAfter)
-	for k, st := range o.msgs {
-		if st.lastSeen.Before(cutoff) {
-			if st.inFlight {
-				stale = append(stale, st.queue)
-			}
-			delete(o.msgs, k)
-		}
-	}
-	return stale
 }

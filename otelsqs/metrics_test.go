@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -14,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sqskit/sqsconsumer"
+	"github.com/sqskit/sqsconsumer/sqstest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -81,15 +83,24 @@ func ev(kind sqsconsumer.EventKind, id string, since time.Duration) sqsconsumer.
 	return sqsconsumer.Event{Kind: kind, QueueURL: testQueue, MessageID: id, ReceiveCount: 1, Time: t0.Add(since), SinceReceive: since}
 }
 
+// evs makes an event of a handler that started at start (0: not started).
+func evs(kind sqsconsumer.EventKind, id string, since, start time.Duration) sqsconsumer.Event {
+	e := ev(kind, id, since)
+	if start > 0 {
+		e.SinceStart = since - start
+	}
+	return e
+}
+
 func TestObserverCountsALifeOfMessages(t *testing.T) {
 	t.Parallel()
 	m := newMeters(t)
 	s := time.Second
 	for _, e := range []sqsconsumer.Event{
 		ev(sqsconsumer.EventReceived, "a", 0), ev(sqsconsumer.EventReceived, "b", 0), ev(sqsconsumer.EventReceived, "c", 0),
-		ev(sqsconsumer.EventStarted, "a", 1*s), ev(sqsconsumer.EventStarted, "b", 1*s), ev(sqsconsumer.EventStarted, "c", 1*s),
-		ev(sqsconsumer.EventRenewed, "a", 10*s), ev(sqsconsumer.EventRenewalFailed, "a", 20*s), ev(sqsconsumer.EventRenewed, "a", 21*s),
-		ev(sqsconsumer.EventAdopted, "b", 3*s),
+		evs(sqsconsumer.EventStarted, "a", 1*s, 1*s), evs(sqsconsumer.EventStarted, "b", 1*s, 1*s), evs(sqsconsumer.EventStarted, "c", 1*s, 1*s),
+		evs(sqsconsumer.EventRenewed, "a", 10*s, 1*s), evs(sqsconsumer.EventRenewalFailed, "a", 20*s, 1*s), evs(sqsconsumer.EventRenewed, "a", 21*s, 1*s),
+		evs(sqsconsumer.EventAdopted, "b", 3*s, 1*s),
 	} {
 		m.obs.Observe(e)
 	}
@@ -97,10 +108,10 @@ func TestObserverCountsALifeOfMessages(t *testing.T) {
 	require.Equal(t, int64(3), sum(t, ms, "sqsconsumer.messages.in_flight"), "three messages held")
 
 	for _, e := range []sqsconsumer.Event{
-		ev(sqsconsumer.EventSucceeded, "a", 26*s), ev(sqsconsumer.EventDeleted, "a", 27*s), // handler 25 s, held 27 s
-		ev(sqsconsumer.EventFailed, "b", 5*s), ev(sqsconsumer.EventReleased, "b", 6*s), // handler 4 s, held 6 s
-		ev(sqsconsumer.EventLeaseLost, "c", 30*s), ev(sqsconsumer.EventCeilingReached, "c", 31*s),
-		ev(sqsconsumer.EventFailed, "c", 41*s), // handler 40 s, held until the loss at 30 s
+		evs(sqsconsumer.EventSucceeded, "a", 26*s, 1*s), evs(sqsconsumer.EventDeleted, "a", 27*s, 1*s), evs(sqsconsumer.EventDone, "a", 27*s, 1*s), // handler 25 s, held 27 s
+		evs(sqsconsumer.EventFailed, "b", 5*s, 1*s), evs(sqsconsumer.EventReleased, "b", 6*s, 1*s), evs(sqsconsumer.EventDone, "b", 6*s, 1*s), // handler 4 s, held 6 s
+		evs(sqsconsumer.EventLeaseLost, "c", 30*s, 1*s), evs(sqsconsumer.EventCeilingReached, "c", 31*s, 1*s),
+		evs(sqsconsumer.EventFailed, "c", 41*s, 1*s), evs(sqsconsumer.EventDone, "c", 41*s, 1*s), // handler 40 s, held until it returned
 	} {
 		m.obs.Observe(e)
 	}
@@ -129,43 +140,53 @@ func TestObserverCountsALifeOfMessages(t *testing.T) {
 	require.Equal(t, "s", ms["sqsconsumer.handler.duration"].Unit)
 
 	h = hist(t, ms, "sqsconsumer.message.duration")
-	require.Equal(t, uint64(3), h.Count, "each message once")
-	require.InDelta(t, 27+6+30, h.Sum, 1e-9)
+	require.Equal(t, uint64(3), h.Count, "each delivery once")
+	require.InDelta(t, 27+6+41, h.Sum, 1e-9)
 
 	sys, _ := h.Attributes.Value("messaging.system")
 	require.Equal(t, "aws_sqs", sys.AsString())
 	dest, _ := h.Attributes.Value("messaging.destination.name")
 	require.Equal(t, "work", dest.AsString())
-
-	m.obs.mu.Lock()
-	defer m.obs.mu.Unlock()
-	require.Empty(t, m.obs.msgs, "no state left behind")
 }
 
-func TestObserverWithoutReceiveEvents(t *testing.T) {
+// Through a real Consumer on sqstest: what the instruments show matches
+// what the handlers did, with no state kept between events.
+func TestObserverUnderAConsumer(t *testing.T) {
 	t.Parallel()
-	// A Lease made with NewLease emits no EventReceived: in_flight must not
-	// go negative, and the duration is still recorded once.
-	m := newMeters(t)
-	m.obs.Observe(ev(sqsconsumer.EventRenewed, "a", 10*time.Second))
-	m.obs.Observe(ev(sqsconsumer.EventDeleted, "a", 12*time.Second))
-	m.obs.Observe(ev(sqsconsumer.EventDeleted, "b", 2*time.Second))
-	ms := m.collect(t)
-	require.Equal(t, int64(0), sum(t, ms, "sqsconsumer.messages.in_flight"))
-	require.Equal(t, uint64(2), hist(t, ms, "sqsconsumer.message.duration").Count)
-	_, ok := ms["sqsconsumer.handler.duration"]
-	require.False(t, ok, "no handler ran")
-}
-
-func TestObserverForgetsStaleMessages(t *testing.T) {
-	t.Parallel()
-	m := newMeters(t)
-	m.obs.Observe(ev(sqsconsumer.EventReceived, "stuck", 0)) // its lease stops without settlement
-	for i := range 4096 {
-		m.obs.Observe(ev(sqsconsumer.EventRenewed, "later-"+strconv.Itoa(i%4), 14*time.Hour))
-	}
-	ms := m.collect(t)
-	require.Equal(t, int64(0), sum(t, ms, "sqsconsumer.messages.in_flight"), "the stale message no longer counts")
+	synctest.Test(t, func(t *testing.T) {
+		m := newMeters(t)
+		srv := sqstest.New(t)
+		url, err := srv.CreateQueue("work", map[string]string{"VisibilityTimeout": "30"})
+		require.NoError(t, err)
+		const n = 20
+		for i := range n {
+			_, err := srv.Send(url, strconv.Itoa(i))
+			require.NoError(t, err)
+		}
+		c, err := sqsconsumer.New(srv.Client(), url, sqsconsumer.HandlerFunc(func(ctx context.Context, msg *sqsconsumer.Message) error {
+			time.Sleep(40 * time.Second) // renewed once or twice
+			return nil
+		}), sqsconsumer.WithObserver(m.obs), sqsconsumer.WithConcurrency(n))
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		require.Equal(t, int64(n), sum(t, m.collect(t), "sqsconsumer.messages.in_flight"), "all held mid-way")
+		time.Sleep(40 * time.Second)
+		cancel()
+		require.NoError(t, <-done)
+		ms := m.collect(t)
+		require.Equal(t, int64(n), sum(t, ms, "sqsconsumer.messages.deleted"))
+		require.Equal(t, int64(0), sum(t, ms, "sqsconsumer.messages.in_flight"))
+		h := hist(t, ms, "sqsconsumer.handler.duration")
+		require.Equal(t, uint64(n), h.Count)
+		require.InDelta(t, 40*n, h.Sum, 1e-6, "each handler ran 40 s")
+		h = hist(t, ms, "sqsconsumer.message.duration")
+		require.Equal(t, uint64(n), h.Count)
+		require.GreaterOrEqual(t, h.Sum, 40.0*n)
+	})
 }
 
 func TestObserverQueuesAreSeparate(t *testing.T) {
@@ -200,7 +221,7 @@ func TestObserverConcurrent(t *testing.T) {
 			for i := range each {
 				id := strconv.Itoa(w*each + i)
 				for _, k := range []sqsconsumer.EventKind{sqsconsumer.EventReceived, sqsconsumer.EventStarted, sqsconsumer.EventRenewed,
-					sqsconsumer.EventSucceeded, sqsconsumer.EventDeleted} {
+					sqsconsumer.EventSucceeded, sqsconsumer.EventDeleted, sqsconsumer.EventDone} {
 					m.obs.Observe(ev(k, id, time.Duration(i)*time.Millisecond))
 				}
 			}
@@ -213,7 +234,7 @@ func TestObserverConcurrent(t *testing.T) {
 	require.Equal(t, uint64(workers*each), hist(t, ms, "sqsconsumer.handler.duration").Count)
 }
 
-// BenchmarkObserver measures the Observer's cost per message (five events)
+// BenchmarkObserver measures the Observer's cost per message (six events)
 // with the SDK's manual reader behind it.
 func BenchmarkObserver(b *testing.B) {
 	reader := sdkmetric.NewManualReader()
@@ -222,7 +243,7 @@ func BenchmarkObserver(b *testing.B) {
 	obs, err := NewObserver(WithMeterProvider(mp))
 	require.NoError(b, err)
 	kinds := []sqsconsumer.EventKind{sqsconsumer.EventReceived, sqsconsumer.EventStarted, sqsconsumer.EventRenewed,
-		sqsconsumer.EventSucceeded, sqsconsumer.EventDeleted}
+		sqsconsumer.EventSucceeded, sqsconsumer.EventDeleted, sqsconsumer.EventDone}
 	ids := make([]string, 1024)
 	for i := range ids {
 		ids[i] = strconv.Itoa(i)

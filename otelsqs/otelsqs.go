@@ -22,15 +22,19 @@
 //	sqsconsumer.messages.failed            counter    {message}  the handler returned an error or panicked
 //	sqsconsumer.messages.deleted           counter    {message}  SQS confirmed the delete
 //	sqsconsumer.messages.released          counter    {message}  visibility set for a redelivery
-//	sqsconsumer.messages.in_flight         up/down    {message}  received and not yet settled
+//	sqsconsumer.messages.in_flight         up/down    {message}  received and the delivery not yet done
 //	sqsconsumer.lease.renewals             counter    {renewal}  SQS confirmed a visibility extension
 //	sqsconsumer.lease.renewal_failures     counter    {renewal}  a renewal attempt failed
 //	sqsconsumer.lease.lost                 counter    {lease}    SQS refused the receipt handle
 //	sqsconsumer.lease.expired              counter    {lease}    the deadline passed with no confirmed renewal
 //	sqsconsumer.lease.ceiling_reached      counter    {lease}    the lease neared its maximum duration
 //	sqsconsumer.handler.duration           histogram  s          handler call, start to return
-//	sqsconsumer.message.duration           histogram  s          receive to settlement, in-process queueing included:
+//	sqsconsumer.message.duration           histogram  s          receive to the delivery's end, in-process queueing included:
 //	                                                             what the visibility timeout must cover
+//
+// The in-flight count and the message durations come from a Consumer's
+// EventReceived and EventDone; a Lease made with NewLease emits neither, so
+// its messages show in the counters and the handler duration only.
 //
 // The histograms' bucket boundaries run from 5 ms to 12 hours.
 //

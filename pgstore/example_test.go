@@ -36,5 +36,9 @@ func ExampleStore_CompleteInTx() {
 			return store.CompleteInTx(ctx, tx, nil) // commits with the invoice, or fails tx
 		})
 	})
-	_ = sqsconsumer.Idempotent(store)(handler) // give it to sqsconsumer.New with WithMiddleware
+	idempotent, err := sqsconsumer.NewIdempotent(store)
+	if err != nil {
+		panic(err)
+	}
+	_ = idempotent(handler) // or give idempotent to sqsconsumer.New with WithMiddleware
 }

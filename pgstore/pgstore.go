@@ -296,7 +296,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 }
 
 // CompleteInTx records, inside tx, the completion of the claim that the
-// sqsconsumer.Idempotent middleware holds for the handler call ctx belongs
+// sqsconsumer.NewIdempotent middleware holds for the handler call ctx belongs
 // to, storing result (nil for none; the middleware's size limit does not
 // apply here). Call it from the handler, with the transaction that writes
 // the handler's effects, before committing: then the effects and the
@@ -316,7 +316,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 // claim, so the key is free for the retry.
 //
 // It returns sqsconsumer.ErrNotIdempotent when ctx does not come from a
-// handler wrapped by sqsconsumer.Idempotent.
+// handler wrapped by sqsconsumer.NewIdempotent's middleware.
 func (s *Store) CompleteInTx(ctx context.Context, tx pgx.Tx, result []byte) error {
 	claim, ok := sqsconsumer.ClaimFromContext(ctx)
 	if !ok {

@@ -124,7 +124,7 @@ func TestCompleteInTx(t *testing.T) {
 	ctx := t.Context()
 	inv, count := invoices(t, pool)
 	failCommit := true
-	h := sqsconsumer.Idempotent(s)(sqsconsumer.HandlerFunc(func(ctx context.Context, m *sqsconsumer.Message) error {
+	h := idempotent(t, s)(sqsconsumer.HandlerFunc(func(ctx context.Context, m *sqsconsumer.Message) error {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, "INSERT INTO "+inv+" (id, message_id) VALUES ($1, $2)", m.Body, m.ID); err != nil {
 				return err
@@ -169,7 +169,7 @@ func TestCompleteInTxAfterTakeover(t *testing.T) {
 	ctx := t.Context()
 	inv, count := invoices(t, pool)
 	var completeErr, commitErr error
-	h := sqsconsumer.Idempotent(s)(sqsconsumer.HandlerFunc(func(ctx context.Context, m *sqsconsumer.Message) error {
+	h := idempotent(t, s)(sqsconsumer.HandlerFunc(func(ctx context.Context, m *sqsconsumer.Message) error {
 		tx, err := pool.Begin(ctx)
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback(context.Background()) }()
@@ -208,7 +208,7 @@ func TestCompleteInTxHoldsTheKey(t *testing.T) {
 	for _, commit := range []bool{true, false} {
 		ctx := t.Context()
 		key := "msg-" + randomHex()
-		h := sqsconsumer.Idempotent(s, sqsconsumer.WithClaimTTL(time.Second))(sqsconsumer.HandlerFunc(func(ctx context.Context, m *sqsconsumer.Message) error {
+		h := idempotent(t, s, sqsconsumer.WithClaimTTL(time.Second))(sqsconsumer.HandlerFunc(func(ctx context.Context, m *sqsconsumer.Message) error {
 			tx, err := pool.Begin(ctx)
 			require.NoError(t, err)
 			require.NoError(t, s.CompleteInTx(ctx, tx, nil))
@@ -254,4 +254,12 @@ func TestCompleteInTxHoldsTheKey(t *testing.T) {
 func BenchmarkPgStore(b *testing.B) {
 	_, s, _ := setup(b)
 	storetest.RunBenchmarks(b, s)
+}
+
+// idempotent is sqsconsumer.NewIdempotent for options known to be valid.
+func idempotent(t *testing.T, s sqsconsumer.IdempotencyStore, opts ...sqsconsumer.IdempotencyOption) sqsconsumer.Middleware {
+	t.Helper()
+	mw, err := sqsconsumer.NewIdempotent(s, opts...)
+	require.NoError(t, err)
+	return mw
 }

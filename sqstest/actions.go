@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"maps"
 	"regexp"
 	"strings"
 	"time"
@@ -277,10 +278,7 @@ func (s *Server) actListQueueTags(_ context.Context, body []byte) (any, error) {
 			Tags map[string]string `json:"Tags,omitempty"`
 		}{}
 		if len(q.tags) > 0 {
-			out.Tags = map[string]string{}
-			for k, v := range q.tags {
-				out.Tags[k] = v
-			}
+			out.Tags = maps.Clone(q.tags)
 		}
 		return out, nil
 	})

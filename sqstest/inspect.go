@@ -2,6 +2,7 @@ package sqstest
 
 import (
 	"fmt"
+	"maps"
 	"time"
 )
 
@@ -171,9 +172,9 @@ func (s *Server) QueueURL(name string) (string, bool) {
 // as the CreateQueue action, except that a name ending in ".fifo" implies
 // FifoQueue=true. It is not counted in [Server.Calls].
 func (s *Server) CreateQueue(name string, attrs map[string]string) (url string, err error) {
-	a := make(map[string]string, len(attrs)+1)
-	for k, v := range attrs {
-		a[k] = v
+	a := maps.Clone(attrs)
+	if a == nil {
+		a = map[string]string{}
 	}
 	if _, ok := a["FifoQueue"]; !ok && len(name) > 5 && name[len(name)-5:] == ".fifo" {
 		a["FifoQueue"] = "true"

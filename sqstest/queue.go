@@ -2,6 +2,7 @@ package sqstest
 
 import (
 	"encoding/json"
+	"maps"
 	"regexp"
 	"sort"
 	"strconv"
@@ -295,12 +296,8 @@ func (s *Server) createQueueLocked(name string, attrs map[string]string, tags ma
 			q.attrs[k] = spec.def
 		}
 	}
-	for k, v := range set {
-		q.attrs[k] = v
-	}
-	for k, v := range tags {
-		q.tags[k] = v
-	}
+	maps.Copy(q.attrs, set)
+	maps.Copy(q.tags, tags)
 	s.queues[name] = q
 	return q, nil
 }
@@ -310,9 +307,7 @@ func (s *Server) setQueueAttributesLocked(q *queue, attrs map[string]string, now
 	if err != nil {
 		return err
 	}
-	for k, v := range set {
-		q.attrs[k] = v
-	}
+	maps.Copy(q.attrs, set)
 	if rpSet {
 		q.redrive = rp
 		if rp == nil {

@@ -10,7 +10,8 @@
 //	          [-heartbeat] [-strict] [-timeout D]
 //
 // Run sqsdoctor -help for the checks, the JSON schema and the exit codes.
-// The checks themselves live in package doctor, for use from Go tests.
+// The checks themselves live in package doctor, for use from Go tests; its
+// Advise runs them on the figures a sqsconsumer.Consumer measured (Stats).
 package main
 
 import (
@@ -34,7 +35,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/sqskit/sqsconsumer"
 	"github.com/sqskit/sqsconsumer/doctor"
 )
 
@@ -247,7 +247,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, mk newCli
 	}
 	slices.SortStableFunc(rep.Findings, func(a, b doctor.Finding) int { return int(b.Severity - a.Severity) })
 	switch w := rep.Worst(); {
-	case w == sqsconsumer.SeverityError, *strict && w == sqsconsumer.SeverityWarn:
+	case w == doctor.SeverityError, *strict && w == doctor.SeverityWarn:
 		exitStatus = exitFindings
 	}
 
@@ -343,9 +343,9 @@ func localEndpoint(queueURL string) string {
 
 func counts(rep *doctor.Report) map[string]int {
 	return map[string]int{
-		"error": rep.Count(sqsconsumer.SeverityError),
-		"warn":  rep.Count(sqsconsumer.SeverityWarn),
-		"info":  rep.Count(sqsconsumer.SeverityInfo),
+		"error": rep.Count(doctor.SeverityError),
+		"warn":  rep.Count(doctor.SeverityWarn),
+		"info":  rep.Count(doctor.SeverityInfo),
 	}
 }
 
