@@ -167,7 +167,7 @@ func (c *Consumer) Health() Health {
 		}
 	}
 	closed := true
-	if c.br != nil && stage >= runRunning {
+	if stage >= runRunning && c.br != nil { // stage first: setup sets c.br before it
 		state, _, _ := c.br.status()
 		h.Breaker = state.String()
 		closed = state == breakerClosed

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -268,4 +269,28 @@ func TestWithHealthLimitsValidates(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidOption)
 	require.ErrorContains(t, err, "WithHealthLimits: stall limit 1ms must be 0 (the default) or from 1s to 24h")
 	require.ErrorContains(t, err, "WithHealthLimits: handler limit -1s must be 0")
+}
+
+// Health may be called from any goroutine, also while Run sets up.
+func TestHealthDuringStartup(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		b.send(t, 3)
+		c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error { return nil }),
+			WithBreaker(Breaker{}), WithHandlerTimeout(time.Minute))
+		require.NoError(t, err)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for range 200 {
+				_ = c.Health()
+				runtime.Gosched()
+			}
+		}()
+		stop := running(t, c)
+		<-done
+		time.Sleep(time.Second)
+		require.NoError(t, stop())
+	})
 }
