@@ -712,7 +712,7 @@ func (c *Consumer) settle(l *Lease, err error, ran bool) {
 		}
 	case err == nil:
 		c.observe(EventSucceeded, m, nil)
-		c.settleDelete(l)
+		c.settleDelete(l, c.afterDelete)
 		return
 	default:
 		c.observe(EventFailed, m, err)
@@ -721,9 +721,9 @@ func (c *Consumer) settle(l *Lease, err error, ran bool) {
 		}
 		if IsPermanent(err) && c.moveToDeadLetter(l, err) {
 			// The copy is in the dead-letter queue: the source's message
-			// goes as a success's would (a FIFO group moves on).
-			l.doneErr = err
-			c.settleDelete(l)
+			// goes as a success's would (a FIFO group moves on). A rare
+			// path: the closure's allocation does not matter.
+			c.settleDelete(l, func(l *Lease, derr error) { c.movedDeleted(l, derr, err) })
 			return
 		}
 		after, ok := retryAfterOf(err)
@@ -750,29 +750,37 @@ func (c *Consumer) settle(l *Lease, err error, ran bool) {
 }
 
 // settleDelete deletes the message of a delivery that is done with
-// (handled, or moved to the dead-letter queue) and finishes it when SQS
-// has answered. While SQS confirms the delete the handler slot can take
-// the next message: the lease keeps renewing until then. At most
-// concurrency + max read-ahead such messages are held at once.
-func (c *Consumer) settleDelete(l *Lease) {
+// (handled, or moved to the dead-letter queue) and calls after (which
+// finishes it) when SQS has answered. While SQS confirms the delete the
+// handler slot can take the next message: the lease keeps renewing until
+// then. At most concurrency + max read-ahead such messages are held at
+// once.
+func (c *Consumer) settleDelete(l *Lease, after func(*Lease, error)) {
 	if l.slotEarly = c.takeSettleSlot(); l.slotEarly {
 		c.freeSlot(l, true)
 	}
-	if !l.deleteAsync(c.afterDelete) {
-		c.deleted(l, l.Delete(c.settleCtx))
-	} // else c.deleted finishes when SQS answers
+	if !l.deleteAsync(after) {
+		after(l, l.Delete(c.settleCtx))
+	} // else after runs when SQS answers
 }
 
 // deleted finishes a succeeded handler's message once its delete returned
 // err, logging a failure.
 func (c *Consumer) deleted(l *Lease, err error) {
-	switch {
-	case err != nil && l.doneErr != nil:
-		c.log(slog.LevelError, "sqsconsumer: message moved to the dead-letter queue but could not be deleted; it will be delivered again", "message_id", l.msg.ID, "error", err)
-	case err != nil:
+	if err != nil {
 		c.log(slog.LevelError, "sqsconsumer: handler succeeded but the message could not be deleted; it will be delivered again", "message_id", l.msg.ID, "error", err)
 	}
-	c.finish(l, err != nil, true, l.doneErr)
+	c.finish(l, err != nil, true, nil)
+}
+
+// movedDeleted finishes a message moved to the dead-letter queue once its
+// delete from the source returned err; handlerErr is the handler's
+// Permanent error, for EventDone.
+func (c *Consumer) movedDeleted(l *Lease, err, handlerErr error) {
+	if err != nil {
+		c.log(slog.LevelError, "sqsconsumer: message moved to the dead-letter queue but not deleted from the source; it will be delivered again", "message_id", l.msg.ID, "error", err)
+	}
+	c.finish(l, err != nil, true, handlerErr)
 }
 
 // finish ends a settled delivery: it stops the lease, records the figures,

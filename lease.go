@@ -139,10 +139,6 @@ type Lease struct {
 	// slotEarly is the Consumer's: the handler slot was freed when the
 	// handler succeeded, before the delete was confirmed.
 	slotEarly bool
-	// doneErr is the Consumer's: the handler error of a delivery settled
-	// by a delete all the same (its message was moved to the dead-letter
-	// queue), for EventDone. Set before the delete is submitted.
-	doneErr error
 	// inHandler is the Consumer's: set while the handler runs.
 	inHandler atomic.Bool
 	// slotAt is the Consumer's flow's, guarded by its mutex: when the
