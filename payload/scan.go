@@ -84,7 +84,12 @@ func startsWithObject(s string) bool {
 
 // scanObject parses s, which must be one JSON object with optional white
 // space around it, into its members.
-func scanObject(s string) (object, error) {
+func scanObject(s string) (object, error) { return scanObjectInto(s, nil) }
+
+// scanObjectInto is scanObject appending to dst[:0]: a caller that keeps
+// the result to itself can pass a slice of an array on its stack and
+// allocate nothing.
+func scanObjectInto(s string, dst object) (object, error) {
 	i := skipSpace(s, 0)
 	if i >= len(s) || s[i] != '{' {
 		if i >= len(s) {
@@ -92,7 +97,7 @@ func scanObject(s string) (object, error) {
 		}
 		return nil, errAt(i, "want a JSON object, found %s", describe(s[i]))
 	}
-	obj, end, err := scanMembers(s, i, 1)
+	obj, end, err := scanMembers(s, i, 1, dst[:0])
 	if err != nil {
 		return nil, err
 	}
@@ -104,8 +109,7 @@ func scanObject(s string) (object, error) {
 
 // scanMembers parses the object that starts at s[i] == '{' and returns its
 // members and the offset just past it.
-func scanMembers(s string, i, depth int) (object, int, error) {
-	obj := make(object, 0, 12)
+func scanMembers(s string, i, depth int, obj object) (object, int, error) {
 	i = skipSpace(s, i+1)
 	if i < len(s) && s[i] == '}' {
 		return obj, i + 1, nil
@@ -282,14 +286,28 @@ func skipElements(s string, i, depth int) (int, error) {
 	}
 }
 
+// plainInString marks the bytes that stand for themselves inside a JSON
+// string: all but the quote, the backslash and control characters.
+var plainInString = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 // skipString validates the string that starts at s[i] == '"' and returns
 // the offset just past its closing quote.
 func skipString(s string, i int) (int, error) {
 	start := i
 	i++
 	for i < len(s) {
-		c := s[i]
-		switch {
+		for i < len(s) && plainInString[s[i]] {
+			i++
+		}
+		if i >= len(s) {
+			break
+		}
+		switch c := s[i]; {
 		case c == '"':
 			return i + 1, nil
 		case c == '\\':
@@ -300,29 +318,21 @@ func skipString(s string, i int) (int, error) {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				i += 2
 			case 'u':
-				if i+6 > len(s) {
-					return i, errAt(i, "unexpected end in a \\u escape")
-				}
-				for _, h := range []byte(s[i+2 : i+6]) {
-					if !isHex(h) {
-						return i, errAt(i, "invalid \\u escape")
+				if _, ok := hex4(s, i+2); !ok {
+					if i+6 > len(s) {
+						return i, errAt(i, "unexpected end in a \\u escape")
 					}
+					return i, errAt(i, "invalid \\u escape")
 				}
 				i += 6
 			default:
 				return i, errAt(i, "invalid escape \\%c", s[i+1])
 			}
-		case c < 0x20:
-			return i, errAt(i, "control character 0x%02x in a string", c)
 		default:
-			i++
+			return i, errAt(i, "control character 0x%02x in a string", c)
 		}
 	}
 	return start, errAt(len(s), "unterminated string starting at byte %d", start)
-}
-
-func isHex(c byte) bool {
-	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
 }
 
 // skipNumber validates the number that starts at s[i].
@@ -379,95 +389,97 @@ func describe(c byte) string {
 
 var errNotString = errors.New("not a JSON string")
 
-// unquote returns the value of the JSON string raw (quotes included, as
-// skipString validated it). Like encoding/json it turns invalid UTF-8 and
-// unpaired surrogates into U+FFFD. A string with nothing to unescape is
-// returned as a substring of raw. offset places raw in the scanned text,
-// for errors.
+// unquote returns the value of the JSON string raw, quotes included, as
+// skipString validated it: no control characters, no unescaped quote, only
+// valid escapes. Like encoding/json it turns invalid UTF-8 and unpaired
+// surrogates into U+FFFD. A string with nothing to unescape is returned
+// as a substring of raw, without a copy. offset places raw in the scanned
+// text, for errors.
 func unquote(raw string, offset int) (string, error) {
 	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
 		return "", errAt(offset, "%v", errNotString)
 	}
 	s := raw[1 : len(raw)-1]
-	clean := true
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c == '\\' || c == '"' || c < 0x20 || c >= utf8.RuneSelf {
-			clean = false
-			break
-		}
-	}
-	if clean || (strings.IndexByte(s, '\\') < 0 && utf8.ValidString(s) && !hasControlOrQuote(s)) {
+	next := strings.IndexByte(s, '\\')
+	if next < 0 && utf8.ValidString(s) {
 		return s, nil
 	}
 	var b strings.Builder
 	b.Grow(len(s))
 	for i := 0; i < len(s); {
-		c := s[i]
-		switch {
-		case c == '\\':
-			if i+1 >= len(s) {
-				return "", errAt(offset+1+i, "unexpected end in a string escape")
+		if next < 0 {
+			next = len(s)
+		}
+		writeUTF8(&b, s[i:next])
+		i = next
+		if i >= len(s) {
+			break
+		}
+		// s[i] is a backslash.
+		if i+1 >= len(s) {
+			return "", errAt(offset+1+i, "unexpected end in a string escape")
+		}
+		switch s[i+1] {
+		case '"', '\\', '/':
+			b.WriteByte(s[i+1])
+		case 'b':
+			b.WriteByte('\b')
+		case 'f':
+			b.WriteByte('\f')
+		case 'n':
+			b.WriteByte('\n')
+		case 'r':
+			b.WriteByte('\r')
+		case 't':
+			b.WriteByte('\t')
+		case 'u':
+			r, ok := hex4(s, i+2)
+			if !ok {
+				return "", errAt(offset+1+i, "invalid \\u escape")
 			}
-			switch s[i+1] {
-			case '"', '\\', '/':
-				b.WriteByte(s[i+1])
-			case 'b':
-				b.WriteByte('\b')
-			case 'f':
-				b.WriteByte('\f')
-			case 'n':
-				b.WriteByte('\n')
-			case 'r':
-				b.WriteByte('\r')
-			case 't':
-				b.WriteByte('\t')
-			case 'u':
-				r, ok := hex4(s, i+2)
-				if !ok {
-					return "", errAt(offset+1+i, "invalid \\u escape")
-				}
-				i += 6
-				if utf16.IsSurrogate(r) {
-					if r2, ok := hex4(s, i+2); ok && i+1 < len(s) && s[i] == '\\' && s[i+1] == 'u' {
-						if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
-							b.WriteRune(dec)
-							i += 6
-							continue
-						}
+			i += 6
+			if utf16.IsSurrogate(r) {
+				if r2, ok := hex4(s, i+2); ok && i+1 < len(s) && s[i] == '\\' && s[i+1] == 'u' {
+					if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
+						r = dec
+						i += 6
+					} else {
+						r = utf8.RuneError
 					}
+				} else {
 					r = utf8.RuneError
 				}
-				b.WriteRune(r)
-				continue
-			default:
-				return "", errAt(offset+1+i, "invalid escape \\%c", s[i+1])
 			}
-			i += 2
-		case c == '"' || c < 0x20:
-			return "", errAt(offset+1+i, "%s inside a string", describe(c))
-		case c < utf8.RuneSelf:
-			b.WriteByte(c)
-			i++
+			b.WriteRune(r)
+			i -= 2 // the += 2 below
 		default:
-			r, size := utf8.DecodeRuneInString(s[i:])
-			if r == utf8.RuneError && size == 1 {
-				b.WriteRune(utf8.RuneError)
-			} else {
-				b.WriteString(s[i : i+size])
-			}
-			i += size
+			return "", errAt(offset+1+i, "invalid escape \\%c", s[i+1])
+		}
+		i += 2
+		if n := strings.IndexByte(s[i:], '\\'); n >= 0 {
+			next = i + n
+		} else {
+			next = -1
 		}
 	}
 	return b.String(), nil
 }
 
-func hasControlOrQuote(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] == '"' {
-			return true
-		}
+// writeUTF8 writes s to b, each byte of invalid UTF-8 as U+FFFD.
+func writeUTF8(b *strings.Builder, s string) {
+	if utf8.ValidString(s) {
+		b.WriteString(s)
+		return
 	}
-	return false
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b.WriteRune(utf8.RuneError)
+		} else {
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
 }
 
 // hex4 decodes the four hex digits at s[i:i+4].

@@ -38,18 +38,10 @@ type SNSNotification struct {
 	Signature        string
 	SigningCertURL   string
 	UnsubscribeURL   string
-	// MessageAttributes are the publisher's message attributes as the
-	// envelope carries them. Unwrap also copies them into the handler's
-	// Message.MessageAttributes, in SQS's form.
-	MessageAttributes map[string]SNSAttribute
-}
-
-// SNSAttribute is one message attribute in an SNS envelope: Type is
-// String, String.Array, Number or Binary (and custom suffixes such as
-// Number.float); Value is the value as text, base64 for Binary.
-type SNSAttribute struct {
-	Type  string
-	Value string
+	// The publisher's message attributes are not here: Unwrap puts them
+	// in the handler's Message.MessageAttributes, in the form raw message
+	// delivery gives them (Type as DataType; Binary values decoded from
+	// base64, the others as StringValue).
 }
 
 // snsTypes are the values of Type that SNS sends to an SQS subscriber.
@@ -66,9 +58,8 @@ func snsClaim(o object) bool {
 	return o.has("Type", "MessageId", "TopicArn", "Timestamp")
 }
 
-// parseSNS reads an SNS envelope from the members of its object.
-func parseSNS(o object) (*SNSNotification, error) {
-	n := &SNSNotification{}
+// parseSNS reads an SNS envelope from the members of its object into n.
+func parseSNS(o object, n *SNSNotification) error {
 	var err error
 	field := func(key string, dst *string, required bool) {
 		if err != nil {
@@ -96,7 +87,7 @@ func parseSNS(o object) (*SNSNotification, error) {
 	field("SigningCertURL", &n.SigningCertURL, false)
 	field("UnsubscribeURL", &n.UnsubscribeURL, false)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	switch n.Type {
 	case snsNotification:
@@ -104,96 +95,97 @@ func parseSNS(o object) (*SNSNotification, error) {
 		// A cross-account subscription's confirmation arrives in the
 		// queue. Confirming means fetching the URL it carries, which a
 		// consumer must not do on a message's say-so.
-		return nil, fmt.Errorf("Type is %q: confirm or remove the subscription of %s by hand (see its SubscribeURL); this library does not follow URLs found in messages", n.Type, n.TopicARN)
+		return fmt.Errorf("Type is %q: confirm or remove the subscription of %s by hand (see its SubscribeURL); this library does not follow URLs found in messages", n.Type, n.TopicARN)
 	default:
-		return nil, fmt.Errorf("Type is %q, want %q", n.Type, snsNotification)
+		return fmt.Errorf("Type is %q, want %q", n.Type, snsNotification)
 	}
 	if n.MessageID == "" {
-		return nil, fmt.Errorf("MessageId is empty")
+		return fmt.Errorf("MessageId is empty")
 	}
 	if !isSNSTopicARN(n.TopicARN) {
-		return nil, fmt.Errorf("TopicArn %q is not an SNS topic ARN (arn:PARTITION:sns:REGION:ACCOUNT:NAME)", n.TopicARN)
+		return fmt.Errorf("TopicArn %q is not an SNS topic ARN (arn:PARTITION:sns:REGION:ACCOUNT:NAME)", n.TopicARN)
 	}
 	if n.Timestamp, err = time.Parse(time.RFC3339Nano, ts); err != nil {
-		return nil, fmt.Errorf("Timestamp %q is not an RFC 3339 time", ts)
+		return fmt.Errorf("Timestamp %q is not an RFC 3339 time", ts)
 	}
 	var ok bool
 	if n.Message, ok, err = o.str("Message"); err != nil {
-		return nil, err
+		return err
 	} else if !ok {
-		return nil, fmt.Errorf("no %q field", "Message")
+		return fmt.Errorf("no %q field", "Message")
 	}
-	if raw, ok := o.get("MessageAttributes"); ok && raw != "null" {
-		if n.MessageAttributes, err = parseSNSAttributes(raw); err != nil {
-			return nil, err
-		}
-	}
-	return n, nil
+	return nil
 }
 
 // isSNSTopicARN reports whether s has the form arn:PARTITION:sns:REGION:ACCOUNT:NAME.
 func isSNSTopicARN(s string) bool {
-	parts := strings.SplitN(s, ":", 6)
-	return len(parts) == 6 && parts[0] == "arn" && parts[1] != "" && parts[2] == "sns" &&
-		parts[3] != "" && parts[4] != "" && parts[5] != ""
+	var parts [6]string
+	for i := range 5 {
+		n := strings.IndexByte(s, ':')
+		if n < 0 {
+			return false
+		}
+		parts[i], s = s[:n], s[n+1:]
+	}
+	parts[5] = s
+	return parts[0] == "arn" && parts[1] != "" && parts[2] == "sns" && parts[3] != "" && parts[4] != "" && parts[5] != ""
 }
 
-func parseSNSAttributes(raw string) (map[string]SNSAttribute, error) {
+// sqsAttributes returns attrs with the message attributes of the SNS
+// envelope o added in SQS's form (what raw message delivery would have
+// produced): Binary values decoded from base64, the others as strings. An
+// SNS attribute replaces an SQS attribute of the same name. attrs itself
+// is not modified.
+func sqsAttributes(attrs map[string]types.MessageAttributeValue, o object) (map[string]types.MessageAttributeValue, error) {
+	raw, ok := o.get("MessageAttributes")
+	if !ok || raw == "null" {
+		return attrs, nil
+	}
 	if raw == "" || raw[0] != '{' {
 		return nil, fmt.Errorf("MessageAttributes is %s, want an object", kindOf(raw))
 	}
-	o, err := scanObject(raw)
+	var buf, abuf [8]member
+	ao, err := scanObjectInto(raw, buf[:0])
 	if err != nil {
 		return nil, fmt.Errorf("MessageAttributes: %w", err)
 	}
-	attrs := make(map[string]SNSAttribute, len(o))
-	for _, m := range o {
-		if m.raw == "" || m.raw[0] != '{' {
-			return nil, fmt.Errorf("message attribute %q is %s, want an object", m.key, kindOf(m.raw))
-		}
-		ao, err := scanObject(m.raw)
-		if err != nil {
-			return nil, fmt.Errorf("message attribute %q: %w", m.key, err)
-		}
-		typ, ok, err := ao.str("Type")
-		if err != nil || !ok || typ == "" {
-			return nil, fmt.Errorf("message attribute %q has no Type", m.key)
-		}
-		val, ok, err := ao.str("Value")
-		if err != nil || !ok {
-			return nil, fmt.Errorf("message attribute %q has no string Value", m.key)
-		}
-		attrs[m.key] = SNSAttribute{Type: typ, Value: val}
-	}
-	return attrs, nil
-}
-
-// sqsAttributes returns attrs with the SNS attributes added in SQS's form
-// (what raw message delivery would have produced): Binary values decoded
-// from base64, the others as strings. An SNS attribute replaces an SQS
-// attribute of the same name. attrs itself is not modified.
-func sqsAttributes(attrs map[string]types.MessageAttributeValue, sns map[string]SNSAttribute) (map[string]types.MessageAttributeValue, error) {
-	if len(sns) == 0 {
+	if len(ao) == 0 {
 		return attrs, nil
 	}
-	out := make(map[string]types.MessageAttributeValue, len(attrs)+len(sns))
+	out := make(map[string]types.MessageAttributeValue, len(attrs)+len(ao))
 	for k, v := range attrs {
 		out[k] = v
 	}
-	for k, a := range sns {
-		typ := a.Type
-		v := types.MessageAttributeValue{DataType: &typ}
-		if strings.HasPrefix(a.Type, "Binary") {
-			b, err := base64.StdEncoding.DecodeString(a.Value)
+	strs := make([]string, 0, 2*len(ao)) // one allocation for the values' pointers
+	for _, m := range ao {
+		if m.raw == "" || m.raw[0] != '{' {
+			return nil, fmt.Errorf("message attribute %q is %s, want an object", m.key, kindOf(m.raw))
+		}
+		a, err := scanObjectInto(m.raw, abuf[:0])
+		if err != nil {
+			return nil, fmt.Errorf("message attribute %q: %w", m.key, err)
+		}
+		typ, ok, err := a.str("Type")
+		if err != nil || !ok || typ == "" {
+			return nil, fmt.Errorf("message attribute %q has no Type", m.key)
+		}
+		val, ok, err := a.str("Value")
+		if err != nil || !ok {
+			return nil, fmt.Errorf("message attribute %q has no string Value", m.key)
+		}
+		strs = append(strs, typ)
+		v := types.MessageAttributeValue{DataType: &strs[len(strs)-1]}
+		if strings.HasPrefix(typ, "Binary") {
+			b, err := base64.StdEncoding.DecodeString(val)
 			if err != nil {
-				return nil, fmt.Errorf("message attribute %q of type %s is not base64: %v", k, a.Type, err)
+				return nil, fmt.Errorf("message attribute %q of type %s is not base64: %v", m.key, typ, err)
 			}
 			v.BinaryValue = b
 		} else {
-			val := a.Value
-			v.StringValue = &val
+			strs = append(strs, val)
+			v.StringValue = &strs[len(strs)-1]
 		}
-		out[k] = v
+		out[m.key] = v
 	}
 	return out, nil
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
-
 	"github.com/sqskit/sqsconsumer"
 )
 
@@ -168,16 +166,24 @@ func checkLayers(layers []Format) error {
 	return nil
 }
 
+// unwrapped is everything Unwrap makes for one message, in one allocation.
+type unwrapped struct {
+	env    Envelope
+	sns    SNSNotification
+	inner  sqsconsumer.Message
+	layers [2]Format
+}
+
 // unwrap applies layers to m. It returns the envelope, the message the
 // handler sees, and skip = true for a message to acknowledge without
 // calling the handler (the S3 test event).
 func unwrap(layers []Format, m *sqsconsumer.Message) (*Envelope, *sqsconsumer.Message, bool, error) {
-	env := &Envelope{Original: m}
-	body, attrs := m.Body, m.MessageAttributes
+	u := &unwrapped{inner: *m}
+	u.env.Original, u.env.Layers = m, u.layers[:0]
+	var buf [16]member // the members of the body being peeled, on the stack
 	if len(layers) == 1 && layers[0] == Auto {
-		layers = nil
-		for depth := 0; depth < 2 && startsWithObject(body); depth++ {
-			o, err := scanObject(body)
+		for depth := 0; depth < 2 && startsWithObject(u.inner.Body); depth++ {
+			o, err := scanObjectInto(u.inner.Body, buf[:0])
 			if err != nil {
 				break // not JSON: plain
 			}
@@ -185,11 +191,9 @@ func unwrap(layers []Format, m *sqsconsumer.Message) (*Envelope, *sqsconsumer.Me
 			if f == 0 || (f == SNS && depth > 0) {
 				break
 			}
-			var skip bool
-			if body, attrs, skip, err = peel(f, env, o, body, attrs); err != nil || skip {
+			if skip, err := u.peel(f, o); err != nil || skip {
 				return nil, nil, skip, err
 			}
-			env.Layers = append(env.Layers, f)
 			if f != SNS {
 				break
 			}
@@ -199,21 +203,16 @@ func unwrap(layers []Format, m *sqsconsumer.Message) (*Envelope, *sqsconsumer.Me
 			var o object
 			if f != SNSRaw {
 				var err error
-				if o, err = scanObject(body); err != nil {
+				if o, err = scanObjectInto(u.inner.Body, buf[:0]); err != nil {
 					return nil, nil, false, malformed(f, "%v", err)
 				}
 			}
-			var skip bool
-			var err error
-			if body, attrs, skip, err = peel(f, env, o, body, attrs); err != nil || skip {
+			if skip, err := u.peel(f, o); err != nil || skip {
 				return nil, nil, skip, err
 			}
-			env.Layers = append(env.Layers, f)
 		}
 	}
-	inner := *m
-	inner.Body, inner.MessageAttributes = body, attrs
-	return env, &inner, false, nil
+	return &u.env, &u.inner, false, nil
 }
 
 // detect returns the envelope o claims to be, or 0.
@@ -229,56 +228,59 @@ func detect(o object) Format {
 	return 0
 }
 
-// peel takes one layer f off body (whose object is o; nil for SNSRaw),
-// records it in env and returns the inner body and attributes.
-func peel(f Format, env *Envelope, o object, body string, attrs map[string]types.MessageAttributeValue) (string, map[string]types.MessageAttributeValue, bool, error) {
+// peel takes layer f off u.inner.Body (whose object is o; nil for SNSRaw)
+// and records it in u.env. skip is true for a message to acknowledge
+// without calling the handler.
+func (u *unwrapped) peel(f Format, o object) (skip bool, err error) {
+	body := u.inner.Body
 	switch f {
 	case SNS:
 		if !snsClaim(o) {
-			return "", nil, false, malformed(f, "%s; is raw message delivery on? Then declare SNSRaw", missing(o, "Type", "MessageId", "TopicArn", "Timestamp"))
+			return false, malformed(f, "%s; is raw message delivery on? Then declare SNSRaw", missing(o, "Type", "MessageId", "TopicArn", "Timestamp"))
 		}
-		n, err := parseSNS(o)
+		if err := parseSNS(o, &u.sns); err != nil {
+			return false, malformed(f, "%v", err)
+		}
+		attrs, err := sqsAttributes(u.inner.MessageAttributes, o)
 		if err != nil {
-			return "", nil, false, malformed(f, "%v", err)
+			return false, malformed(f, "%v", err)
 		}
-		a, err := sqsAttributes(attrs, n.MessageAttributes)
-		if err != nil {
-			return "", nil, false, malformed(f, "%v", err)
-		}
-		env.SNS = n
-		return n.Message, a, false, nil
+		u.env.SNS = &u.sns
+		u.inner.Body, u.inner.MessageAttributes = u.sns.Message, attrs
 	case SNSRaw:
 		if startsWithObject(body) {
-			if o, err := scanObject(body); err == nil && snsClaim(o) {
-				return "", nil, false, malformed(f, "the body is an SNS notification envelope, so raw message delivery is off: declare SNS, or turn raw delivery on")
+			var buf [16]member
+			if o, err := scanObjectInto(body, buf[:0]); err == nil && snsClaim(o) {
+				return false, malformed(f, "the body is an SNS notification envelope, so raw message delivery is off: declare SNS, or turn raw delivery on")
 			}
 		}
-		return body, attrs, false, nil
 	case EventBridge:
 		if !eventClaim(o) {
-			return "", nil, false, malformed(f, "%s", missing(o, eventKeys...))
+			return false, malformed(f, "%s", missing(o, eventKeys...))
 		}
 		e, err := parseEvent(o)
 		if err != nil {
-			return "", nil, false, malformed(f, "%v", err)
+			return false, malformed(f, "%v", err)
 		}
-		env.Event = e
-		return e.Detail, attrs, false, nil
+		u.env.Event = e
+		u.inner.Body = e.Detail
 	case S3Events:
 		if s3TestEvent(o) {
-			return "", nil, true, nil
+			return true, nil
 		}
 		if _, ok := o.get("Records"); !ok {
-			return "", nil, false, malformed(f, "no \"Records\" field")
+			return false, malformed(f, "no \"Records\" field")
 		}
 		n, err := parseS3(body)
 		if err != nil {
-			return "", nil, false, malformed(f, "%v", err)
+			return false, malformed(f, "%v", err)
 		}
-		env.S3 = n
-		return body, attrs, false, nil
+		u.env.S3 = n
+	default:
+		return false, malformed(f, "unknown format")
 	}
-	return "", nil, false, malformed(f, "unknown format")
+	u.env.Layers = append(u.env.Layers, f)
+	return false, nil
 }
 
 // missing names the keys o lacks.
