@@ -59,8 +59,9 @@ type DecodeError struct {
 	// errors); "" otherwise.
 	Field string
 	// Offset is the byte offset in the body where decoding failed, as the
-	// codec reports it (encoding/json: the bytes read when it failed, so a
-	// bad character is at Offset-1), or -1 when the codec does not say.
+	// codec reports it (encoding/json: the bytes read when it failed, just
+	// past the offending character or value), or -1 when the codec does
+	// not say.
 	Offset int64
 	// Err is the codec's error (or the value of a panic in it).
 	Err error
