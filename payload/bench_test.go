@@ -111,9 +111,15 @@ func runBench(b *testing.B, h sqsconsumer.Handler, body string) {
 	b.SetBytes(int64(len(body)))
 	ctx := context.Background()
 	m := &sqsconsumer.Message{ID: "id", Body: body}
+	start, ok := cpuTime()
 	for b.Loop() {
 		if err := h.HandleMessage(ctx, m); err != nil {
 			b.Fatal(err)
 		}
+	}
+	if end, ok2 := cpuTime(); ok && ok2 {
+		// Run with -cpu 1 for this to be the work of one goroutine (and
+		// its garbage collection).
+		b.ReportMetric(float64(end-start)/float64(b.N), "cpu-ns/op")
 	}
 }

@@ -295,12 +295,31 @@ var plainInString = func() (t [256]bool) {
 	return t
 }()
 
+// special8 reports whether any of the eight bytes of s is a quote, a
+// backslash or a control character (the bytes that end the plain run of a
+// JSON string), testing them at once in a 64-bit word.
+func special8(s string) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	w := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+	q := w ^ (ones * '"')
+	b := w ^ (ones * '\\')
+	// A byte of x is below n (n <= 128) somewhere iff (x - ones*n) &^ x &
+	// highs is not zero; a zero byte is a byte below 1.
+	return ((w-ones*0x20)&^w|(q-ones)&^q|(b-ones)&^b)&highs != 0
+}
+
 // skipString validates the string that starts at s[i] == '"' and returns
 // the offset just past its closing quote.
 func skipString(s string, i int) (int, error) {
 	start := i
 	i++
 	for i < len(s) {
+		// Eight bytes at a time while none needs a look (see special8),
+		// then byte by byte.
+		for i+8 <= len(s) && !special8(s[i:i+8]) {
+			i += 8
+		}
 		for i < len(s) && plainInString[s[i]] {
 			i++
 		}

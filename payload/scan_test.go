@@ -159,3 +159,16 @@ func TestUnquoteReplacement(t *testing.T) {
 		require.True(t, bytes.Equal([]byte(want), []byte(got)), "%q: got %q, want %q", raw, got, want)
 	}
 }
+
+func TestSpecial8(t *testing.T) {
+	t.Parallel()
+	for c := 0; c < 256; c++ {
+		for pos := range 8 {
+			b := []byte("abcdefgh")
+			b[pos] = byte(c)
+			want := c < 0x20 || c == '"' || c == '\\'
+			require.Equal(t, want, special8(string(b)), "byte 0x%02x at %d", c, pos)
+		}
+	}
+	require.False(t, special8("\xff\xfe\x80é!~ "))
+}
