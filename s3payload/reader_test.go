@@ -2,6 +2,7 @@ package s3payload
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sqskit/sqsconsumer"
+	"github.com/sqskit/sqsconsumer/payload"
 	"github.com/sqskit/sqsconsumer/sqstest"
 )
 
@@ -309,4 +311,36 @@ func TestReaderKeepsObjectsByDefault(t *testing.T) {
 		require.Len(t, s.objects, 1)
 		require.Empty(t, s.deletes)
 	})
+}
+
+// A message an SNS extended client published, delivered without raw
+// delivery: the pointer is the envelope's Message and the size attribute
+// one of its attributes. Unwrap (outer) then the Reader (inner) give the
+// handler the payload.
+func TestReaderAfterSNSUnwrap(t *testing.T) {
+	t.Parallel()
+	s := newMemS3()
+	p := Pointer{"payloads", "sns-1"}
+	s.objects[p] = `{"big":"yes"}`
+	r, err := NewReader(s, WithBuckets("payloads"))
+	require.NoError(t, err)
+	unwrap, err := payload.Unwrap(payload.SNS)
+	require.NoError(t, err)
+	env, err := json.Marshal(map[string]any{
+		"Type": "Notification", "MessageId": "4f3e2d1c-0000-4000-8000-000000000002", "TopicArn": "arn:aws:sns:us-east-1:210987654321:big",
+		"Message": p.String(), "Timestamp": "2026-03-14T12:00:00.000Z",
+		"MessageAttributes": map[string]any{SizeAttribute: map[string]string{"Type": "Number", "Value": "13"}},
+	})
+	require.NoError(t, err)
+	var got string
+	var topic string
+	h := sqsconsumer.Chain(sqsconsumer.HandlerFunc(func(ctx context.Context, m *sqsconsumer.Message) error {
+		got, topic = m.Body, payload.FromContext(ctx).SNS.TopicARN
+		require.NotContains(t, m.MessageAttributes, SizeAttribute)
+		return nil
+	}), unwrap, r.Middleware())
+	require.NoError(t, h.HandleMessage(context.Background(), &sqsconsumer.Message{ID: "m", Body: string(env)}))
+	require.Equal(t, `{"big":"yes"}`, got)
+	require.Equal(t, "arn:aws:sns:us-east-1:210987654321:big", topic)
+	require.NoError(t, r.Close(context.Background()))
 }
