@@ -423,13 +423,18 @@ func unquote(raw string, offset int) (string, error) {
 	if next < 0 && utf8.ValidString(s) {
 		return s, nil
 	}
+	valid := utf8.ValidString(s) // then the runs between escapes are valid too
 	var b strings.Builder
 	b.Grow(len(s))
 	for i := 0; i < len(s); {
 		if next < 0 {
 			next = len(s)
 		}
-		writeUTF8(&b, s[i:next])
+		if valid {
+			b.WriteString(s[i:next])
+		} else {
+			writeUTF8(&b, s[i:next])
+		}
 		i = next
 		if i >= len(s) {
 			break
