@@ -33,8 +33,10 @@
 // with errors wrapped by sqsconsumer.Permanent ([EnvelopeError],
 // [DecodeError]) that say what is wrong (a missing field, the byte offset
 // of a syntax error, the field of a type mismatch). The handler is not
-// called and the message is not deleted: it goes to the queue's dead-letter
-// queue rather than being retried for ever.
+// called and the message is not deleted. Retrying cannot help, so such a
+// message belongs in the dead-letter queue: at once where the Consumer
+// moves permanent failures there, else once the queue's redrive policy
+// has seen maxReceiveCount receives.
 //
 // # Cost
 //

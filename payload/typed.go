@@ -117,9 +117,9 @@ func isNilValue(v any) bool {
 //
 // A body that does not decode is not handed to f: the handler fails with
 // sqsconsumer.Permanent wrapping a *DecodeError that names the type, the
-// field and the byte offset where decoding failed, so the message goes to
-// the dead-letter queue instead of being retried for ever. A panic in the
-// codec is such an error too. f's own errors (and panics) are the
+// field and the byte offset where decoding failed: the message belongs in
+// the dead-letter queue, not in an endless retry (see the package doc). A
+// panic in the codec is such an error too. f's own errors (and panics) are the
 // Consumer's business as for any handler.
 //
 // The Handler is safe for concurrent use if f is. Errors (a nil f or an
