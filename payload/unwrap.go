@@ -14,7 +14,9 @@ type Format uint8
 // The formats Unwrap knows.
 const (
 	// Auto recognises each of the envelopes below by its shape and hands
-	// any other body on untouched. It must be given alone.
+	// any other body on untouched. It must be given alone. A body that
+	// starts with '{' is scanned once to tell; any other body costs a
+	// glance at its first byte.
 	Auto Format = iota + 1
 	// SNS is an SNS notification envelope: the subscription's raw message
 	// delivery is off (SNS's default). The handler sees the published
