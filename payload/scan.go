@@ -25,6 +25,9 @@ const maxDepth = 10000
 type member struct {
 	key string
 	raw string
+	// plain is true for a string value without escapes or non-ASCII
+	// bytes: its value is raw without the quotes, no unquoting needed.
+	plain bool
 }
 
 // object is the members of a JSON object in order. Lookups take the last
@@ -33,12 +36,20 @@ type object []member
 
 // get returns the raw value of key and whether the object has it.
 func (o object) get(key string) (string, bool) {
-	for i := len(o) - 1; i >= 0; i-- {
-		if o[i].key == key {
-			return o[i].raw, true
-		}
+	if m := o.member(key); m != nil {
+		return m.raw, true
 	}
 	return "", false
+}
+
+// member returns the last member named key, nil if there is none.
+func (o object) member(key string) *member {
+	for i := len(o) - 1; i >= 0; i-- {
+		if o[i].key == key {
+			return &o[i]
+		}
+	}
+	return nil
 }
 
 // has reports whether the object has every one of keys.
@@ -121,7 +132,7 @@ func scanMembers(s string, i, depth int, obj object) (object, int, error) {
 		if s[i] != '"' {
 			return nil, i, errAt(i, "%s where an object key should start", describe(s[i]))
 		}
-		kend, err := skipString(s, i)
+		kend, _, err := skipString(s, i)
 		if err != nil {
 			return nil, i, err
 		}
@@ -134,11 +145,17 @@ func scanMembers(s string, i, depth int, obj object) (object, int, error) {
 			return nil, i, errAt(i, "missing ':' after object key %q", key)
 		}
 		i = skipSpace(s, i+1)
-		vend, err := skipValue(s, i, depth)
+		var vend int
+		plain := false
+		if i < len(s) && s[i] == '"' {
+			vend, plain, err = skipString(s, i)
+		} else {
+			vend, err = skipValue(s, i, depth)
+		}
 		if err != nil {
 			return nil, i, err
 		}
-		obj = append(obj, member{key: key, raw: s[i:vend]})
+		obj = append(obj, member{key: key, raw: s[i:vend], plain: plain})
 		i = skipSpace(s, vend)
 		if i >= len(s) {
 			return nil, i, errAt(i, "unexpected end inside an object")
@@ -199,7 +216,8 @@ func skipValue(s string, i, depth int) (int, error) {
 	}
 	switch c := s[i]; {
 	case c == '"':
-		return skipString(s, i)
+		end, _, err := skipString(s, i)
+		return end, err
 	case c == '{', c == '[':
 		if depth >= maxDepth {
 			return i, errAt(i, "nested deeper than %d levels", maxDepth)
@@ -234,7 +252,7 @@ func skipMembers(s string, i, depth int) (int, error) {
 		if s[i] != '"' {
 			return i, errAt(i, "%s where an object key should start", describe(s[i]))
 		}
-		end, err := skipString(s, i)
+		end, _, err := skipString(s, i)
 		if err != nil {
 			return i, err
 		}
@@ -296,8 +314,8 @@ var plainInString = func() (t [256]bool) {
 }()
 
 // special8 reports whether any of the eight bytes of s is a quote, a
-// backslash or a control character (the bytes that end the plain run of a
-// JSON string), testing them at once in a 64-bit word.
+// backslash, a control character or not ASCII (the bytes that end the
+// plain run of a JSON string), testing them at once in a 64-bit word.
 func special8(s string) bool {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	w := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
@@ -305,14 +323,17 @@ func special8(s string) bool {
 	q := w ^ (ones * '"')
 	b := w ^ (ones * '\\')
 	// A byte of x is below n (n <= 128) somewhere iff (x - ones*n) &^ x &
-	// highs is not zero; a zero byte is a byte below 1.
-	return ((w-ones*0x20)&^w|(q-ones)&^q|(b-ones)&^b)&highs != 0
+	// highs is not zero; a zero byte is a byte below 1; a byte of w is not
+	// ASCII iff its high bit is set.
+	return (w|(w-ones*0x20)&^w|(q-ones)&^q|(b-ones)&^b)&highs != 0
 }
 
 // skipString validates the string that starts at s[i] == '"' and returns
-// the offset just past its closing quote.
-func skipString(s string, i int) (int, error) {
+// the offset just past its closing quote, and whether the string is plain:
+// no escapes, only ASCII.
+func skipString(s string, i int) (int, bool, error) {
 	start := i
+	plain := true
 	i++
 	for i < len(s) {
 		// Eight bytes at a time while none needs a look (see special8),
@@ -321,6 +342,9 @@ func skipString(s string, i int) (int, error) {
 			i += 8
 		}
 		for i < len(s) && plainInString[s[i]] {
+			if s[i] >= utf8.RuneSelf {
+				plain = false
+			}
 			i++
 		}
 		if i >= len(s) {
@@ -328,10 +352,11 @@ func skipString(s string, i int) (int, error) {
 		}
 		switch c := s[i]; {
 		case c == '"':
-			return i + 1, nil
+			return i + 1, plain, nil
 		case c == '\\':
+			plain = false
 			if i+1 >= len(s) {
-				return i, errAt(i, "unexpected end in a string escape")
+				return i, false, errAt(i, "unexpected end in a string escape")
 			}
 			switch s[i+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
@@ -339,19 +364,19 @@ func skipString(s string, i int) (int, error) {
 			case 'u':
 				if _, ok := hex4(s, i+2); !ok {
 					if i+6 > len(s) {
-						return i, errAt(i, "unexpected end in a \\u escape")
+						return i, false, errAt(i, "unexpected end in a \\u escape")
 					}
-					return i, errAt(i, "invalid \\u escape")
+					return i, false, errAt(i, "invalid \\u escape")
 				}
 				i += 6
 			default:
-				return i, errAt(i, "invalid escape \\%c", s[i+1])
+				return i, false, errAt(i, "invalid escape \\%c", s[i+1])
 			}
 		default:
-			return i, errAt(i, "control character 0x%02x in a string", c)
+			return i, false, errAt(i, "control character 0x%02x in a string", c)
 		}
 	}
-	return start, errAt(len(s), "unterminated string starting at byte %d", start)
+	return start, false, errAt(len(s), "unterminated string starting at byte %d", start)
 }
 
 // skipNumber validates the number that starts at s[i].
@@ -532,10 +557,14 @@ func hex4(s string, i int) (rune, bool) {
 // the key was there; a value that is not a string is an error naming the
 // key.
 func (o object) str(key string) (string, bool, error) {
-	raw, ok := o.get(key)
-	if !ok {
+	m := o.member(key)
+	if m == nil {
 		return "", false, nil
 	}
+	if m.plain {
+		return m.raw[1 : len(m.raw)-1], true, nil
+	}
+	raw := m.raw
 	if raw == "null" {
 		return "", false, nil
 	}

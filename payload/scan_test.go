@@ -40,6 +40,10 @@ func checkAgainstStdlib(t *testing.T, s string) {
 			gs, err := unquote(got, 0)
 			require.NoError(t, err)
 			require.Equal(t, ws, gs, "string %s", got)
+			ss, ok, err := obj.str(k) // through the member's plain flag
+			require.NoError(t, err)
+			require.True(t, ok)
+			require.Equal(t, ws, ss, "string %s", got)
 		}
 	}
 }
@@ -166,9 +170,10 @@ func TestSpecial8(t *testing.T) {
 		for pos := range 8 {
 			b := []byte("abcdefgh")
 			b[pos] = byte(c)
-			want := c < 0x20 || c == '"' || c == '\\'
+			want := c < 0x20 || c == '"' || c == '\\' || c >= 0x80
 			require.Equal(t, want, special8(string(b)), "byte 0x%02x at %d", c, pos)
 		}
 	}
-	require.False(t, special8("\xff\xfe\x80é!~ "))
+	require.False(t, special8("az AZ09!~"[:8]))
+	require.True(t, special8("abcdefgé"[:8]))
 }
