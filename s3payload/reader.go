@@ -109,17 +109,15 @@ type Reader struct {
 	cfg    readerConfig
 
 	mu      sync.Mutex
-	pending map[pendingKey]Pointer // handled messages whose SQS delete is awaited; guarded by mu
-	queue   []Pointer              // objects to delete; guarded by mu
-	wake    chan struct{}          // signals the deleter; capacity 1
-	running bool                   // the deleter goroutine is running; guarded by mu
-	closed  bool                   // Close was called; guarded by mu
-	done    chan struct{}          // closed when the deleter returns
-	stop    context.CancelFunc     // cancels the deleter's calls
-	ctx     context.Context        // the deleter's calls' context
+	pending map[*sqsconsumer.Lease]Pointer // handled messages (by lease) whose SQS delete is awaited; guarded by mu
+	queue   []Pointer                      // objects to delete; guarded by mu
+	wake    chan struct{}                  // signals the deleter; capacity 1
+	running bool                           // the deleter goroutine is running; guarded by mu
+	closed  bool                           // Close was called; guarded by mu
+	done    chan struct{}                  // closed when the deleter returns
+	stop    context.CancelFunc             // cancels the deleter's calls
+	ctx     context.Context                // the deleter's calls' context
 }
-
-type pendingKey struct{ queueURL, messageID string }
 
 // NewReader returns a Reader that fetches payloads with client. WithBuckets
 // is required. Errors wrap sqsconsumer.ErrInvalidOption.
@@ -139,7 +137,7 @@ func NewReader(client Client, opts ...ReaderOption) (*Reader, error) {
 	if len(cfg.buckets) == 0 {
 		return nil, fmt.Errorf("%w: s3payload.NewReader: no bucket allowed; name the buckets payloads may come from with WithBuckets", sqsconsumer.ErrInvalidOption)
 	}
-	r := &Reader{client: client, cfg: cfg, pending: map[pendingKey]Pointer{}, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	r := &Reader{client: client, cfg: cfg, pending: map[*sqsconsumer.Lease]Pointer{}, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	r.ctx, r.stop = context.WithCancel(context.Background())
 	return r, nil
 }
@@ -233,7 +231,7 @@ func (r *Reader) Middleware() sqsconsumer.Middleware {
 			if err == nil && r.cfg.deleteAfter && m.Lease != nil {
 				r.mu.Lock()
 				if !r.closed {
-					r.pending[pendingKey{m.Lease.QueueURL(), m.ID}] = off.Pointer
+					r.pending[m.Lease] = off.Pointer // copies made by payload.Unwrap share the lease
 				}
 				r.mu.Unlock()
 			}
@@ -316,11 +314,14 @@ func (r *Reader) Observe(e sqsconsumer.Event) {
 	}
 	switch e.Kind {
 	case sqsconsumer.EventDeleted, sqsconsumer.EventFailed, sqsconsumer.EventReleased,
-		sqsconsumer.EventLeaseLost, sqsconsumer.EventLeaseExpired, sqsconsumer.EventCeilingReached:
+		sqsconsumer.EventLeaseLost, sqsconsumer.EventLeaseExpired, sqsconsumer.EventCeilingReached, sqsconsumer.EventDone:
 	default:
 		return
 	}
-	k := pendingKey{e.QueueURL, e.MessageID}
+	if e.Message == nil || e.Message.Lease == nil {
+		return
+	}
+	k := e.Message.Lease
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p, ok := r.pending[k]
@@ -375,7 +376,7 @@ func (r *Reader) Close(ctx context.Context) error {
 	r.mu.Lock()
 	r.closed = true
 	running := r.running
-	r.pending = map[pendingKey]Pointer{}
+	r.pending = map[*sqsconsumer.Lease]Pointer{}
 	r.mu.Unlock()
 	select {
 	case r.wake <- struct{}{}:
