@@ -359,6 +359,7 @@ func (c *Consumer) poll() {
 			return
 		}
 		same, backoff := c.fl.failed(n, err, persistentClientError(err))
+		c.fl.handOut()
 		if classify(err) == kindPermanent {
 			c.fail(err, "sqsconsumer: permanent receive error; shutting down")
 			return
@@ -426,6 +427,7 @@ func (c *Consumer) receive(n int) error {
 	for _, m := range msgs {
 		c.dispatch(m, handedOver, arrived, cfg, g)
 	}
+	c.fl.handOut()
 	return nil
 }
 

@@ -75,6 +75,8 @@ type flow struct {
 	member    *share.Member
 	idlePause time.Duration
 	idleUntil time.Time
+	full      bool      // the latest receive got all it asked for
+	sentAt    time.Time // when the latest receive was sent
 
 	// timer wakes the pollers at timerAt, when a backoff, an idle pause
 	// or the limiter let the next receive go.
@@ -100,7 +102,7 @@ const rateTau = 250 * time.Millisecond
 
 func newFlow(conc, batch, maxAhead, maxPollers int, spawn func()) *flow {
 	return &flow{conc: conc, batch: batch, maxAhead: maxAhead, maxPollers: maxPollers, kick: make(chan struct{}, 1), spawn: spawn, quiet: true,
-		rate: rateMeter{start: time.Now()}}
+		rate: rateMeter{start: time.Now()}, full: true}
 }
 
 // readAhead is how many messages the flow keeps waiting or on their way
@@ -192,6 +194,19 @@ func (f *flow) dueLocked(now time.Time) int {
 	return sort.Search(len(f.starts), func(i int) bool { return f.starts[i].After(cut) })
 }
 
+// nextDueLocked returns when the next running handler not yet due (see
+// dueLocked) will be, if the pace is steady enough to forecast.
+func (f *flow) nextDueLocked(now time.Time) (time.Time, bool) {
+	if f.holds < f.conc || f.holdHigh > f.hold+f.hold/4 {
+		return time.Time{}, false
+	}
+	i := f.dueLocked(now)
+	if i >= len(f.starts) {
+		return time.Time{}, false
+	}
+	return f.starts[i].Add(f.holdHigh - f.rtt), true
+}
+
 // takeSlotLocked counts l as running from now.
 func (f *flow) takeSlotLocked(l *Lease, now time.Time) {
 	f.running++
@@ -224,6 +239,15 @@ func (f *flow) nextLocked(now time.Time) int {
 		return 0
 	}
 	n := receiveSize(f.countsLocked(now))
+	if n == 0 && f.member != nil {
+		// In a fleet a slot this flow has nothing ready for goes to
+		// another queue: look again when the next running handler is due
+		// to finish within a round trip, so its successor is asked for
+		// in time even if nothing else happens meanwhile.
+		if at, ok := f.nextDueLocked(now); ok {
+			f.armLocked(now, at)
+		}
+	}
 	if n > 0 && f.limiter != nil {
 		n = min(n, f.limiter.burst)
 		if at := f.limiter.readyAt(now, n); at.After(now) {
@@ -261,24 +285,46 @@ func (f *flow) armLocked(now, at time.Time) {
 }
 
 // demandLocked is how many slots of a fleet's budget the flow could use
-// now: none while paused or stopped, one (for the receive that watches
-// the queue) while the queue looks empty and nothing is held, all its own
-// otherwise.
+// now: none while paused or stopped; one (for the receive that watches
+// the queue) while nothing is held and the queue looks empty or drained
+// (the latest receive got nothing, or less than it asked for); all its
+// own otherwise.
 func (f *flow) demandLocked() int {
 	switch {
 	case f.stopped || f.paused:
 		return 0
-	case f.quiet && f.running == 0 && f.waiting == 0:
+	case f.running == 0 && f.waiting == 0 && (f.quiet || !f.full):
 		return 1
 	}
 	return f.conc
 }
 
+// tellLocked tells the fleet's budget, if any, what the flow could use
+// and whether messages are on their way: a receive in flight, or received
+// and not ready yet, from a queue that has messages.
+func (f *flow) tellLocked() {
+	if f.member == nil {
+		return
+	}
+	var until time.Time
+	if f.full && (f.asked > 0 || f.waiting > len(f.ready)) {
+		until = f.sentAt.Add(2 * max(f.rtt, 5*time.Millisecond))
+	}
+	f.member.SetDemand(f.demandLocked(), until)
+}
+
+// handOut lets the fleet's budget, if any, hand out slots kept for this
+// flow's messages on their way, after a receive's messages were
+// dispatched (or it failed). Call it with no lock held.
+func (f *flow) handOut() {
+	if f.member != nil {
+		f.member.Dispatch()
+	}
+}
+
 // wakeLocked makes sure a poller will look, if a receive is due.
 func (f *flow) wakeLocked(now time.Time) {
-	if f.member != nil {
-		f.member.SetDemand(f.demandLocked())
-	}
+	f.tellLocked()
 	if f.nextLocked(now) == 0 {
 		return
 	}
@@ -306,6 +352,7 @@ func (f *flow) take() int {
 		return 0
 	}
 	f.asked += n
+	f.sentAt = now
 	if f.limiter != nil {
 		f.limiter.take(now, n)
 	}
@@ -360,6 +407,7 @@ func (f *flow) received(asked, got int, took time.Duration) {
 	f.asked -= asked
 	f.waiting += got
 	f.quiet = got == 0
+	f.full = got == asked
 	if f.limiter != nil {
 		f.limiter.giveBack(now, asked-got)
 	}
@@ -416,6 +464,7 @@ func (f *flow) enqueue(l *Lease) int {
 		return startNow
 	}
 	f.ready = append(f.ready, l)
+	f.tellLocked()
 	return enqueued
 }
 
@@ -530,7 +579,7 @@ func (f *flow) unreadyLocked(blocked int) []*Lease {
 	f.waiting -= len(ready) + blocked
 	if f.member != nil {
 		f.member.SetWant(false)
-		f.member.SetDemand(f.demandLocked())
+		f.tellLocked()
 	}
 	return ready
 }

@@ -36,6 +36,8 @@ type Pool struct {
 	free    int
 	members []*Member
 	at      time.Time // when the members' usage was last brought up to date
+	timer   *time.Timer
+	timerAt time.Time // when timer fires, zero if it is not armed
 }
 
 // NewPool returns a pool of size slots (size >= 1).
@@ -63,11 +65,12 @@ type Member struct {
 	wake  func()      // re-evaluates the member's receives; must not block or take locks
 
 	// Guarded by pool.mu.
-	held   int     // slots held, including one granted and not yet taken
-	want   bool    // the member has ready messages and room for them
-	demand int     // slots it could use now
-	share  int     // slots it is entitled to, for sizing receives
-	usage  float64 // slot-seconds held, divided by Weight
+	held        int       // slots held, including one granted and not yet taken
+	want        bool      // the member has ready messages and room for them
+	expectUntil time.Time // messages are on their way until then (see SetDemand)
+	demand      int       // slots it could use now
+	share       int       // slots it is entitled to, for sizing receives
+	usage       float64   // slot-seconds held, divided by Weight
 }
 
 // Join adds a member to p.
@@ -131,7 +134,7 @@ func (m *Member) Acquire() bool {
 	if !m.want {
 		p.catchUpLocked(m)
 	}
-	if p.free > 0 && !p.othersWaitingLocked(m) {
+	if p.free > p.reservedAboveLocked(m.Priority, time.Now()) && !p.othersWaitingLocked(m) {
 		p.free--
 		m.held++
 		m.want = false
@@ -141,13 +144,56 @@ func (m *Member) Acquire() bool {
 	return false
 }
 
+// othersWaitingLocked reports whether a member other than m, of m's
+// priority or a higher one, waits for a slot: then a free slot is being
+// handed out by a Release, in turn.
 func (p *Pool) othersWaitingLocked(m *Member) bool {
 	for _, o := range p.members {
-		if o != m && o.want {
+		if o != m && o.want && o.Priority >= m.Priority {
 			return true
 		}
 	}
 	return false
+}
+
+// reservedAboveLocked counts the free slots kept for members of a
+// priority above pr whose messages are on their way (see SetDemand) while
+// they hold fewer slots than their share. Strict priority would leak
+// without it: a high-priority queue's read-ahead misses now and then, and
+// the slot it misses would go to a lower queue for a whole handler run.
+func (p *Pool) reservedAboveLocked(pr int, now time.Time) int {
+	n := 0
+	for _, m := range p.members {
+		if m.Priority > pr && m.expectUntil.After(now) && m.share > m.held {
+			n += m.share - m.held
+		}
+	}
+	return n
+}
+
+// armLocked makes the pool hand out slots again when the earliest
+// reservation now in force ends.
+func (p *Pool) armLocked(now time.Time) {
+	var at time.Time
+	for _, m := range p.members {
+		if m.expectUntil.After(now) && (at.IsZero() || m.expectUntil.Before(at)) {
+			at = m.expectUntil
+		}
+	}
+	if at.IsZero() || (!p.timerAt.IsZero() && !p.timerAt.After(at) && p.timerAt.After(now)) {
+		return
+	}
+	p.timerAt = at
+	if p.timer == nil {
+		p.timer = time.AfterFunc(at.Sub(now), func() {
+			p.mu.Lock()
+			p.timerAt = time.Time{}
+			p.grantLocked()
+			p.mu.Unlock()
+		})
+		return
+	}
+	p.timer.Reset(at.Sub(now))
 }
 
 // SetWant records whether m has ready messages and room to start them.
@@ -173,6 +219,23 @@ func (m *Member) Release() {
 	p.advanceLocked(time.Now())
 	m.held--
 	p.free++
+	p.grantLocked()
+	p.mu.Unlock()
+}
+
+// Dispatch hands free slots to waiting members, as Release does, after a
+// member's receive returned: slots kept for it (see reservedAboveLocked)
+// may be free for others now. Call it with no flow lock held.
+func (m *Member) Dispatch() {
+	p := m.pool
+	p.mu.Lock()
+	p.grantLocked()
+	p.mu.Unlock()
+}
+
+// grantLocked hands free slots to the waiting members, best first; it
+// unlocks p.mu around each grant callback.
+func (p *Pool) grantLocked() {
 	for p.free > 0 {
 		w := p.pickLocked()
 		if w == nil {
@@ -192,12 +255,12 @@ func (m *Member) Release() {
 			p.free++
 		}
 	}
-	p.mu.Unlock()
 }
 
 // pickLocked returns the waiting member that gets the next slot: of the
 // highest priority, the one that has used the least slot time for its
-// weight. nil if none waits.
+// weight. nil if none waits, or if the free slots are kept for members of
+// a higher priority (see reservedAboveLocked).
 func (p *Pool) pickLocked() *Member {
 	var best *Member
 	for _, m := range p.members {
@@ -208,16 +271,23 @@ func (p *Pool) pickLocked() *Member {
 			best = m
 		}
 	}
+	if now := time.Now(); best != nil && p.free <= p.reservedAboveLocked(best.Priority, now) {
+		p.armLocked(now)
+		return nil
+	}
 	return best
 }
 
 // SetDemand records how many slots m could use now (0 when paused or
-// stopped, 1 while its queue looks empty, its limit otherwise) and, if
-// that changes the shares, recomputes them and wakes the members whose
-// share grew.
-func (m *Member) SetDemand(d int) {
+// stopped, 1 while its queue looks empty, its limit otherwise) and until
+// when messages are on their way to it (zero: none; a receive in flight
+// from a queue whose latest receive was full, expected back within about
+// a round trip), and, if that changes the shares, recomputes them and
+// wakes the members whose share grew.
+func (m *Member) SetDemand(d int, expectUntil time.Time) {
 	p := m.pool
 	p.mu.Lock()
+	m.expectUntil = expectUntil
 	if m.demand == d {
 		p.mu.Unlock()
 		return
