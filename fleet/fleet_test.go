@@ -21,8 +21,9 @@ import (
 // latency adds a network round trip to every call and counts receives.
 type latency struct {
 	sqsconsumer.Client
-	rtt   time.Duration
-	recvs atomic.Int64
+	rtt     time.Duration
+	recvs   atomic.Int64
+	lastEnd atomic.Int64 // when the latest receive returned, in Unix nanoseconds
 }
 
 func (c *latency) trip() func() {
@@ -33,6 +34,7 @@ func (c *latency) trip() func() {
 func (c *latency) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, optFns ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
 	defer c.trip()()
 	c.recvs.Add(1)
+	defer func() { c.lastEnd.Store(time.Now().UnixNano()) }()
 	return c.Client.ReceiveMessage(ctx, in, optFns...)
 }
 
@@ -233,6 +235,186 @@ func TestPauseGivesShareAway(t *testing.T) {
 		busy = b.measure(10 * time.Second)
 		t.Logf("resumed: a %v, b %v", busy[0], busy[1])
 		require.InEpsilon(t, 1.0, busy[0].Seconds()/busy[1].Seconds(), 0.05)
+		require.NoError(t, stop())
+	})
+}
+
+// An idle queue costs 60 s / (20 s long poll + 20 s idle pause) = 1.5
+// receives a minute; a message sent at the worst moment (just after an
+// empty long poll) is received within one idle pause, and once traffic
+// flows the pauses stop.
+func TestIdleQueueCost(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		const rtt = 10 * time.Millisecond
+		b := newBed(t, rtt, "idle")
+		var mu sync.Mutex
+		got := map[string]time.Time{}
+		f, err := fleet.New(4)
+		require.NoError(t, err)
+		require.NoError(t, f.Add(b.consumer(t, 0, sqsconsumer.HandlerFunc(func(ctx context.Context, m *sqsconsumer.Message) error {
+			mu.Lock()
+			got[m.Body] = time.Now()
+			mu.Unlock()
+			return nil
+		}))))
+		stop := start(t, f)
+		time.Sleep(10 * time.Minute)
+		recvs := b.clients[0].recvs.Load()
+		perMinute := float64(recvs) / 10
+		t.Logf("idle queue: %d receives in 10 virtual minutes (%.2f a minute)", recvs, perMinute)
+		require.LessOrEqual(t, perMinute, 1.5, "receives a minute on an idle queue")
+		require.GreaterOrEqual(t, perMinute, 1.4, "the idle queue is still watched")
+
+		// The worst moment: just after an empty long poll returned.
+		ended := b.clients[0].lastEnd.Load()
+		for b.clients[0].lastEnd.Load() == ended {
+			time.Sleep(time.Millisecond)
+		}
+		sent := time.Now()
+		_, err = b.srv.Send(b.urls[0], "late")
+		require.NoError(t, err)
+		mu.Lock()
+		for got["late"].IsZero() {
+			mu.Unlock()
+			time.Sleep(time.Millisecond)
+			mu.Lock()
+		}
+		wait := got["late"].Sub(sent)
+		mu.Unlock()
+		t.Logf("a message sent to the idle queue just after an empty long poll waited %v", wait)
+		require.Greater(t, wait, fleet.DefaultIdlePause-time.Second, "the test meant to send in an idle pause")
+		require.LessOrEqual(t, wait, fleet.DefaultIdlePause+2*rtt, "a message on an idle queue waits at most one idle pause")
+
+		// Traffic: a message every 5 s is received at once (every receive
+		// gets one, so none comes back empty and no pause follows).
+		for i := range 10 {
+			time.Sleep(5 * time.Second)
+			sent := time.Now()
+			body := fmt.Sprintf("busy%d", i)
+			_, err = b.srv.Send(b.urls[0], body)
+			require.NoError(t, err)
+			time.Sleep(time.Second)
+			mu.Lock()
+			require.WithinDuration(t, sent, got[body], 2*rtt, "message %s, sent while the queue has traffic", body)
+			mu.Unlock()
+		}
+		require.NoError(t, stop())
+	})
+}
+
+// Stopping the fleet stops every queue as gracefully as one Consumer:
+// running handlers finish and their messages are deleted, messages read
+// ahead are released at once, and Run returns nil within the shutdown
+// timeout with every goroutine joined.
+func TestShutdown(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := newBed(t, 10*time.Millisecond, "a", "b")
+		b.fill(t, 0, 50)
+		b.fill(t, 1, 50)
+		f, err := fleet.New(4)
+		require.NoError(t, err)
+		for q := range 2 {
+			require.NoError(t, f.Add(b.consumer(t, q, b.handler(q, 8*time.Second), sqsconsumer.WithConcurrency(4), sqsconsumer.WithShutdownTimeout(10*time.Second))))
+		}
+		stop := start(t, f)
+		time.Sleep(3 * time.Second)
+		b.mu.Lock()
+		running := b.running
+		b.mu.Unlock()
+		require.Equal(t, 4, running, "handlers running at the stop: the budget")
+		begun := time.Now()
+		require.NoError(t, stop())
+		took := time.Since(begun)
+		t.Logf("fleet stopped in %v", took)
+		require.LessOrEqual(t, took, 10*time.Second, "within the shutdown timeout")
+		deleted, held := 0, 0
+		for q := range 2 {
+			for _, m := range b.srv.Messages(b.urls[q]) {
+				switch {
+				case m.Deleted:
+					deleted++
+				case m.InFlight:
+					held++
+				}
+			}
+		}
+		require.Equal(t, 4, deleted, "the handlers running at the stop finished and were deleted")
+		require.Zero(t, held, "messages left invisible after the stop")
+	})
+}
+
+// If one queue's Consumer fails (its queue does not exist), the fleet
+// stops the others gracefully and returns the error naming the queue.
+func TestRunStopsOnAQueueError(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := newBed(t, 10*time.Millisecond, "a")
+		b.fill(t, 0, 10)
+		f, err := fleet.New(4)
+		require.NoError(t, err)
+		require.NoError(t, f.Add(b.consumer(t, 0, b.handler(0, time.Second))))
+		missing := b.urls[0] + "-missing"
+		c, err := sqsconsumer.New(b.clients[0], missing, b.handler(0, time.Second)) // reads the queue's VisibilityTimeout: fails
+		require.NoError(t, err)
+		require.NoError(t, f.Add(c))
+		err = f.Run(context.Background())
+		require.Error(t, err)
+		require.ErrorContains(t, err, "queue "+missing)
+		require.ErrorContains(t, err, "does not exist")
+	})
+}
+
+func TestValidation(t *testing.T) {
+	t.Parallel()
+	_, err := fleet.New(0)
+	require.ErrorIs(t, err, sqsconsumer.ErrInvalidOption)
+	require.ErrorContains(t, err, "concurrency must be from 1 to 100000")
+	_, err = fleet.New(4, fleet.WithIdlePause(-time.Second), nil)
+	require.ErrorContains(t, err, "WithIdlePause(-1s): must be from 0 to 15m0s")
+	require.ErrorContains(t, err, "option 1 is nil")
+
+	srv := sqstest.New(t)
+	url, err := srv.CreateQueue("q", nil)
+	require.NoError(t, err)
+	h := sqsconsumer.HandlerFunc(func(context.Context, *sqsconsumer.Message) error { return nil })
+	c, err := sqsconsumer.New(srv.Client(), url, h)
+	require.NoError(t, err)
+	f, err := fleet.New(4)
+	require.NoError(t, err)
+	require.ErrorContains(t, f.Add(nil), "Consumer is nil")
+	require.ErrorContains(t, f.Add(c, fleet.WithWeight(0)), "WithWeight(0): must be from 1 to 1000")
+	require.ErrorContains(t, f.Add(c, nil), "option 0 is nil")
+	require.NoError(t, f.Add(c, fleet.WithWeight(2), fleet.WithPriority(-1)))
+	require.ErrorContains(t, f.Add(c), "already belongs to a fleet")
+	other, err := fleet.New(2)
+	require.NoError(t, err)
+	require.ErrorContains(t, other.Add(c), "already belongs to a fleet")
+	require.ErrorContains(t, other.Run(context.Background()), "no Consumer was added")
+	//nolint:staticcheck // a nil context is what is tested
+	require.ErrorContains(t, f.Run(nil), "a context is required")
+
+}
+
+func TestRunOnce(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		srv := sqstest.New(t)
+		url, err := srv.CreateQueue("q", nil)
+		require.NoError(t, err)
+		h := sqsconsumer.HandlerFunc(func(context.Context, *sqsconsumer.Message) error { return nil })
+		c, err := sqsconsumer.New(srv.Client(), url, h)
+		require.NoError(t, err)
+		f, err := fleet.New(4)
+		require.NoError(t, err)
+		require.NoError(t, f.Add(c))
+		stop := start(t, f)
+		time.Sleep(time.Second)
+		require.ErrorContains(t, f.Run(context.Background()), "only once")
+		c2, err := sqsconsumer.New(srv.Client(), url, h)
+		require.NoError(t, err)
+		require.ErrorContains(t, f.Add(c2), "the fleet is running")
 		require.NoError(t, stop())
 	})
 }
