@@ -281,6 +281,12 @@ func (c *Consumer) setup(ctx context.Context) error {
 	if c.s.rateLimit > 0 {
 		fl.limiter = newTokenBucket(c.s.rateLimit, c.s.rateBurst)
 	}
+	c.stopPolls = make(chan struct{})
+	c.inflight = make(map[string]*Lease)
+	c.work = make(chan *Lease)
+	c.quit = make(chan struct{})
+	c.groups = make(map[string][]*Lease)
+	c.afterDelete = c.deleted
 	c.mu.Lock()
 	fl.paused = c.paused
 	if m := c.member; m != nil {
@@ -301,12 +307,6 @@ func (c *Consumer) setup(ctx context.Context) error {
 		// cannot send a wait of 0).
 		c.pollWait = max(min(c.pollWait, c.s.shutdownTimeout.Truncate(time.Second)), time.Second)
 	}
-	c.stopPolls = make(chan struct{})
-	c.inflight = make(map[string]*Lease)
-	c.work = make(chan *Lease)
-	c.quit = make(chan struct{})
-	c.groups = make(map[string][]*Lease)
-	c.afterDelete = c.deleted
 	return nil
 }
 
