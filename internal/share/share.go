@@ -134,7 +134,7 @@ func (m *Member) Acquire() bool {
 	if !m.want {
 		p.catchUpLocked(m)
 	}
-	if p.free > p.reservedAboveLocked(m.Priority, time.Now()) && !p.othersWaitingLocked(m) {
+	if p.free > p.reservedLocked(m, time.Now()) && !p.othersWaitingLocked(m) {
 		p.free--
 		m.held++
 		m.want = false
@@ -156,19 +156,26 @@ func (p *Pool) othersWaitingLocked(m *Member) bool {
 	return false
 }
 
-// reservedAboveLocked counts the free slots kept for members of a
-// priority above pr whose messages are on their way (see SetDemand) while
-// they hold fewer slots than their share. Strict priority would leak
-// without it: a high-priority queue's read-ahead misses now and then, and
-// the slot it misses would go to a lower queue for a whole handler run.
-func (p *Pool) reservedAboveLocked(pr int, now time.Time) int {
+// reservedLocked counts the free slots kept from m for members that
+// come before it (see beats) and whose messages are on their way (see
+// SetDemand), while they hold fewer slots than their share. Without it a
+// queue's read-ahead that misses now and then (handlers finishing
+// together) would hand the slot it misses to a queue behind it for a whole
+// handler run: strict priority would leak, and weights would drift.
+func (p *Pool) reservedLocked(m *Member, now time.Time) int {
 	n := 0
-	for _, m := range p.members {
-		if m.Priority > pr && m.expectUntil.After(now) && m.share > m.held {
-			n += m.share - m.held
+	for _, o := range p.members {
+		if o != m && o.expectUntil.After(now) && o.share > o.held && beats(o, m) {
+			n += o.share - o.held
 		}
 	}
 	return n
+}
+
+// beats reports whether a comes before b for a slot: a higher priority,
+// or the same one and less slot time used for its weight.
+func beats(a, b *Member) bool {
+	return a.Priority > b.Priority || (a.Priority == b.Priority && a.usage < b.usage)
 }
 
 // armLocked makes the pool hand out slots again when the earliest
@@ -224,7 +231,7 @@ func (m *Member) Release() {
 }
 
 // Dispatch hands free slots to waiting members, as Release does, after a
-// member's receive returned: slots kept for it (see reservedAboveLocked)
+// member's receive returned: slots kept for it (see reservedLocked)
 // may be free for others now. Call it with no flow lock held.
 func (m *Member) Dispatch() {
 	p := m.pool
@@ -259,19 +266,19 @@ func (p *Pool) grantLocked() {
 
 // pickLocked returns the waiting member that gets the next slot: of the
 // highest priority, the one that has used the least slot time for its
-// weight. nil if none waits, or if the free slots are kept for members of
-// a higher priority (see reservedAboveLocked).
+// weight. nil if none waits, or if the free slots are kept for members
+// that come before it (see reservedLocked).
 func (p *Pool) pickLocked() *Member {
 	var best *Member
 	for _, m := range p.members {
 		if !m.want || m.grant == nil {
 			continue
 		}
-		if best == nil || m.Priority > best.Priority || (m.Priority == best.Priority && m.usage < best.usage) {
+		if best == nil || beats(m, best) {
 			best = m
 		}
 	}
-	if now := time.Now(); best != nil && p.free <= p.reservedAboveLocked(best.Priority, now) {
+	if now := time.Now(); best != nil && p.free <= p.reservedLocked(best, now) {
 		p.armLocked(now)
 		return nil
 	}
