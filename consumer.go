@@ -844,7 +844,6 @@ func init() {
 		case c.member != nil:
 			return fmt.Errorf("%w: the Consumer of %s already belongs to a fleet", ErrInvalidOption, c.queueURL)
 		}
-		m.Limit = c.s.concurrency
 		c.member = m
 		return nil
 	}

@@ -160,7 +160,7 @@ func (f *Fleet) Add(c *sqsconsumer.Consumer, opts ...QueueOption) error {
 	if f.started {
 		return fmt.Errorf("%w: fleet.Add(%s): the fleet is running", sqsconsumer.ErrInvalidOption, c.QueueURL())
 	}
-	m := f.pool.Join(q.weight, q.priority, 0, f.idlePause)
+	m := f.pool.Join(q.weight, q.priority, f.idlePause)
 	if err := share.Attach(c, m); err != nil {
 		f.pool.Leave(m)
 		return fmt.Errorf("fleet.Add: %w", err)

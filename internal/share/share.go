@@ -48,15 +48,14 @@ func NewPool(size int) *Pool {
 // Size returns the number of slots.
 func (p *Pool) Size() int { return p.size }
 
-// Member is one Consumer's place in a pool. Weight, Priority, Limit and
-// IdlePause are set before the member's Consumer starts and read-only
-// afterwards.
+// Member is one Consumer's place in a pool. Weight, Priority and
+// IdlePause are set by Join and read-only afterwards. The member's
+// Consumer bounds the slots it holds itself (its concurrency).
 type Member struct {
 	pool *Pool
 
 	Weight   int // share of the slots relative to other members of its priority (>= 1)
 	Priority int // members of a higher priority get slots first
-	Limit    int // most slots the member may hold (its Consumer's concurrency)
 	// IdlePause is how long the member's Consumer waits after a receive
 	// that got nothing before it sends the next (0: no pause).
 	IdlePause time.Duration
@@ -74,8 +73,8 @@ type Member struct {
 }
 
 // Join adds a member to p.
-func (p *Pool) Join(weight, priority, limit int, idlePause time.Duration) *Member {
-	m := &Member{pool: p, Weight: weight, Priority: priority, Limit: limit, IdlePause: idlePause}
+func (p *Pool) Join(weight, priority int, idlePause time.Duration) *Member {
+	m := &Member{pool: p, Weight: weight, Priority: priority, IdlePause: idlePause}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.members = append(p.members, m)

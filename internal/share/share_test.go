@@ -81,9 +81,9 @@ func TestPoolGrants(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		p := NewPool(2)
-		hi := p.Join(1, 1, 2, 0)
-		a := p.Join(1, 0, 2, 0)
-		b := p.Join(1, 0, 2, 0)
+		hi := p.Join(1, 1, 0)
+		a := p.Join(1, 0, 0)
+		b := p.Join(1, 0, 0)
 		g := &grants{ready: map[string]int{}}
 		g.bind(hi, "hi")
 		g.bind(a, "a")
@@ -116,8 +116,8 @@ func TestPoolKeepsSlotsForAHigherPriority(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		p := NewPool(2)
-		hi := p.Join(1, 1, 2, 0)
-		lo := p.Join(1, 0, 2, 0)
+		hi := p.Join(1, 1, 0)
+		lo := p.Join(1, 0, 0)
 		g := &grants{ready: map[string]int{}}
 		g.bind(hi, "hi")
 		g.bind(lo, "lo")
