@@ -171,3 +171,56 @@ func TestPauseFIFO(t *testing.T) {
 		require.NoError(t, stop())
 	})
 }
+
+// Pausing and resuming over and over while a FIFO queue's groups are
+// handled loses no message, never runs two messages of a group at once,
+// and keeps each group's order.
+func TestPauseResumeChurnFIFO(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, map[string]string{"FifoQueue": "true", "ContentBasedDeduplication": "true"})
+		const groups, per = 5, 20
+		for i := range per {
+			for g := range groups {
+				_, err := b.srv.Send(b.url, fmt.Sprintf("%d/%03d", g, i), sqstest.WithGroupID(fmt.Sprint(g)))
+				require.NoError(t, err)
+			}
+		}
+		var mu sync.Mutex
+		busy := map[string]bool{}
+		last := map[string]string{} // the latest body handled per group
+		done := map[string]bool{}
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			mu.Lock()
+			require.False(t, busy[m.GroupID], "two messages of group %s at once", m.GroupID)
+			require.GreaterOrEqual(t, m.Body, last[m.GroupID], "group %s out of order", m.GroupID)
+			busy[m.GroupID], last[m.GroupID] = true, m.Body
+			mu.Unlock()
+			time.Sleep(time.Duration(len(m.Body)%3+1) * 300 * time.Millisecond)
+			mu.Lock()
+			busy[m.GroupID] = false
+			done[m.Body] = true
+			mu.Unlock()
+			return nil
+		}), WithVisibilityTimeout(30*time.Second), WithConcurrency(1), WithBatchSize(1))
+		require.NoError(t, err)
+		stop := running(t, c)
+		for i := range 40 {
+			time.Sleep(time.Duration(i%7+1) * 130 * time.Millisecond)
+			if i%2 == 0 {
+				c.Pause()
+			} else {
+				c.Resume()
+			}
+		}
+		c.Resume()
+		time.Sleep(5 * time.Minute)
+		mu.Lock()
+		require.Len(t, done, groups*per, "messages handled")
+		mu.Unlock()
+		for _, m := range b.srv.Messages(b.url) {
+			require.True(t, m.Deleted, "message %s", m.Body)
+		}
+		require.NoError(t, stop())
+	})
+}
