@@ -830,6 +830,9 @@ func (c *Consumer) granted() bool {
 	return true
 }
 
+// init connects package fleet to Consumers through internal/share, so
+// that the root package exports nothing for the shared budget: fleet.Add
+// calls share.Attach, which sets the Consumer's member before Run.
 func init() {
 	share.Attach = func(v any, m *share.Member) error {
 		c, ok := v.(*Consumer)
