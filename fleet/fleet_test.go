@@ -418,3 +418,30 @@ func TestRunOnce(t *testing.T) {
 		require.NoError(t, stop())
 	})
 }
+
+// A queue that was idle while another used the whole budget gets its
+// share as soon as it has messages, and no more: it banked no credit
+// while idle.
+func TestIdleQueueEarnsNoCredit(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := newBed(t, 10*time.Millisecond, "busy", "quiet")
+		const budget, hold = 4, 100 * time.Millisecond
+		b.fill(t, 0, 20000)
+		f, err := fleet.New(budget)
+		require.NoError(t, err)
+		require.NoError(t, f.Add(b.consumer(t, 0, b.handler(0, hold), sqsconsumer.WithConcurrency(budget))))
+		require.NoError(t, f.Add(b.consumer(t, 1, b.handler(1, hold), sqsconsumer.WithConcurrency(budget))))
+		stop := start(t, f)
+		busy := b.measure(2 * time.Minute)
+		t.Logf("quiet idle: busy %v, quiet %v", busy[0], busy[1])
+		require.Greater(t, busy[0].Seconds(), 0.95*budget*120, "the busy queue takes the whole budget while the other is idle")
+
+		b.fill(t, 1, 2000)
+		time.Sleep(fleet.DefaultIdlePause + time.Second) // the quiet queue's next long poll
+		busy = b.measure(20 * time.Second)
+		t.Logf("both busy: busy %v, quiet %v", busy[0], busy[1])
+		require.InEpsilon(t, 1.0, busy[0].Seconds()/busy[1].Seconds(), 0.05, "equal weights share equally after an idle spell")
+		require.NoError(t, stop())
+	})
+}
