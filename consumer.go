@@ -18,6 +18,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqskit/sqsconsumer/internal/share"
 )
 
 // Consumer receives messages from one SQS queue and hands each to a
@@ -74,6 +76,10 @@ type Consumer struct {
 	stopping atomic.Bool
 	fatal    error // a permanent receive error that ends Run
 	runErr   error // what Run returned, for Health
+	paused   bool  // between Pause and Resume
+	// member is the Consumer's place in a fleet's shared slot budget
+	// (package fleet), nil for a Consumer on its own. Set before Run.
+	member *share.Member
 
 	handlers   sync.WaitGroup // deliveries being handled or settled
 	hbStarters sync.WaitGroup // heartbeat group timers armed or firing
@@ -318,8 +324,27 @@ func (c *Consumer) setup(ctx context.Context) error {
 		fl.gate = c.br.limit
 	}
 	c.calls.report = c.callDone
+	if c.s.rateLimit > 0 {
+		fl.limiter = newTokenBucket(c.s.rateLimit, c.s.rateBurst)
+	}
+	c.stopPolls = make(chan struct{})
+	c.inflight = make(map[string]*Lease)
+	c.work = make(chan *Lease)
+	c.quit = make(chan struct{})
+	c.groups = make(map[string][]*Lease)
+	c.afterDelete = c.deleted
 	c.mu.Lock()
-	c.fl = fl // under mu for flowOf
+	fl.paused = c.paused
+	if m := c.member; m != nil {
+		fl.member, fl.idlePause = m, m.IdlePause
+		m.Bind(c.granted, func() {
+			select {
+			case fl.kick <- struct{}{}:
+			default:
+			}
+		})
+	}
+	c.fl = fl // under mu for flowOf and Pause
 	c.mu.Unlock()
 	c.pollWait = c.s.waitTime
 	if c.pollWait > 0 {
@@ -328,12 +353,6 @@ func (c *Consumer) setup(ctx context.Context) error {
 		// cannot send a wait of 0).
 		c.pollWait = max(min(c.pollWait, c.s.shutdownTimeout.Truncate(time.Second)), time.Second)
 	}
-	c.stopPolls = make(chan struct{})
-	c.inflight = make(map[string]*Lease)
-	c.work = make(chan *Lease)
-	c.quit = make(chan struct{})
-	c.groups = make(map[string][]*Lease)
-	c.afterDelete = c.deleted
 	return nil
 }
 
@@ -386,6 +405,7 @@ func (c *Consumer) poll() {
 			return
 		}
 		same, backoff := c.fl.failed(n, err, persistentClientError(err))
+		c.fl.handOut()
 		if classify(err) == kindPermanent {
 			c.fail(err, "sqsconsumer: permanent receive error; shutting down")
 			return
@@ -457,6 +477,7 @@ func (c *Consumer) receive(n int) error {
 	for _, m := range msgs {
 		c.dispatch(m, handedOver, arrived, cfg, g)
 	}
+	c.fl.handOut()
 	return nil
 }
 
@@ -529,10 +550,10 @@ func (c *Consumer) dispatch(raw types.Message, handedOver, arrived time.Time, cf
 		c.releaseRaw(raw, DefaultBackoff(count))
 		return
 	}
-	if c.stopping.Load() || (c.br != nil && c.br.refusing()) {
-		// A receive that was in flight when the shutdown began, or when
-		// the breaker opened: hand its messages back at once rather than
-		// leave them invisible.
+	if c.stopping.Load() || c.paused || (c.br != nil && c.br.refusing()) {
+		// A receive that was in flight when the shutdown, a pause or an
+		// opening of the breaker began: hand its messages back at once
+		// rather than leave them invisible.
 		c.mu.Unlock()
 		c.fl.drop(1)
 		c.releaseRaw(raw, 0)
@@ -841,7 +862,9 @@ func (c *Consumer) freeSlot(l *Lease, done bool) {
 
 // settleUnstarted hands a message that never reached its handler back to
 // SQS (visibility 0) and ends its delivery. The caller takes it out of the
-// flow's waiting count.
+// flow's waiting count. A FIFO message at the head of its group takes the
+// messages behind it along (released too), so the group's order holds and
+// a later delivery of the group is not left behind a message gone.
 func (c *Consumer) settleUnstarted(d *Lease) {
 	defer c.handlers.Done()
 	if err := d.Release(c.settleCtx, 0); err != nil {
@@ -850,11 +873,134 @@ func (c *Consumer) settleUnstarted(d *Lease) {
 	d.Stop()
 	c.stats.unstarted()
 	c.observe(EventDone, d.msg, nil)
+	var behind []*Lease
 	c.mu.Lock()
 	if c.inflight[d.msg.ID] == d {
 		delete(c.inflight, d.msg.ID)
 	}
+	if g := d.msg.GroupID; c.fifo && g != "" {
+		switch q := c.groups[g]; {
+		case len(q) > 0 && q[0] == d:
+			behind = q[1:]
+			delete(c.groups, g)
+		default:
+			for i, o := range q {
+				if o == d {
+					c.groups[g] = append(q[:i:i], q[i+1:]...)
+					break
+				}
+			}
+		}
+	}
 	c.mu.Unlock()
+	for _, n := range behind {
+		c.settleUnstarted(n)
+	}
+	c.fl.drop(len(behind))
+}
+
+// granted starts the oldest waiting message in a slot of the fleet's
+// budget given to this Consumer; false if none could start.
+func (c *Consumer) granted() bool {
+	next := c.fl.granted()
+	if next == nil {
+		return false
+	}
+	c.start(next)
+	return true
+}
+
+// init connects package fleet to Consumers through internal/share, so
+// that the root package exports nothing for the shared budget: fleet.Add
+// calls share.Attach, which sets the Consumer's member before Run.
+func init() {
+	share.Attach = func(v any, m *share.Member) error {
+		c, ok := v.(*Consumer)
+		if !ok || c == nil {
+			return fmt.Errorf("%w: not a *sqsconsumer.Consumer: %T", ErrInvalidOption, v)
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		switch {
+		case c.fl != nil:
+			return fmt.Errorf("%w: the Consumer of %s has already started", ErrInvalidOption, c.queueURL)
+		case c.member != nil:
+			return fmt.Errorf("%w: the Consumer of %s already belongs to a fleet", ErrInvalidOption, c.queueURL)
+		}
+		c.member = m
+		return nil
+	}
+}
+
+// Pause stops the Consumer taking messages until Resume, without
+// stopping Run: no receive is sent, messages received but not started are
+// released at once (visibility 0; their handlers never run), and so are
+// the messages of a receive in flight when it returns (a long poll is
+// never cancelled, which would leave its messages invisible for a whole
+// lease). Running handlers go on under their renewed leases and settle as
+// usual. Pause before Run makes Run start paused; Run's shutdown works as
+// usual while paused. A paused Consumer in a fleet gives its share of the
+// budget to the others.
+//
+// A release does not add to a message's receive count, but the next
+// receive of it will, as any receive does: pausing and resuming often
+// while messages are held costs receives.
+//
+// Pause returns once those releases are answered (or failed, which is
+// logged). Safe for concurrent use; pausing a paused Consumer does
+// nothing.
+func (c *Consumer) Pause() {
+	c.mu.Lock()
+	if c.paused {
+		c.mu.Unlock()
+		return
+	}
+	c.paused = true
+	fl := c.fl
+	var blocked []*Lease
+	if fl != nil {
+		for g, q := range c.groups {
+			if len(q) > 1 {
+				blocked = append(blocked, q[1:]...)
+				c.groups[g] = q[:1]
+			}
+		}
+	}
+	c.mu.Unlock()
+	if fl == nil {
+		return
+	}
+	unstarted := append(blocked, fl.pause(len(blocked))...)
+	c.log(slog.LevelInfo, "sqsconsumer: paused: receiving stopped, unstarted messages released", "released_unstarted", len(unstarted))
+	var wg sync.WaitGroup
+	for _, d := range unstarted {
+		wg.Go(func() { c.settleUnstarted(d) })
+	}
+	wg.Wait()
+}
+
+// Resume ends a Pause: receiving starts again at once. Safe for
+// concurrent use; resuming a Consumer that is not paused does nothing.
+func (c *Consumer) Resume() {
+	c.mu.Lock()
+	if !c.paused {
+		c.mu.Unlock()
+		return
+	}
+	c.paused = false
+	fl := c.fl
+	c.mu.Unlock()
+	if fl != nil {
+		fl.resume()
+	}
+	c.log(slog.LevelInfo, "sqsconsumer: resumed")
+}
+
+// Paused reports whether the Consumer is paused (see Pause).
+func (c *Consumer) Paused() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.paused
 }
 
 // releaseRaw sets the visibility of a message that never got a lease.

@@ -53,6 +53,15 @@
 // use the middleware [NewIdempotent] returns, with a store shared by every
 // process that consumes the queue.
 //
+// # Pausing, rate limits, many queues
+//
+// [Consumer.Pause] stops receiving at run time without a restart
+// (messages received and not started are released; running handlers
+// finish), and [Consumer.Resume] takes up again. [WithRateLimit] bounds
+// the messages received a second by asking SQS only for what the limit
+// allows. The fleet subpackage runs several Consumers, one per queue,
+// under one concurrency budget with weights and priorities.
+//
 // # When things go wrong
 //
 // A handler error wrapped with [Permanent] (an undecodable body, a schema

@@ -5,6 +5,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/sqskit/sqsconsumer/internal/share"
 )
 
 // flow decides when the Consumer receives and how many messages it asks
@@ -55,12 +57,31 @@ type flow struct {
 	quiet bool
 
 	// Receive failures: while retryAt is ahead no receive is due (one
-	// backoff for all pollers), and retryTimer wakes them after it.
-	failures   int    // consecutive failed receives
-	same       int    // of them, the latest run of identical client errors
-	lastErr    string // the error of that run
-	retryAt    time.Time
-	retryTimer *time.Timer
+	// backoff for all pollers), and the timer wakes them after it.
+	failures int    // consecutive failed receives
+	same     int    // of them, the latest run of identical client errors
+	lastErr  string // the error of that run
+	retryAt  time.Time
+
+	// paused is set between Consumer.Pause and Resume: no receive is due
+	// and no message starts.
+	paused bool
+	// limiter, when set (WithRateLimit), holds back receives the rate
+	// does not allow yet: a receive asks only for messages it has tokens
+	// for, and gives back those it did not get.
+	limiter *tokenBucket
+	// In a fleet (member set): the shared slot budget, and the pause
+	// after a receive that got nothing, until idleUntil.
+	member    *share.Member
+	idlePause time.Duration
+	idleUntil time.Time
+	full      bool      // the latest receive got all it asked for
+	sentAt    time.Time // when the latest receive was sent
+
+	// timer wakes the pollers at timerAt, when a backoff, an idle pause
+	// or the limiter let the next receive go.
+	timer   *time.Timer
+	timerAt time.Time
 
 	pollers   int // poller goroutines started
 	idle      int // pollers parked on kick
@@ -86,7 +107,7 @@ const rateTau = 250 * time.Millisecond
 
 func newFlow(conc, batch, maxAhead, maxPollers int, spawn func()) *flow {
 	return &flow{conc: conc, batch: batch, maxAhead: maxAhead, maxPollers: maxPollers, kick: make(chan struct{}, 1), spawn: spawn, quiet: true,
-		rate: rateMeter{start: time.Now()}}
+		rate: rateMeter{start: time.Now()}, full: true}
 }
 
 // readAhead is how many messages the flow keeps waiting or on their way
@@ -150,8 +171,13 @@ func receiveSize(c flowCounts) int {
 }
 
 func (f *flow) countsLocked(now time.Time) flowCounts {
+	conc := f.conc
+	if f.member != nil {
+		// In a fleet, receive for the slots the flow is entitled to.
+		conc = min(conc, f.member.Share())
+	}
 	c := flowCounts{
-		conc: f.conc, batch: f.batch,
+		conc: conc, batch: f.batch,
 		running: f.running, waiting: f.waiting, asked: f.asked,
 		quiet: f.quiet,
 	}
@@ -171,6 +197,19 @@ func (f *flow) dueLocked(now time.Time) int {
 	}
 	cut := now.Add(f.rtt - f.holdHigh)
 	return sort.Search(len(f.starts), func(i int) bool { return f.starts[i].After(cut) })
+}
+
+// nextDueLocked returns when the next running handler not yet due (see
+// dueLocked) will be, if the pace is steady enough to forecast.
+func (f *flow) nextDueLocked(now time.Time) (time.Time, bool) {
+	if f.holds < f.conc || f.holdHigh > f.hold+f.hold/4 {
+		return time.Time{}, false
+	}
+	i := f.dueLocked(now)
+	if i >= len(f.starts) {
+		return time.Time{}, false
+	}
+	return f.starts[i].Add(f.holdHigh - f.rtt), true
 }
 
 // takeSlotLocked counts l as running from now.
@@ -193,15 +232,39 @@ func (f *flow) giveSlotLocked(l *Lease, now time.Time) time.Duration {
 	return now.Sub(l.slotAt)
 }
 
-// nextLocked is the size of the receive due now, 0 if none.
+// nextLocked is the size of the receive due now, 0 if none. When only
+// time stands in the way (a backoff, an idle pause, the rate limit) it
+// arms the timer for when it will not.
 func (f *flow) nextLocked(now time.Time) int {
-	if f.stopped || now.Before(f.retryAt) {
+	if f.stopped || f.paused {
+		return 0
+	}
+	if at := later(f.retryAt, f.idleUntil); now.Before(at) {
+		f.armLocked(now, at)
 		return 0
 	}
 	n := receiveSize(f.countsLocked(now))
+	if n == 0 && f.member != nil {
+		// In a fleet a slot this flow has nothing ready for goes to
+		// another queue: look again when the next running handler is due
+		// to finish within a round trip, so its successor is asked for
+		// in time even if nothing else happens meanwhile.
+		if at, ok := f.nextDueLocked(now); ok {
+			f.armLocked(now, at)
+		}
+	}
 	if n > 0 && f.gate != nil {
+		// The gate (the breaker) wakes the flow when it lets receives
+		// through again.
 		if g := f.gate(f.running + f.waiting + f.asked); g >= 0 {
 			n = min(n, g)
+		}
+	}
+	if n > 0 && f.limiter != nil {
+		n = min(n, f.limiter.burst)
+		if at := f.limiter.readyAt(now, n); at.After(now) {
+			f.armLocked(now, at)
+			return 0
 		}
 	}
 	return n
@@ -226,8 +289,73 @@ func (f *flow) takeReady() []*Lease {
 	return ready
 }
 
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// armLocked makes the timer wake the pollers at at, unless it will
+// already fire sooner (it then looks again and re-arms).
+func (f *flow) armLocked(now, at time.Time) {
+	if !f.timerAt.IsZero() && !f.timerAt.After(at) {
+		return
+	}
+	f.timerAt = at
+	if f.timer == nil {
+		f.timer = time.AfterFunc(at.Sub(now), func() {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.timerAt = time.Time{}
+			f.wakeLocked(time.Now())
+		})
+		return
+	}
+	f.timer.Reset(at.Sub(now))
+}
+
+// demandLocked is how many slots of a fleet's budget the flow could use
+// now: none while paused, stopped or held by the gate (an open breaker); one (for the receive that watches
+// the queue) while nothing is held and the queue looks empty or drained
+// (the latest receive got nothing, or less than it asked for); all its
+// own otherwise.
+func (f *flow) demandLocked() int {
+	switch {
+	case f.stopped || f.paused, f.gate != nil && f.gate(0) == 0:
+		return 0
+	case f.running == 0 && f.waiting == 0 && (f.quiet || !f.full):
+		return 1
+	}
+	return f.conc
+}
+
+// tellLocked tells the fleet's budget, if any, what the flow could use
+// and whether messages are on their way: a receive in flight, or received
+// and not ready yet, from a queue that has messages.
+func (f *flow) tellLocked() {
+	if f.member == nil {
+		return
+	}
+	var until time.Time
+	if f.full && (f.asked > 0 || f.waiting > len(f.ready)) {
+		until = f.sentAt.Add(2 * max(f.rtt, 5*time.Millisecond))
+	}
+	f.member.SetDemand(f.demandLocked(), until)
+}
+
+// handOut lets the fleet's budget, if any, hand out slots kept for this
+// flow's messages on their way, after a receive's messages were
+// dispatched (or it failed). Call it with no lock held.
+func (f *flow) handOut() {
+	if f.member != nil {
+		f.member.Dispatch()
+	}
+}
+
 // wakeLocked makes sure a poller will look, if a receive is due.
 func (f *flow) wakeLocked(now time.Time) {
+	f.tellLocked()
 	if f.nextLocked(now) == 0 {
 		return
 	}
@@ -255,6 +383,10 @@ func (f *flow) take() int {
 		return 0
 	}
 	f.asked += n
+	f.sentAt = now
+	if f.limiter != nil {
+		f.limiter.take(now, n)
+	}
 	if free := f.conc - f.running; f.waiting+f.asked-free > f.peakAhead {
 		f.peakAhead = f.waiting + f.asked - free
 	}
@@ -276,7 +408,11 @@ func (f *flow) unpark() {
 func (f *flow) failed(asked int, err error, persistent bool) (same int, backoff time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	now := time.Now()
 	f.asked -= asked
+	if f.limiter != nil {
+		f.limiter.giveBack(now, asked)
+	}
 	switch msg := errorIdentity(err); {
 	case !persistent:
 		f.same, f.lastErr = 0, ""
@@ -287,16 +423,8 @@ func (f *flow) failed(asked int, err error, persistent bool) (same int, backoff 
 	}
 	backoff = receiveBackoff(f.failures)
 	f.failures++
-	f.retryAt = time.Now().Add(backoff)
-	if f.retryTimer == nil {
-		f.retryTimer = time.AfterFunc(backoff, func() {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			f.wakeLocked(time.Now())
-		})
-	} else {
-		f.retryTimer.Reset(backoff)
-	}
+	f.retryAt = now.Add(backoff)
+	f.armLocked(now, f.retryAt)
 	return f.same, backoff
 }
 
@@ -305,10 +433,20 @@ func (f *flow) failed(asked int, err error, persistent bool) (same int, backoff 
 func (f *flow) received(asked, got int, took time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	now := time.Now()
 	f.failures, f.same, f.lastErr = 0, 0, ""
 	f.asked -= asked
 	f.waiting += got
 	f.quiet = got == 0
+	f.full = got == asked
+	if f.limiter != nil {
+		f.limiter.giveBack(now, asked-got)
+	}
+	if got == 0 && f.idlePause > 0 {
+		f.idleUntil = now.Add(f.idlePause)
+	} else {
+		f.idleUntil = time.Time{}
+	}
 	// A full answer of several messages means they were waiting in the
 	// queue, so the call took one round trip: that is what the read-ahead
 	// must cover. A quicker answer of any size bounds it too.
@@ -319,7 +457,7 @@ func (f *flow) received(asked, got int, took time.Duration) {
 			f.rtt += (took - f.rtt) / 8
 		}
 	}
-	f.wakeLocked(time.Now())
+	f.wakeLocked(now)
 }
 
 // drop takes n waiting messages out: adopted by a running lease, handed
@@ -346,16 +484,46 @@ func (f *flow) enqueue(l *Lease) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
-	case f.stopped:
+	case f.stopped || f.paused:
 		f.waiting--
 		return notStarting
-	case f.running < f.conc && len(f.ready) == 0:
+	case f.running < f.conc && len(f.ready) == 0 && (f.member == nil || f.member.Acquire()):
+		// In a fleet a slot of the shared budget too; without one, the
+		// member now waits for one (Acquire), granted through granted.
 		f.waiting--
 		f.takeSlotLocked(l, time.Now())
 		return startNow
 	}
 	f.ready = append(f.ready, l)
+	f.tellLocked()
 	return enqueued
+}
+
+// granted starts the oldest ready message in a slot of the fleet's budget
+// given to this flow, and returns it; nil (the slot goes back) if none can
+// start.
+func (f *flow) granted() *Lease {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped || f.paused || len(f.ready) == 0 || f.running >= f.conc {
+		f.member.SetWant(false)
+		return nil
+	}
+	next := f.popReadyLocked()
+	f.takeSlotLocked(next, time.Now())
+	if len(f.ready) == 0 || f.running >= f.conc {
+		f.member.SetWant(false)
+	}
+	f.wakeLocked(time.Now())
+	return next
+}
+
+func (f *flow) popReadyLocked() *Lease {
+	next := f.ready[0]
+	f.ready[0] = nil
+	f.ready = f.ready[1:]
+	f.waiting--
+	return next
 }
 
 // capacity is how many messages a second the handler slots could finish
@@ -373,7 +541,17 @@ func (f *flow) capacity() float64 {
 // next ready message to start in it, if any.
 func (f *flow) slotDone(l *Lease, done bool) *Lease {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	next := f.slotDoneLocked(l, done)
+	f.mu.Unlock()
+	if f.member != nil {
+		// The fleet's budget decides who gets the slot, this flow or
+		// another (through granted).
+		f.member.Release()
+	}
+	return next
+}
+
+func (f *flow) slotDoneLocked(l *Lease, done bool) *Lease {
 	now := time.Now()
 	held := f.giveSlotLocked(l, now)
 	if done {
@@ -391,11 +569,12 @@ func (f *flow) slotDone(l *Lease, done bool) *Lease {
 		}
 	}
 	var next *Lease
-	if len(f.ready) > 0 && !f.stopped {
-		next = f.ready[0]
-		f.ready[0] = nil
-		f.ready = f.ready[1:]
-		f.waiting--
+	switch {
+	case len(f.ready) == 0 || f.stopped || f.paused:
+	case f.member != nil:
+		f.member.SetWant(true) // Release follows
+	default:
+		next = f.popReadyLocked()
 		f.takeSlotLocked(next, now)
 	}
 	f.wakeLocked(now)
@@ -416,13 +595,42 @@ func (f *flow) stop(blocked int) []*Lease {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.stopped = true
-	if f.retryTimer != nil {
-		f.retryTimer.Stop()
+	if f.timer != nil {
+		f.timer.Stop()
 	}
+	return f.unreadyLocked(blocked)
+}
+
+// unreadyLocked takes the ready messages out (returned, to be released)
+// and the blocked ones (FIFO messages behind their group, which the
+// caller releases).
+func (f *flow) unreadyLocked(blocked int) []*Lease {
 	ready := f.ready
 	f.ready = nil
 	f.waiting -= len(ready) + blocked
+	if f.member != nil {
+		f.member.SetWant(false)
+		f.tellLocked()
+	}
 	return ready
+}
+
+// pause stops receiving and starting messages until resume, and returns
+// the ready messages, which will not start; they and the blocked ones
+// (see unreadyLocked) no longer count as waiting.
+func (f *flow) pause(blocked int) []*Lease {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.paused = true
+	return f.unreadyLocked(blocked)
+}
+
+// resume ends a pause.
+func (f *flow) resume() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.paused = false
+	f.wakeLocked(time.Now())
 }
 
 // snapshot returns the flow's counts for Stats.

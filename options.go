@@ -65,6 +65,8 @@ type settings struct {
 	stats           *statsRecorder // a Consumer's own recorder, counted directly
 	adaptiveMin     time.Duration
 	adaptiveMax     time.Duration
+	rateLimit       float64 // messages a second; 0 = none
+	rateBurst       int
 	receivedAt      time.Time // Lease only: when SQS handed the message over
 	errs            []error
 
