@@ -106,11 +106,12 @@ func (l *Lease) acquireRenewal(done <-chan struct{}) (token, ok bool) {
 	}
 }
 
-// isDeleting reports whether a delete of the lease is in flight.
-func (l *Lease) isDeleting() bool {
+// deletePendingWith reports whether a delete of the lease is in flight
+// and has been sent with handle.
+func (l *Lease) deletePendingWith(handle string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.deleting
+	return l.deleting && l.deleteSent == handle
 }
 
 // next plans the heartbeat's step at now; ok is false once the lease is
@@ -154,10 +155,12 @@ func (l *Lease) renew(bg context.Context, now time.Time, p step, handle string, 
 		return false
 	}
 	kind := classify(err)
-	if kind == kindLost && l.isDeleting() {
-		// Refused while our own delete is pending: most likely it landed
-		// first. The delete's answer decides (a lost handle fails it
-		// too); look again later.
+	if kind == kindLost && l.deletePendingWith(handle) {
+		// Refused while our own delete of this handle is pending: most
+		// likely it landed first. The delete's answer decides (a lost
+		// handle fails it too); look again later. A delete not sent yet
+		// (waiting for the call token) or sent with another handle
+		// cannot explain the refusal: that is SQS's own.
 		l.mu.Lock()
 		l.nextRenew = time.Now().Add(l.retryDelay(*failures))
 		l.mu.Unlock()
