@@ -34,7 +34,7 @@ import (
 
 var (
 	simSeedFlag = flag.Uint64("sim.seed", 0, "seed of the simulation's random draws; 0 picks one and prints it")
-	simNFlag    = flag.Int("sim.n", 0, "messages the simulation sends (default 100,000; 10,000 with -short)")
+	simNFlag    = flag.Int("sim.n", 0, "messages the simulation sends (default 100,000; 10,000 with -short or -race)")
 	simHeapFlag = flag.String("sim.heapprofile", "", "write heap profiles (pprof) to FILE.5 and FILE.9, after half and nine tenths of the messages")
 	simHistFlag = flag.Int("sim.history", simHistoryLimit, "sqstest WithHistoryLimit of the simulation's server (0: keep every message's history)")
 )
@@ -54,6 +54,12 @@ type simCfg struct {
 	faultRate  float64       // per call, and per handler start for expiries
 	crashEvery time.Duration // mean virtual time between crashes
 	history    int
+	// broken names a deliberately broken variant (controls): "" for none,
+	// "ignore-cancel" (handlers ignore their context), "skip-work" (some
+	// handlers succeed without doing the work), "no-evidence" (the wire
+	// and the crashes record nothing), "keep-history" (the server keeps
+	// every message's history).
+	broken string
 }
 
 func defaultSimCfg(n int) simCfg {
@@ -79,7 +85,7 @@ func TestSimulation(t *testing.T) {
 	n := *simNFlag
 	if n == 0 {
 		n = 100_000
-		if testing.Short() {
+		if testing.Short() || raceEnabled {
 			n = 10_000
 		}
 	}
@@ -103,6 +109,43 @@ func TestSimulation(t *testing.T) {
 	require.Zero(t, res.lost)
 	require.Equal(t, n, res.checked)
 	res.requireFlatHeap(t)
+}
+
+// TestSimulationControls runs deliberately broken variants, each of which
+// a check must report.
+func TestSimulationControls(t *testing.T) {
+	for _, c := range []struct {
+		broken string
+		n      int
+		want   string
+	}{
+		{"skip-work", 2000, "lost"},
+		{"no-evidence", 2000, "no recorded cause"},
+		{"ignore-cancel", 2000, "while process|more than a lease"},
+		{"keep-history", 20000, "heap grows"},
+	} {
+		t.Run(c.broken, func(t *testing.T) {
+			if c.broken == "keep-history" && (raceEnabled || testing.Short()) {
+				t.Skip("a memory control: run without -race and -short")
+			}
+			cfg := defaultSimCfg(c.n)
+			cfg.broken = c.broken
+			var res simResult
+			synctest.Test(t, func(t *testing.T) {
+				res = runSim(t, 1, cfg)
+			})
+			all := strings.Join(res.violations, "\n")
+			if err := res.heapGrowth(); err != nil {
+				all += "\n" + err.Error()
+			}
+			t.Logf("%s: %d violations, e.g. %s\n%s", c.broken, len(res.violations), all[:min(len(all), 300)], res)
+			found := false
+			for _, w := range strings.Split(c.want, "|") {
+				found = found || strings.Contains(all, w)
+			}
+			require.True(t, found, "the checks missed the broken variant %q (want %q)", c.broken, c.want)
+		})
+	}
 }
 
 // simResult is what a run measured.
@@ -150,20 +193,31 @@ func (r simResult) String() string {
 	return b.String()
 }
 
-// requireFlatHeap: after the first tenth (warm-up), the heap never exceeds
-// the first checkpoint's by more than a quarter plus 16 MB: it does not grow
-// with the messages processed.
+// requireFlatHeap: the heap does not grow with the messages processed
+// (see heapGrowth).
 func (r simResult) requireFlatHeap(t *testing.T) {
 	t.Helper()
+	if err := r.heapGrowth(); err != nil {
+		require.NoError(t, err)
+	}
+}
+
+// heapGrowth reports a checkpoint (after the first fifth of the messages,
+// a warm-up) whose heap exceeds the first's by more than a quarter plus
+// 4 MB.
+func (r simResult) heapGrowth() error {
 	if len(r.heap) < 3 {
-		return
+		return nil
 	}
 	base := r.heap[1].heap
-	limit := base + base/4 + 16<<20
+	limit := base + base/4 + 4<<20
 	for _, h := range r.heap[2:] {
-		require.LessOrEqual(t, h.heap, limit, "heap grows with messages processed: %.1f MB after %d messages, %.1f MB after %d",
-			float64(h.heap)/1e6, h.checked, float64(base)/1e6, r.heap[1].checked)
+		if h.heap > limit {
+			return fmt.Errorf("heap grows with messages processed: %.1f MB after %d messages, %.1f MB after %d",
+				float64(h.heap)/1e6, h.checked, float64(base)/1e6, r.heap[1].checked)
+		}
 	}
+	return nil
 }
 
 // Evidence kinds: what can make a message come back after its handler
@@ -339,6 +393,9 @@ func (s *sim) applies(f *simFault, action string, batch bool) bool {
 // noteCall records a batch call that did not simply succeed against the
 // messages whose handles it named.
 func (s *sim) noteCall(action string, body, rbody []byte, lost, whole bool) {
+	if s.cfg.broken == "no-evidence" {
+		return
+	}
 	hs := handlesOf(body, rbody, whole || lost)
 	now := time.Now()
 	s.mu.Lock()
@@ -512,6 +569,14 @@ func (s *sim) handler(p *simProc) sqsconsumer.HandlerFunc {
 		}
 		timer := time.NewTimer(d)
 		defer timer.Stop()
+		if s.cfg.broken == "skip-work" && s.unit(tagOutcome, idx, rc, 1) < 0.01 {
+			s.end(rec, r, false) // succeeds without completing the work
+			return nil
+		}
+		done := ctx.Done()
+		if s.cfg.broken == "ignore-cancel" {
+			done = nil
+		}
 		select {
 		case <-timer.C:
 			if s.unit(tagOutcome, idx, rc) < 0.005 {
@@ -522,7 +587,7 @@ func (s *sim) handler(p *simProc) sqsconsumer.HandlerFunc {
 				return errCrashed
 			}
 			return nil
-		case <-ctx.Done():
+		case <-done:
 			s.end(rec, r, false)
 			return context.Cause(ctx)
 		case <-p.crashed:
@@ -566,7 +631,9 @@ func (s *sim) crash(p *simProc) {
 	close(p.crashed)
 	s.mu.Lock()
 	for m := range p.undeleted {
-		m.ev = append(m.ev, evidence{at: now, kind: evCrash})
+		if s.cfg.broken != "no-evidence" {
+			m.ev = append(m.ev, evidence{at: now, kind: evCrash})
+		}
 	}
 	clear(p.undeleted)
 	s.mu.Unlock()
@@ -581,7 +648,9 @@ func (s *sim) exited(p *simProc) {
 	p.mu.Lock()
 	s.mu.Lock()
 	for m := range p.undeleted {
-		m.ev = append(m.ev, evidence{at: now, kind: evExit})
+		if s.cfg.broken != "no-evidence" {
+			m.ev = append(m.ev, evidence{at: now, kind: evExit})
+		}
 	}
 	clear(p.undeleted)
 	s.mu.Unlock()
@@ -620,7 +689,7 @@ func (s *sim) checkLocked(m *simMsg) bool {
 
 func runSim(t *testing.T, seed uint64, cfg simCfg) simResult {
 	var opts []sqstest.Option
-	if cfg.history > 0 {
+	if cfg.history > 0 && cfg.broken != "keep-history" {
 		opts = append(opts, sqstest.WithHistoryLimit(cfg.history))
 	}
 	s := &sim{t: t, seed: seed, cfg: cfg, srv: sqstest.New(t, opts...),
@@ -666,7 +735,9 @@ func runSim(t *testing.T, seed uint64, cfg simCfg) simResult {
 				continue
 			}
 			if s.open[e.m.id] == e.m && s.srv.Expire(url, e.m.id) == nil {
-				e.m.ev = append(e.m.ev, evidence{at: now, kind: evExpire})
+				if cfg.broken != "no-evidence" {
+					e.m.ev = append(e.m.ev, evidence{at: now, kind: evExpire})
+				}
 				s.faults[faultExpire]++
 			}
 		}
