@@ -82,8 +82,8 @@ func (l *Lease) heartbeat() {
 }
 
 // acquireRenewal takes the call token for a renewal, waiting until it is
-// free, unless a delete is pending: then it returns at once without the
-// token (token false). ok is false when done was closed first.
+// free and no Release is in flight, unless a delete is pending: then it
+// returns at once without the token (token false). ok is false when done was closed first.
 func (l *Lease) acquireRenewal(done <-chan struct{}) (token, ok bool) {
 	for {
 		l.mu.Lock()
@@ -91,7 +91,10 @@ func (l *Lease) acquireRenewal(done <-chan struct{}) (token, ok bool) {
 			l.mu.Unlock()
 			return false, true
 		}
-		if !l.calling {
+		// A Release in flight, even between its attempts, holds renewals
+		// off until it ends (endSettle wakes us): a renewal sent after
+		// SQS applied the release would undo it.
+		if !l.calling && !l.settling {
 			l.calling = true
 			l.mu.Unlock()
 			return true, true

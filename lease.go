@@ -736,6 +736,7 @@ func (l *Lease) endSettle(err error, to leaseState, ev EventKind, vis time.Durat
 	if ok {
 		l.state = to
 	}
+	l.callFreed.fire() // a heartbeat held off by a Release looks again
 	l.mu.Unlock()
 	if ok {
 		l.wake()
