@@ -50,9 +50,10 @@ package sqsconsumer
 //     EventLeaseLost and EventLeaseExpired, consistent with Err and with
 //     what Delete and Release returned; a reported release took effect.
 //
-// The bound is the number of choices per path: 6 by default (49,160 paths,
-// about 40 s), 5 with -short or -race (9,619 paths); -lease.model.depth=7
-// explores 237,000 paths in about two minutes. The count is logged. A few
+// The bound is the number of choices per path: 6 by default (about 48,000
+// paths, 10 s), 5 with -short or -race (about 9,500 paths, 8 s with -race);
+// -lease.model.depth=7 explores about 230,000 paths in a minute. The count
+// is logged. A few
 // paths in a thousand replay with a different number of options (the
 // lease's retry jitter moves a timer); they are explored as they come.
 // A failure prints the path's choices; -lease.model.path=... replays it.
