@@ -82,6 +82,8 @@ func defaultSimCfg(n int) simCfg {
 // server expired the first one's lease (then it ends within a lease), and
 // the heap flat as messages flow.
 func TestSimulation(t *testing.T) {
+	require.GreaterOrEqual(t, *simNFlag, 0, "-sim.n must be a positive number of messages (0: the default)")
+	require.GreaterOrEqual(t, *simHistFlag, 0, "-sim.history must be 0 (keep every message's history) or a positive limit")
 	n := *simNFlag
 	if n == 0 {
 		n = 100_000
