@@ -82,8 +82,8 @@ func (l *Lease) heartbeat() {
 }
 
 // acquireRenewal takes the call token for a renewal, waiting until it is
-// free, unless a delete is pending: then it returns at once without the
-// token (token false). ok is false when done was closed first.
+// free and no Release is in flight, unless a delete is pending: then it
+// returns at once without the token (token false). ok is false when done was closed first.
 func (l *Lease) acquireRenewal(done <-chan struct{}) (token, ok bool) {
 	for {
 		l.mu.Lock()
@@ -91,7 +91,10 @@ func (l *Lease) acquireRenewal(done <-chan struct{}) (token, ok bool) {
 			l.mu.Unlock()
 			return false, true
 		}
-		if !l.calling {
+		// A Release in flight, even between its attempts, holds renewals
+		// off until it ends (endSettle wakes us): a renewal sent after
+		// SQS applied the release would undo it.
+		if !l.calling && !l.settling {
 			l.calling = true
 			l.mu.Unlock()
 			return true, true
@@ -104,13 +107,6 @@ func (l *Lease) acquireRenewal(done <-chan struct{}) (token, ok bool) {
 			return false, false
 		}
 	}
-}
-
-// isDeleting reports whether a delete of the lease is in flight.
-func (l *Lease) isDeleting() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.deleting
 }
 
 // heldHandle is a receipt handle with its generation (handleGen when it
@@ -150,8 +146,12 @@ func (l *Lease) renew(bg context.Context, now time.Time, p step, h heldHandle, f
 	if bg.Err() != nil {
 		return true // stopped
 	}
+	// One look at the lease judges the answer: between two looks our own
+	// delete could land and end the lease, and a refusal it caused would
+	// then read as SQS's own.
 	l.mu.Lock()
 	stale := l.handleGen != h.gen || l.state != leaseActive
+	ownDelete := l.deleting && l.deleteSent == h.handle
 	l.mu.Unlock()
 	if stale {
 		return false // adopted or settled meanwhile: this answer no longer matters
@@ -162,10 +162,12 @@ func (l *Lease) renew(bg context.Context, now time.Time, p step, h heldHandle, f
 		return false
 	}
 	kind := classify(err)
-	if kind == kindLost && l.isDeleting() {
-		// Refused while our own delete is pending: most likely it landed
-		// first. The delete's answer decides (a lost handle fails it
-		// too); look again later.
+	if kind == kindLost && ownDelete {
+		// Refused while our own delete of this handle is pending: most
+		// likely it landed first. The delete's answer decides (a lost
+		// handle fails it too); look again later. A delete not sent yet
+		// (waiting for the call token) or sent with another handle
+		// cannot explain the refusal: that is SQS's own.
 		l.mu.Lock()
 		l.nextRenew = time.Now().Add(l.retryDelay(*failures))
 		l.mu.Unlock()

@@ -177,6 +177,7 @@ type Lease struct {
 	renewals     int32       // confirmed renewals and extensions
 	hb           *time.Timer // starts the heartbeat when it first has work
 	group        *hbGroup    // or: the group whose timer will start it
+	deleteSent   string      // the pending delete's latest handle, "" before one is sent
 
 	// Made by the heartbeat goroutine when it begins (most leases never
 	// need them): kick wakes it when the schedule changed; cancelling bg
@@ -563,6 +564,9 @@ func (l *Lease) Delete(ctx context.Context) error {
 }
 
 func (l *Lease) deleteCall(ctx context.Context, handle string) error {
+	l.mu.Lock()
+	l.deleteSent = handle
+	l.mu.Unlock()
 	return l.cfg.calls.deleteMessage(ctx, handle)
 }
 
@@ -587,11 +591,12 @@ func (l *Lease) deleteAsync(done func(*Lease, error)) bool {
 	l.calling, l.settling, l.deleting = true, true, true
 	l.callFreed.fire() // a heartbeat waiting for the token renews beside the delete
 	handle, deadline := l.handle, l.deadline
+	l.deleteSent = handle
 	l.asyncGen, l.asyncDone = l.handleGen, done
 	l.mu.Unlock()
 	if err := bc.del.Submit(handle, deadline, asyncDeleted, l); err != nil {
 		l.mu.Lock()
-		l.settling, l.deleting = false, false
+		l.settling, l.deleting, l.deleteSent = false, false, ""
 		l.releaseCallLocked()
 		l.mu.Unlock()
 		return false
@@ -726,11 +731,12 @@ func (l *Lease) beginSettle(deleting bool) error {
 
 func (l *Lease) endSettle(err error, to leaseState, ev EventKind, vis time.Duration) {
 	l.mu.Lock()
-	l.settling, l.deleting = false, false
+	l.settling, l.deleting, l.deleteSent = false, false, ""
 	ok := err == nil && l.state == leaseActive
 	if ok {
 		l.state = to
 	}
+	l.callFreed.fire() // a heartbeat held off by a Release looks again
 	l.mu.Unlock()
 	if ok {
 		l.wake()
@@ -758,16 +764,21 @@ type outcome struct {
 func (l *Lease) retryFrom(ctx context.Context, op string, call func(context.Context, string) error, first *outcome) error {
 	for attempt := 0; ; attempt++ {
 		var o outcome
+		token := false
 		if first != nil {
 			o, first = *first, nil
 		} else {
 			if !l.acquireCall(ctx.Done()) {
 				return fmt.Errorf("sqsconsumer: %s: %w", op, context.Cause(ctx))
 			}
-			o = l.attempt(ctx, call)
+			o, token = l.attempt(ctx, call), true
+		}
+		// Judge before giving the token back: a call waiting for it (a
+		// Delete behind a refused Extend) must see the lease lost.
+		again, backoff, err := l.judge(ctx, op, o)
+		if token {
 			l.releaseCall()
 		}
-		again, backoff, err := l.judge(ctx, op, o)
 		if !again {
 			return err
 		}
@@ -839,7 +850,9 @@ func (l *Lease) releaseCallLocked() {
 // attempt makes one call of callWithRetry; the caller holds the call token.
 func (l *Lease) attempt(ctx context.Context, call func(context.Context, string) error) outcome {
 	l.mu.Lock()
-	if err := l.stateErrLocked(false); err != nil {
+	// Settled counts too: an Extend that waited for the call token while
+	// a Release or Delete went through must not undo it.
+	if err := l.stateErrLocked(true); err != nil {
 		l.mu.Unlock()
 		return outcome{final: true, err: err}
 	}
