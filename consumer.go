@@ -30,6 +30,7 @@ type Consumer struct {
 	queueURL string
 	handler  Handler // with middleware applied
 	s        settings
+	batch    *batcher // the handler given to New, when it came from Batch
 
 	runOnce sync.Once
 
@@ -123,6 +124,10 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 		// read-ahead in full batches.
 		s.pollers = (s.concurrency+s.maxAhead+s.batchSize-1)/s.batchSize + 1
 	}
+	bt, _ := h.(*batcher)
+	if bt != nil && bt.size > s.concurrency {
+		return nil, fmt.Errorf("%w: Batch size %d exceeds WithConcurrency(%d): each message of a batch holds a handler slot, so the batch could never fill", ErrInvalidOption, bt.size, s.concurrency)
+	}
 	handler := h
 	for i := len(s.middleware) - 1; i >= 0; i-- {
 		if handler = s.middleware[i](handler); isNil(handler) {
@@ -131,13 +136,18 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 	}
 	stats := newStatsRecorder()
 	s.stats = stats
-	return &Consumer{
+	c2 := &Consumer{
 		client:   c,
 		queueURL: queueURL,
 		handler:  handler,
 		s:        s,
 		stats:    stats,
-	}, nil
+		batch:    bt,
+	}
+	if bt != nil && !bt.attach(c2) {
+		return nil, fmt.Errorf("%w: the Handler from Batch is already used by another Consumer; call Batch once per Consumer", ErrInvalidOption)
+	}
+	return c2, nil
 }
 
 // Stats returns what the Consumer has measured so far: receive-to-settle
@@ -567,7 +577,9 @@ func (c *Consumer) dispatch(raw types.Message, handedOver, arrived time.Time, cf
 	l.start(context.Background(), g)
 	c.inflight[id] = l
 	ready := true
-	if c.fifo && m.GroupID != "" {
+	if c.fifo && m.GroupID != "" && c.batch != nil {
+		c.batch.enter(l) // several of a group may run in one batch: the batcher keeps the order
+	} else if c.fifo && m.GroupID != "" {
 		q, busy := c.groups[m.GroupID]
 		c.groups[m.GroupID] = append(q, l)
 		ready = !busy
@@ -824,7 +836,7 @@ func (c *Consumer) finish(l *Lease, failed, ran bool, doneErr error) {
 	if c.inflight[m.ID] == l {
 		delete(c.inflight, m.ID)
 	}
-	if c.fifo && m.GroupID != "" {
+	if c.fifo && m.GroupID != "" && c.batch == nil { // a batcher orders its groups itself
 		q := c.groups[m.GroupID][1:]
 		switch {
 		case failed && len(q) > 0:

@@ -26,6 +26,7 @@ const (
 	EventReleased                            // visibility was set for a redelivery (Visibility = when)
 	EventDone                                // a Consumer's delivery ended: always its last event (see below)
 	EventDeadLettered                        // a Permanent error's message was sent to the dead-letter queue (Err = the handler's error); its delete follows
+	EventBatch                               // a BatchHandler returned (Batch = its messages, Duration = its time, Err = its error)
 )
 
 var eventNames = [...]string{
@@ -43,6 +44,7 @@ var eventNames = [...]string{
 	EventReleased:       "released",
 	EventDone:           "done",
 	EventDeadLettered:   "dead_lettered",
+	EventBatch:          "batch",
 }
 
 // String returns the event's snake_case name, e.g. "renewal_failed".
@@ -92,8 +94,13 @@ type Event struct {
 	// EventLeaseExpired, EventCeilingReached and EventDeadLettered.
 	Err error
 	// Message is the message the event concerns (for a Lease made with
-	// NewLease, one built from the received message).
+	// NewLease, one built from the received message); nil for EventBatch.
 	Message *Message
+	// Batch holds the messages of the call, for EventBatch (MessageID
+	// and Message are then empty); the slice must not be modified.
+	Batch []*Message
+	// Duration is how long the BatchHandler ran, for EventBatch.
+	Duration time.Duration
 }
 
 // Observer is told of every Event. Observe is called synchronously from the

@@ -1,0 +1,433 @@
+package sqsconsumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sqskit/sqsconsumer/sqstest"
+)
+
+func okBatch(context.Context, []*Message) error { return nil }
+
+func TestBatchValidates(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		h      BatchHandler
+		size   int
+		window time.Duration
+		want   string
+	}{
+		{nil, 10, time.Second, "handler is nil"},
+		{okBatch, 0, time.Second, "size 0: must be from 1 to 10000"},
+		{okBatch, 10_001, time.Second, "size 10001"},
+		{okBatch, 10, -time.Second, "window -1s: must be from 0 to 5m0s"},
+		{okBatch, 10, 6 * time.Minute, "window 6m0s"},
+	} {
+		h, err := Batch(tt.h, tt.size, tt.window)
+		require.Nil(t, h)
+		require.ErrorIs(t, err, ErrInvalidOption)
+		require.ErrorContains(t, err, tt.want)
+	}
+	const u = "https://sqs.us-east-1.amazonaws.com/123456789012/jobs"
+	h, err := Batch(okBatch, 20, time.Second)
+	require.NoError(t, err)
+	_, err = New(&sqs.Client{}, u, h, WithConcurrency(10))
+	require.ErrorIs(t, err, ErrInvalidOption)
+	require.ErrorContains(t, err, "Batch size 20 exceeds WithConcurrency(10)")
+	_, err = New(&sqs.Client{}, u, h, WithConcurrency(20))
+	require.NoError(t, err)
+	_, err = New(&sqs.Client{}, u, h, WithConcurrency(20))
+	require.ErrorContains(t, err, "already used by another Consumer")
+}
+
+// batchRecorder records each call of a batch handler.
+type batchRecorder struct {
+	mu    sync.Mutex
+	calls [][]string // bodies per call
+}
+
+func (r *batchRecorder) record(msgs []*Message) {
+	bodies := make([]string, len(msgs))
+	for i, m := range msgs {
+		bodies[i] = m.Body
+	}
+	r.mu.Lock()
+	r.calls = append(r.calls, bodies)
+	r.mu.Unlock()
+}
+
+func (r *batchRecorder) snapshot() [][]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.calls)
+}
+
+func TestBatchPartialFailures(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		b.send(t, 40)
+		rec := &batchRecorder{}
+		var obsMu sync.Mutex
+		var batchEvents []Event
+		kinds := map[EventKind]int{}
+		h, err := Batch(func(ctx context.Context, msgs []*Message) error {
+			rec.record(msgs)
+			time.Sleep(time.Second)
+			fails := BatchFailures{}
+			for _, m := range msgs {
+				if m.ReceiveCount > 1 {
+					continue // retries succeed
+				}
+				switch m.Body {
+				case "m003":
+					fails[m.ID] = RetryAfter(errors.New("m003 later"), 7*time.Second)
+				case "m005":
+					fails[m.ID] = errors.New("m005 failed")
+				case "m007":
+					fails[m.ID] = nil // named, but a success
+				}
+			}
+			if len(fails) == 0 {
+				return nil
+			}
+			return fmt.Errorf("wrapped: %w", fails)
+		}, 10, 200*time.Millisecond)
+		require.NoError(t, err)
+		c, err := New(b.client, b.url, h, WithVisibilityTimeout(30*time.Second), WithConcurrency(20), WithWaitTime(time.Second),
+			WithBackoff(func(int) time.Duration { return 11 * time.Second }),
+			WithObserver(ObserverFunc(func(e Event) {
+				obsMu.Lock()
+				defer obsMu.Unlock()
+				kinds[e.Kind]++
+				if e.Kind == EventBatch {
+					batchEvents = append(batchEvents, e)
+				}
+			})))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(2 * time.Minute)
+		require.NoError(t, stop())
+
+		calls := rec.snapshot()
+		handled := 0
+		for _, call := range calls {
+			require.LessOrEqual(t, len(call), 10)
+			handled += len(call)
+		}
+		require.Equal(t, 42, handled, "40 messages, 2 of them twice")
+		require.LessOrEqual(t, len(calls), 8, "batches fill: %v", calls)
+		for _, st := range b.srv.Messages(b.url) {
+			require.True(t, st.Deleted, st.Body)
+			switch st.Body {
+			case "m003":
+				require.Equal(t, 2, st.ReceiveCount)
+				require.Equal(t, 7*time.Second, st.VisibilityChanges[len(st.VisibilityChanges)-1].Timeout, "RetryAfter's delay")
+			case "m005":
+				require.Equal(t, 2, st.ReceiveCount)
+				require.Equal(t, 11*time.Second, st.VisibilityChanges[len(st.VisibilityChanges)-1].Timeout, "the backoff")
+			default:
+				require.Equal(t, 1, st.ReceiveCount, st.Body)
+			}
+		}
+		obsMu.Lock()
+		defer obsMu.Unlock()
+		require.Len(t, batchEvents, len(calls))
+		failedBatches := 0
+		for _, e := range batchEvents {
+			require.NotEmpty(t, e.Batch)
+			require.Equal(t, time.Second, e.Duration)
+			if e.Err != nil {
+				failedBatches++
+			}
+		}
+		require.Equal(t, 1, min(failedBatches, 1))
+		require.Equal(t, 42, kinds[EventStarted])
+		require.Equal(t, 40, kinds[EventSucceeded])
+		require.Equal(t, 2, kinds[EventFailed])
+	})
+}
+
+func TestBatchWholeFailures(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		fail func(msgs []*Message) error
+		want string
+	}{
+		{"plain error", func([]*Message) error { return errors.New("downstream down") }, "downstream down"},
+		{"panic", func([]*Message) error { panic("boom") }, "handler panicked: boom"},
+		{"unknown ID", func([]*Message) error { return BatchFailures{"not-in-batch": errors.New("x")} }, `reported message "not-in-batch", which is not in its batch`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := setup(t, nil)
+				b.send(t, 5)
+				var mu sync.Mutex
+				var errs []error
+				h, err := Batch(func(ctx context.Context, msgs []*Message) error {
+					if msgs[0].ReceiveCount == 1 {
+						return tt.fail(msgs)
+					}
+					return nil
+				}, 5, time.Second)
+				require.NoError(t, err)
+				c, err := New(b.client, b.url, h, WithVisibilityTimeout(30*time.Second), WithConcurrency(5), WithWaitTime(time.Second),
+					WithObserver(ObserverFunc(func(e Event) {
+						if e.Kind == EventFailed {
+							mu.Lock()
+							errs = append(errs, e.Err)
+							mu.Unlock()
+						}
+					})))
+				require.NoError(t, err)
+				stop := running(t, c)
+				time.Sleep(3 * time.Minute)
+				require.NoError(t, stop())
+				mu.Lock()
+				defer mu.Unlock()
+				require.Len(t, errs, 5, "every message of the batch failed")
+				for _, e := range errs {
+					require.ErrorContains(t, e, tt.want)
+				}
+				for _, st := range b.srv.Messages(b.url) {
+					require.True(t, st.Deleted)
+					require.Equal(t, 2, st.ReceiveCount)
+				}
+			})
+		})
+	}
+}
+
+// Messages in a batch longer than the lease keep their own heartbeats; one
+// whose lease is lost is never deleted, and the handler can tell.
+func TestBatchLeases(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		b.send(t, 4)
+		var mu sync.Mutex
+		lostSeen := map[string]bool{}
+		h, err := Batch(func(ctx context.Context, msgs []*Message) error {
+			if msgs[0].ReceiveCount > 1 {
+				return nil
+			}
+			time.Sleep(15 * time.Second)
+			// The next renewal, one call for the four, refuses one entry.
+			b.srv.FailNextEntries("ChangeMessageVisibilityBatch", 1, sqstest.FaultReceiptHandleIsInvalid)
+			time.Sleep(85 * time.Second)
+			mu.Lock()
+			for _, m := range msgs {
+				lostSeen[m.Body] = m.Lease.Err() != nil
+			}
+			mu.Unlock()
+			require.NoError(t, ctx.Err(), "one lost lease does not cancel the batch")
+			return nil
+		}, 4, time.Second)
+		require.NoError(t, err)
+		c, err := New(b.client, b.url, h, WithVisibilityTimeout(30*time.Second), WithConcurrency(4), WithWaitTime(time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(3 * time.Minute)
+		require.NoError(t, stop())
+		mu.Lock()
+		defer mu.Unlock()
+		require.Len(t, lostSeen, 4)
+		lost := ""
+		for body, l := range lostSeen {
+			if l {
+				require.Empty(t, lost, "one lease lost: %v", lostSeen)
+				lost = body
+			}
+		}
+		require.NotEmpty(t, lost, "the handler sees the lost lease")
+		for _, st := range b.srv.Messages(b.url) {
+			require.True(t, st.Deleted)
+			if st.Body == lost {
+				require.GreaterOrEqual(t, st.ReceiveCount, 2, "the lost one came back (while its batch ran it was handed back: it ran once at a time)")
+				continue
+			}
+			require.Equal(t, 1, st.ReceiveCount, "renewed throughout: %s", st.Body)
+			require.GreaterOrEqual(t, len(st.VisibilityChanges), 3, st.Body)
+		}
+	})
+}
+
+func TestBatchFIFOKeepsOrder(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, map[string]string{"FifoQueue": "true", "ContentBasedDeduplication": "true"})
+		for i := range 5 {
+			_, err := b.srv.Send(b.url, fmt.Sprintf("a%d", i), sqstest.WithGroupID("a"))
+			require.NoError(t, err)
+			_, err = b.srv.Send(b.url, fmt.Sprintf("b%d", i), sqstest.WithGroupID("b"))
+			require.NoError(t, err)
+		}
+		rec := &batchRecorder{}
+		var mu sync.Mutex
+		var order []string // bodies as the handler saw them, per call in order
+		failedOnce := false
+		h, err := Batch(func(ctx context.Context, msgs []*Message) error {
+			rec.record(msgs)
+			time.Sleep(time.Second)
+			mu.Lock()
+			defer mu.Unlock()
+			fails := BatchFailures{}
+			for _, m := range msgs {
+				order = append(order, m.Body)
+				if m.Body == "a2" && !failedOnce {
+					failedOnce = true
+					fails[m.ID] = RetryAfter(errors.New("a2 once"), 5*time.Second)
+				}
+			}
+			return fails
+		}, 10, 100*time.Millisecond)
+		require.NoError(t, err)
+		c, err := New(b.client, b.url, h, WithVisibilityTimeout(30*time.Second), WithConcurrency(10), WithWaitTime(time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(2 * time.Minute)
+		require.NoError(t, stop())
+
+		mu.Lock()
+		defer mu.Unlock()
+		var a, bs []string
+		for _, o := range order {
+			if o[0] == 'a' {
+				a = append(a, o)
+			} else {
+				bs = append(bs, o)
+			}
+		}
+		// a3 and a4 may have run in a2's batch (then they run again) but
+		// never after a2 failed and before its retry.
+		i := slices.Index(a, "a2")
+		require.Equal(t, []string{"a0", "a1", "a2"}, a[:i+1])
+		rest := a[i+1:]
+		for len(rest) > 0 && rest[0] != "a2" {
+			require.Contains(t, []string{"a3", "a4"}, rest[0], "only a2's batch-mates before its retry: %v", a)
+			rest = rest[1:]
+		}
+		require.Equal(t, []string{"a2", "a3", "a4"}, rest, "after the failure the group starts again from a2: %v", a)
+		require.Equal(t, []string{"b0", "b1", "b2", "b3", "b4"}, bs)
+		several := false
+		for _, call := range rec.snapshot() {
+			n := 0
+			for _, body := range call {
+				if body[0] == 'a' {
+					n++
+				}
+			}
+			several = several || n > 1
+		}
+		require.True(t, several, "a batch held several messages of a group: %v", rec.snapshot())
+		for _, st := range b.srv.Messages(b.url) {
+			require.True(t, st.Deleted, st.Body)
+			switch st.Body {
+			case "a2", "a3", "a4":
+				require.Equal(t, 2, st.ReceiveCount, st.Body)
+			default:
+				require.Equal(t, 1, st.ReceiveCount, st.Body)
+			}
+		}
+	})
+}
+
+// A message whose middleware fails never joins a batch, and its group's
+// later messages fail behind it without running.
+func TestBatchFIFOMiddlewareFailure(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, map[string]string{"FifoQueue": "true", "ContentBasedDeduplication": "true"})
+		for i := range 4 {
+			_, err := b.srv.Send(b.url, fmt.Sprintf("a%d", i), sqstest.WithGroupID("a"))
+			require.NoError(t, err)
+		}
+		var mu sync.Mutex
+		var order []string
+		h, err := Batch(func(ctx context.Context, msgs []*Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, m := range msgs {
+				order = append(order, m.Body)
+			}
+			return nil
+		}, 4, time.Second)
+		require.NoError(t, err)
+		refused := false
+		mw := func(next Handler) Handler {
+			return HandlerFunc(func(ctx context.Context, m *Message) error {
+				mu.Lock()
+				refuse := m.Body == "a1" && !refused
+				refused = refused || refuse
+				mu.Unlock()
+				if refuse {
+					time.Sleep(100 * time.Millisecond) // later members joined meanwhile
+					return RetryAfter(errors.New("middleware refused a1"), 3*time.Second)
+				}
+				return next.HandleMessage(ctx, m)
+			})
+		}
+		c, err := New(b.client, b.url, h, WithVisibilityTimeout(30*time.Second), WithConcurrency(4), WithWaitTime(time.Second), WithMiddleware(mw))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(time.Minute)
+		require.NoError(t, stop())
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, []string{"a0", "a1", "a2", "a3"}, order)
+		for _, st := range b.srv.Messages(b.url) {
+			require.True(t, st.Deleted, st.Body)
+		}
+	})
+}
+
+// Idempotent runs per message inside a batch: a duplicate is skipped (it
+// joins no batch) and counts as a success.
+func TestBatchIdempotentSkipsDuplicates(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		mw, err := NewIdempotent(NewMemoryStore(), WithIdempotencyKey(func(m *Message) (string, error) {
+			return strings.TrimSuffix(m.Body, "-dup"), nil
+		}))
+		require.NoError(t, err)
+		var mu sync.Mutex
+		var seen []string
+		h, err := Batch(func(ctx context.Context, msgs []*Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, m := range msgs {
+				seen = append(seen, m.Body)
+			}
+			return nil
+		}, 5, time.Second)
+		require.NoError(t, err)
+		c, err := New(b.client, b.url, h, WithVisibilityTimeout(30*time.Second), WithConcurrency(5), WithWaitTime(time.Second), WithMiddleware(mw))
+		require.NoError(t, err)
+		stop := running(t, c)
+		b.send(t, 3)
+		time.Sleep(10 * time.Second)
+		_, err = b.srv.Send(b.url, "m001-dup")
+		require.NoError(t, err)
+		time.Sleep(10 * time.Second)
+		require.NoError(t, stop())
+		mu.Lock()
+		defer mu.Unlock()
+		slices.Sort(seen)
+		require.Equal(t, []string{"m000", "m001", "m002"}, seen)
+		for _, st := range b.srv.Messages(b.url) {
+			require.True(t, st.Deleted, st.Body)
+		}
+	})
+}
