@@ -7,6 +7,7 @@ replace github.com/sqskit/sqsconsumer => ../
 require (
 	github.com/aws/aws-lambda-go v1.54.0
 	github.com/aws/aws-sdk-go-v2 v1.48.0
+	github.com/aws/aws-sdk-go-v2/credentials v1.21.0
 	github.com/aws/aws-sdk-go-v2/service/sqs v1.53.0
 	github.com/sqskit/sqsconsumer v0.0.0-00010101000000-000000000000
 	github.com/stretchr/testify v1.12.1

@@ -287,7 +287,7 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		cutoff = d.Add(-a.cfg.reserve)
 	}
 	recs := make([]*record, 0, len(ev.Records))
-	var resp events.SQSEventResponse
+	resp := events.SQSEventResponse{BatchItemFailures: []events.SQSBatchItemFailure{}} // [] rather than null: every record succeeded
 	fifo := false
 	inv := &invocation{byID: make(map[string]int, len(ev.Records))}
 	for i := range ev.Records {
