@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/stretchr/testify/require"
 
@@ -430,4 +433,93 @@ func TestBatchIdempotentSkipsDuplicates(t *testing.T) {
 			require.True(t, st.Deleted, st.Body)
 		}
 	})
+}
+
+// drainOnce runs a Consumer over n messages in an in-memory sqstest (no
+// network, round trip 0) until every one is deleted, and returns how long
+// that took and how many SQS calls it made. batch: through Batch(size 10).
+func drainOnce(b *testing.B, n, conc int, batch bool, work time.Duration) (time.Duration, int) {
+	b.Helper()
+	srv := sqstest.NewServer()
+	defer srv.Close()
+	url, err := srv.CreateQueue("bench", map[string]string{"VisibilityTimeout": "30"})
+	require.NoError(b, err)
+	for i := range n {
+		_, err := srv.Send(url, strconv.Itoa(i))
+		require.NoError(b, err)
+	}
+	var h Handler = HandlerFunc(func(context.Context, *Message) error {
+		if work > 0 {
+			time.Sleep(work)
+		}
+		return nil
+	})
+	if batch {
+		h, err = Batch(func(context.Context, []*Message) error {
+			if work > 0 {
+				time.Sleep(work)
+			}
+			return nil
+		}, 10, 5*time.Millisecond)
+		require.NoError(b, err)
+	}
+	var deleted atomic.Int64
+	done := make(chan struct{})
+	c, err := New(srv.Client(func(o *sqs.Options) { o.Retryer = aws.NopRetryer{} }), url, h,
+		WithVisibilityTimeout(30*time.Second), WithConcurrency(conc), WithShutdownTimeout(0),
+		WithObserver(ObserverFunc(func(e Event) {
+			if e.Kind == EventDeleted && deleted.Add(1) == int64(n) {
+				close(done)
+			}
+		})))
+	require.NoError(b, err)
+	srv.ResetCalls()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	start := time.Now()
+	go func() { errc <- c.Run(ctx) }()
+	<-done
+	took := time.Since(start)
+	calls := 0
+	for action, k := range srv.Calls() {
+		if action != "GetQueueAttributes" {
+			calls += k
+		}
+	}
+	cancel()
+	require.NoError(b, <-errc)
+	return took, calls
+}
+
+// BenchmarkBatchVsSingle drains the same queue with a single-message
+// handler and with a batch handler (Batch, size 10) at the same
+// concurrency, alternately in one run, against the in-memory sqstest
+// (round trip 0): msg/s of each, their ratio, and the batch run's SQS
+// calls per message. "noop": handlers that do nothing (the library's own
+// cost); "1ms": every handler call costs 1 ms (a downstream call), which a
+// batch pays once for ten messages.
+func BenchmarkBatchVsSingle(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		work time.Duration
+		n    int
+	}{{"noop", 0, 20_000}, {"1ms", time.Millisecond, 5_000}} {
+		b.Run(fmt.Sprintf("%s/c=40", tc.name), func(b *testing.B) {
+			var single, batch time.Duration
+			calls, rounds := 0, 0
+			for b.Loop() {
+				d, _ := drainOnce(b, tc.n, 40, false, tc.work)
+				single += d
+				d, k := drainOnce(b, tc.n, 40, true, tc.work)
+				batch += d
+				calls += k
+				rounds++
+			}
+			msgs := float64(tc.n * rounds)
+			b.ReportMetric(msgs/single.Seconds(), "single-msg/s")
+			b.ReportMetric(msgs/batch.Seconds(), "batch-msg/s")
+			b.ReportMetric(single.Seconds()/batch.Seconds(), "batch/single")
+			b.ReportMetric(float64(calls)/msgs, "batch-calls/msg")
+		})
+	}
 }

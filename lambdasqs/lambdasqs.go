@@ -34,6 +34,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -258,12 +259,11 @@ type adapter struct {
 
 // record is one record's state during an invocation.
 type record struct {
-	m      *sqsconsumer.Message
-	lease  *sqsconsumer.Lease
-	ctx    context.Context
-	cancel context.CancelFunc
-	err    error         // its result, once done is closed
-	done   chan struct{} // closed when its chain returned
+	m     *sqsconsumer.Message
+	lease *sqsconsumer.Lease
+	ctx   context.Context
+	err   error         // its result, once done is closed
+	done  chan struct{} // closed when its chain returned
 	// WrapBatch: result gets the record's share of the batch's result.
 	result chan error
 }
@@ -290,8 +290,10 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	resp := events.SQSEventResponse{BatchItemFailures: []events.SQSBatchItemFailure{}} // [] rather than null: every record succeeded
 	fifo := false
 	inv := &invocation{byID: make(map[string]int, len(ev.Records))}
+	ls, cancelAll := a.leaseSetup(ctx, start, cutoff)
+	defer cancelAll()
 	for i := range ev.Records {
-		r, err := a.lease(ctx, &ev.Records[i], start, cutoff)
+		r, err := a.lease(ls, &ev.Records[i])
 		if err != nil {
 			// Not leased: report it failed (it comes back) unless it
 			// has no usable identifier at all.
@@ -310,14 +312,12 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		}
 		for _, r := range recs {
 			r.lease.Stop()
-			r.cancel()
 		}
 		return resp, nil
 	}
 	defer func() {
 		for _, r := range recs {
 			r.lease.Stop() // never deletes: the mapping does
-			r.cancel()
 		}
 	}()
 
@@ -372,23 +372,49 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	return resp, nil
 }
 
-// lease makes a record's lease and the context its handling runs in.
-func (a *adapter) lease(ctx context.Context, e *events.SQSMessage, start, cutoff time.Time) (*record, error) {
-	url, err := a.cfg.queueURL(e.EventSourceARN)
-	if err != nil {
-		return nil, err
-	}
+// leaseSetup is what the records of one invocation share: the lease
+// options, the context their handling derives from (cancelled at the
+// cutoff), and the queue URL of the latest ARN.
+type leaseSetup struct {
+	opts     []sqsconsumer.LeaseOption
+	base     context.Context
+	arn, url string
+}
+
+func (a *adapter) leaseSetup(ctx context.Context, start, cutoff time.Time) (*leaseSetup, context.CancelFunc) {
 	opts := make([]sqsconsumer.LeaseOption, 0, len(a.cfg.leaseOpts)+2)
 	opts = append(opts, a.cfg.leaseOpts...)
 	opts = append(opts, sqsconsumer.WithVisibilityTimeout(a.cfg.visibility),
 		sqsconsumer.WithReceivedAt(start.Add(-a.cfg.window-time.Second)))
-	l, err := sqsconsumer.NewLease(a.client, url, toSQS(e), opts...)
+	base, cancel := context.WithDeadlineCause(context.WithoutCancel(ctx), cutoff, ErrDeadline)
+	return &leaseSetup{opts: opts, base: base}, cancel
+}
+
+// lease makes a record's lease and the context its handling runs in.
+func (a *adapter) lease(ls *leaseSetup, e *events.SQSMessage) (*record, error) {
+	if e.EventSourceARN != ls.arn || ls.url == "" {
+		url, err := a.cfg.queueURL(e.EventSourceARN)
+		if err != nil {
+			return nil, err
+		}
+		ls.arn, ls.url = e.EventSourceARN, url
+	}
+	raw := toSQS(e)
+	l, err := sqsconsumer.NewLease(a.client, ls.url, raw, ls.opts...)
 	if err != nil {
 		return nil, err
 	}
-	lctx := l.Start(context.WithoutCancel(ctx))
-	hctx, cancel := context.WithDeadlineCause(lctx, cutoff, ErrDeadline)
-	r := &record{m: messageOf(l, e), lease: l, ctx: hctx, cancel: cancel, done: make(chan struct{})}
+	r := &record{lease: l, ctx: l.Start(ls.base), done: make(chan struct{})}
+	r.m = &sqsconsumer.Message{
+		ID:                e.MessageId,
+		Body:              e.Body,
+		Attributes:        e.Attributes,
+		MessageAttributes: raw.MessageAttributes,
+		GroupID:           e.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)],
+		ReceivedAt:        l.Deadline().Add(-l.Length()),
+		Lease:             l,
+	}
+	r.m.ReceiveCount, _ = strconv.Atoi(e.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
 	return r, nil
 }
 
@@ -421,21 +447,6 @@ func Event(arn, region string, msgs []types.Message) events.SQSEvent {
 		ev.Records[i] = r
 	}
 	return ev
-}
-
-// messageOf builds the Message a handler sees, as a Consumer would.
-func messageOf(l *sqsconsumer.Lease, e *events.SQSMessage) *sqsconsumer.Message {
-	m := &sqsconsumer.Message{
-		ID:                e.MessageId,
-		Body:              e.Body,
-		Attributes:        e.Attributes,
-		MessageAttributes: toSQS(e).MessageAttributes,
-		GroupID:           e.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)],
-		ReceivedAt:        l.Deadline().Add(-l.Length()),
-		Lease:             l,
-	}
-	fmt.Sscan(e.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)], &m.ReceiveCount)
-	return m
 }
 
 // toSQS converts a record to the SDK's shape.
