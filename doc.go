@@ -75,6 +75,15 @@
 // [Consumer.HealthHandler] report whether the Consumer makes progress, for
 // an orchestrator's health checks.
 //
+// # Batches
+//
+// [Batch] turns a [BatchHandler], which gets several messages at once,
+// into a Handler for New: each message runs through the middleware on its
+// own and then joins a batch, keeps its own lease, and is settled on its
+// own from the per-message result ([BatchFailures]). The lambdasqs module
+// runs the same Handler or BatchHandler in AWS Lambda behind an SQS event
+// source mapping.
+//
 // # Using a Lease alone
 //
 // Code with its own receive loop can use [NewLease] directly: Start, do the
