@@ -435,6 +435,33 @@ func TestBatchIdempotentSkipsDuplicates(t *testing.T) {
 	})
 }
 
+// At shutdown, messages still gathering for a batch are cancelled with the
+// running handlers and handed back at once; Run returns.
+func TestBatchShutdownWhileGathering(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		b.send(t, 3)
+		called := false
+		h, err := Batch(func(context.Context, []*Message) error { called = true; return nil }, 10, 5*time.Minute)
+		require.NoError(t, err)
+		c, err := New(b.client, b.url, h, WithVisibilityTimeout(30*time.Second), WithConcurrency(10), WithWaitTime(time.Second),
+			WithShutdownTimeout(10*time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(time.Minute) // gathering, renewed
+		begun := time.Now()
+		require.NoError(t, stop())
+		require.Equal(t, 10*time.Second, time.Since(begun).Truncate(time.Second), "the shutdown timeout, then cancelled")
+		require.False(t, called)
+		for _, st := range b.srv.Messages(b.url) {
+			require.False(t, st.Deleted)
+			require.False(t, st.InFlight, "handed back at once")
+			require.Equal(t, 1, st.ReceiveCount)
+		}
+	})
+}
+
 // drainOnce runs a Consumer over n messages in an in-memory sqstest (no
 // network, round trip 0) until every one is deleted, and returns how long
 // that took and how many SQS calls it made. batch: through Batch(size 10).
