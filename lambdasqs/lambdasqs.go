@@ -75,13 +75,19 @@ type config struct {
 	errs        []error
 }
 
+const (
+	minVisibility     = 3 * time.Second  // shorter leaves no room to renew (sqsconsumer's own minimum)
+	maxVisibility     = 12 * time.Hour   // SQS's largest visibility timeout
+	defaultVisibility = 30 * time.Second // SQS's default visibility timeout
+)
+
 // WithVisibilityTimeout is the queue's visibility timeout, which the
 // mapping's receive used: the lease length, renewed every third of it.
 // Whole seconds, 3 s to 12 h; default 30 s (SQS's default).
 func WithVisibilityTimeout(d time.Duration) Option {
 	return func(c *config) {
-		if d < sqsconsumer.MinVisibilityTimeout || d > sqsconsumer.MaxVisibilityTimeout || d%time.Second != 0 {
-			c.errs = append(c.errs, fmt.Errorf("WithVisibilityTimeout(%v): must be whole seconds from %v to %v", d, sqsconsumer.MinVisibilityTimeout, sqsconsumer.MaxVisibilityTimeout))
+		if d < minVisibility || d > maxVisibility || d%time.Second != 0 {
+			c.errs = append(c.errs, fmt.Errorf("WithVisibilityTimeout(%v): must be whole seconds from %v to %v", d, minVisibility, maxVisibility))
 			return
 		}
 		c.visibility = d
@@ -195,7 +201,7 @@ func QueueURL(arn string) (string, error) {
 }
 
 func newConfig(client sqsconsumer.Client, opts []Option) (*config, error) {
-	c := &config{visibility: sqsconsumer.DefaultVisibilityTimeout, reserve: time.Second, queueURL: QueueURL}
+	c := &config{visibility: defaultVisibility, reserve: time.Second, queueURL: QueueURL}
 	if client == nil {
 		c.errs = append(c.errs, errors.New("client is nil"))
 	}
@@ -259,11 +265,12 @@ type adapter struct {
 
 // record is one record's state during an invocation.
 type record struct {
-	m     *sqsconsumer.Message
-	lease *sqsconsumer.Lease
-	ctx   context.Context
-	err   error         // its result, once done is closed
-	done  chan struct{} // closed when its chain returned
+	m        *sqsconsumer.Message
+	lease    *sqsconsumer.Lease
+	queueURL string
+	ctx      context.Context
+	err      error         // its result, once done is closed
+	done     chan struct{} // closed when its chain returned
 	// WrapBatch: result gets the record's share of the batch's result.
 	result chan error
 }
@@ -404,7 +411,7 @@ func (a *adapter) lease(ls *leaseSetup, e *events.SQSMessage) (*record, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &record{lease: l, ctx: l.Start(ls.base), done: make(chan struct{})}
+	r := &record{lease: l, queueURL: ls.url, ctx: l.Start(ls.base), done: make(chan struct{})}
 	r.m = &sqsconsumer.Message{
 		ID:                e.MessageId,
 		Body:              e.Body,
@@ -695,7 +702,7 @@ func (a *adapter) callBatch(base context.Context, batch []*record, cutoff time.T
 	}
 	if a.cfg.observer != nil {
 		now := time.Now()
-		a.safeObserve(sqsconsumer.Event{Kind: sqsconsumer.EventBatch, QueueURL: batch[0].lease.QueueURL(), Time: now, Err: err, Batch: msgs, Duration: now.Sub(begun)})
+		a.safeObserve(sqsconsumer.Event{Kind: sqsconsumer.EventBatch, QueueURL: batch[0].queueURL, Time: now, Err: err, Batch: msgs, Duration: now.Sub(begun)})
 	}
 	return out
 }
@@ -706,7 +713,7 @@ func (a *adapter) observe(kind sqsconsumer.EventKind, r *record, err error) {
 		return
 	}
 	now := time.Now()
-	a.safeObserve(sqsconsumer.Event{Kind: kind, QueueURL: r.lease.QueueURL(), MessageID: r.m.ID, ReceiveCount: r.m.ReceiveCount,
+	a.safeObserve(sqsconsumer.Event{Kind: kind, QueueURL: r.queueURL, MessageID: r.m.ID, ReceiveCount: r.m.ReceiveCount,
 		GroupID: r.m.GroupID, Time: now, SinceReceive: now.Sub(r.m.ReceivedAt), Err: err, Message: r.m})
 }
 

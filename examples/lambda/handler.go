@@ -60,7 +60,7 @@ func orderKey(m *sqsconsumer.Message) (string, error) {
 //     ends.)
 //   - The context is honoured: it is cancelled when the lease is lost or
 //     the shutdown budget runs out, and context.Cause says which.
-//   - It runs inside the Idempotent middleware (see runWith), keyed on the
+//   - It runs inside the NewIdempotent middleware (see runWith), keyed on the
 //     order ID: an order already processed is skipped, so a redelivery or a
 //     second message about the same order does not process it again. The
 //     work itself should still tolerate a repeat: a handler cut off by
@@ -96,7 +96,7 @@ func (h orderHandler) HandleMessage(ctx context.Context, m *sqsconsumer.Message)
 	return nil
 }
 
-// logDuplicate is the Idempotent middleware's duplicate hook: it logs an
+// logDuplicate is the NewIdempotent middleware's duplicate hook: it logs an
 // order skipped because it was already processed. The message is then
 // deleted.
 func (h orderHandler) logDuplicate(ctx context.Context, m *sqsconsumer.Message, _ []byte) error {
