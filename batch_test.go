@@ -465,7 +465,7 @@ func TestBatchShutdownWhileGathering(t *testing.T) {
 // drainOnce runs a Consumer over n messages in an in-memory sqstest (no
 // network, round trip 0) until every one is deleted, and returns how long
 // that took and how many SQS calls it made. batch: through Batch(size 10).
-func drainOnce(b *testing.B, n, conc int, batch bool, work time.Duration) (time.Duration, int) {
+func drainOnce(b *testing.B, n, conc int, batch bool, work time.Duration) (took time.Duration, calls, handlerCalls int) {
 	b.Helper()
 	srv := sqstest.NewServer()
 	defer srv.Close()
@@ -475,7 +475,9 @@ func drainOnce(b *testing.B, n, conc int, batch bool, work time.Duration) (time.
 		_, err := srv.Send(url, strconv.Itoa(i))
 		require.NoError(b, err)
 	}
+	var hcalls atomic.Int64
 	var h Handler = HandlerFunc(func(context.Context, *Message) error {
+		hcalls.Add(1)
 		if work > 0 {
 			time.Sleep(work)
 		}
@@ -483,6 +485,7 @@ func drainOnce(b *testing.B, n, conc int, batch bool, work time.Duration) (time.
 	})
 	if batch {
 		h, err = Batch(func(context.Context, []*Message) error {
+			hcalls.Add(1)
 			if work > 0 {
 				time.Sleep(work)
 			}
@@ -506,8 +509,7 @@ func drainOnce(b *testing.B, n, conc int, batch bool, work time.Duration) (time.
 	start := time.Now()
 	go func() { errc <- c.Run(ctx) }()
 	<-done
-	took := time.Since(start)
-	calls := 0
+	took = time.Since(start)
 	for action, k := range srv.Calls() {
 		if action != "GetQueueAttributes" {
 			calls += k
@@ -515,7 +517,7 @@ func drainOnce(b *testing.B, n, conc int, batch bool, work time.Duration) (time.
 	}
 	cancel()
 	require.NoError(b, <-errc)
-	return took, calls
+	return took, calls, int(hcalls.Load())
 }
 
 // BenchmarkBatchVsSingle drains the same queue with a single-message
@@ -530,16 +532,18 @@ func BenchmarkBatchVsSingle(b *testing.B) {
 		name string
 		work time.Duration
 		n    int
-	}{{"noop", 0, 20_000}, {"1ms", time.Millisecond, 5_000}} {
-		b.Run(fmt.Sprintf("%s/c=40", tc.name), func(b *testing.B) {
+		conc int
+	}{{"noop", 0, 20_000, 40}, {"1ms", time.Millisecond, 5_000, 40}, {"noop", 0, 20_000, 200}, {"1ms", time.Millisecond, 10_000, 200}} {
+		b.Run(fmt.Sprintf("%s/c=%d", tc.name, tc.conc), func(b *testing.B) {
 			var single, batch time.Duration
-			calls, rounds := 0, 0
+			calls, hcalls, rounds := 0, 0, 0
 			for b.Loop() {
-				d, _ := drainOnce(b, tc.n, 40, false, tc.work)
+				d, _, _ := drainOnce(b, tc.n, tc.conc, false, tc.work)
 				single += d
-				d, k := drainOnce(b, tc.n, 40, true, tc.work)
+				d, k, h := drainOnce(b, tc.n, tc.conc, true, tc.work)
 				batch += d
 				calls += k
+				hcalls += h
 				rounds++
 			}
 			msgs := float64(tc.n * rounds)
@@ -547,6 +551,7 @@ func BenchmarkBatchVsSingle(b *testing.B) {
 			b.ReportMetric(msgs/batch.Seconds(), "batch-msg/s")
 			b.ReportMetric(single.Seconds()/batch.Seconds(), "batch/single")
 			b.ReportMetric(float64(calls)/msgs, "batch-calls/msg")
+			b.ReportMetric(msgs/float64(hcalls), "msgs/batch")
 		})
 	}
 }
