@@ -165,7 +165,6 @@ type Lease struct {
 	stopped      bool
 	hbRunning    bool      // the heartbeat goroutine has begun
 	handlerStart time.Time // when a Consumer called the handler (zero before)
-	groupIdx     uint8     // l's index in group.leases
 	receivedAt   time.Time // latest receive's hand-over estimate: the ceiling counts from it
 	deadline     time.Time // confirmed (or, before any call, estimated) end of visibility
 	// asked is set once a visibility call or delete was sent since the
@@ -176,7 +175,6 @@ type Lease struct {
 	receiveCount int32
 	renewals     int32       // confirmed renewals and extensions
 	hb           *time.Timer // starts the heartbeat when it first has work
-	group        *hbGroup    // or: the group whose timer will start it
 
 	// Made by the heartbeat goroutine when it begins (most leases never
 	// need them): kick wakes it when the schedule changed; cancelling bg
@@ -265,12 +263,11 @@ func (l *Lease) Start(ctx context.Context) context.Context {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	return l.start(ctx, nil)
+	return l.start(ctx)
 }
 
-// start is Start; a Consumer passes the group of the lease's receive, whose
-// timer then starts the heartbeat (nil: a timer of the lease's own).
-func (l *Lease) start(ctx context.Context, g *hbGroup) context.Context {
+// start is Start without the nil check.
+func (l *Lease) start(ctx context.Context) context.Context {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.started {
@@ -281,13 +278,7 @@ func (l *Lease) start(ctx context.Context, g *hbGroup) context.Context {
 	// Most messages are settled before their first renewal is due, so the
 	// heartbeat goroutine starts only then, from a timer.
 	l.hbWG.Add(1)
-	now := time.Now()
-	wake := l.firstWakeLocked(now)
-	if g != nil && g.add(l, now.Add(wake)) {
-		l.group = g
-		return l.ctx
-	}
-	l.hb = time.AfterFunc(wake, l.heartbeat)
+	l.hb = time.AfterFunc(l.firstWakeLocked(time.Now()), l.heartbeat)
 	return l.ctx
 }
 
@@ -343,15 +334,6 @@ func (l *Lease) firstWakeLocked(now time.Time) time.Duration {
 // cancelPendingLocked stops a heartbeat that has not started yet and marks
 // it done. It does nothing once the heartbeat runs.
 func (l *Lease) cancelPendingLocked() {
-	if l.group != nil {
-		// When remove fails the group's timer has fired and is about to
-		// start the heartbeat, which will see the new state and end.
-		if l.group.remove(l) {
-			l.group = nil
-			l.hbWG.Done()
-		}
-		return
-	}
 	if l.hb != nil && !l.hbRunning && l.hb.Stop() {
 		l.hb = nil
 		l.hbWG.Done()
@@ -490,24 +472,6 @@ func notify(watchers []*func(time.Time), d time.Time) {
 
 func (l *Lease) wake() {
 	l.mu.Lock()
-	if l.group != nil {
-		// Waiting for its group's timer: leave the group when it is no
-		// longer needed, or when the first wake moved earlier than the
-		// group's (later is fine: the heartbeat starts and sleeps).
-		if l.state != leaseActive {
-			l.cancelPendingLocked()
-			l.mu.Unlock()
-			return
-		}
-		now := time.Now()
-		wake := l.firstWakeLocked(now)
-		if now.Add(wake).Before(l.group.fireAt()) && l.group.remove(l) {
-			l.group = nil
-			l.hb = time.AfterFunc(wake, l.heartbeat) // the lease keeps its hbWG count
-		}
-		l.mu.Unlock()
-		return
-	}
 	if l.hb != nil && !l.hbRunning {
 		// Not started yet: move (or cancel) the timer instead. Stop
 		// returning false means it fired and the heartbeat is starting;
