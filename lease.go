@@ -131,11 +131,6 @@ type Lease struct {
 	// runs; Stop waits for it.
 	hbWG sync.WaitGroup
 
-	// asyncDone gets the result of a deleteAsync; asyncGen is handleGen
-	// when that delete was submitted. Set before the delete is submitted,
-	// read by its callback.
-	asyncDone func(*Lease, error)
-	asyncGen  uint32
 	// slotEarly is the Consumer's: the handler slot was freed when the
 	// handler succeeded, before the delete was confirmed.
 	slotEarly bool
@@ -537,7 +532,6 @@ func (l *Lease) deleteCall(ctx context.Context, handle string) error {
 // goroutine that ends before done is called. It returns false, having
 // done nothing, when the lease does not batch, another call of the lease
 // is in flight or the lease cannot be deleted: the caller then uses Delete.
-// done should be a long-lived func value: deleteAsync allocates nothing.
 func (l *Lease) deleteAsync(done func(*Lease, error)) bool {
 	bc, ok := l.cfg.calls.(*batchedCalls)
 	if !ok {
@@ -550,10 +544,9 @@ func (l *Lease) deleteAsync(done func(*Lease, error)) bool {
 	}
 	l.calling, l.settling, l.deleting = true, true, true
 	l.callFreed.fire() // a heartbeat waiting for the token renews beside the delete
-	handle, deadline := l.handle, l.deadline
-	l.asyncGen, l.asyncDone = l.handleGen, done
+	handle, deadline, gen := l.handle, l.deadline, l.handleGen
 	l.mu.Unlock()
-	if err := bc.del.Submit(handle, deadline, asyncDeleted, l); err != nil {
+	if err := bc.del.Submit(handle, deadline, func(err error) { l.asyncDeleted(gen, done, err) }); err != nil {
 		l.mu.Lock()
 		l.settling, l.deleting = false, false
 		l.releaseCallLocked()
@@ -563,31 +556,31 @@ func (l *Lease) deleteAsync(done func(*Lease, error)) bool {
 	return true
 }
 
-// asyncDeleted is the batch callback of deleteAsync; arg is the *Lease.
-func asyncDeleted(arg any, err error) {
-	l := arg.(*Lease)
+// asyncDeleted is the batch callback of deleteAsync, whose delete was
+// submitted with the handle of generation gen.
+func (l *Lease) asyncDeleted(gen uint32, done func(*Lease, error), err error) {
 	l.mu.Lock()
-	superseded := l.handleGen != l.asyncGen
+	superseded := l.handleGen != gen
 	l.releaseCallLocked()
 	l.mu.Unlock()
 	if err == nil && !superseded {
 		l.endSettle(nil, leaseDeleted, EventDeleted, 0)
-		l.asyncDone(l, nil)
+		done(l, nil)
 		return
 	}
-	go l.deleteRetry(outcome{superseded: superseded, err: err})
+	go l.deleteRetry(outcome{superseded: superseded, err: err}, done)
 }
 
 // deleteRetry carries on a deleteAsync whose first attempt did not simply
 // succeed.
-func (l *Lease) deleteRetry(first outcome) {
+func (l *Lease) deleteRetry(first outcome, done func(*Lease, error)) {
 	ctx := l.cfg.settleCtx
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	err := l.retryFrom(ctx, "DeleteMessage", l.deleteCall, &first)
 	l.endSettle(err, leaseDeleted, EventDeleted, 0)
-	l.asyncDone(l, err)
+	done(l, err)
 }
 
 // Release sets the message's visibility to after (0 = visible at once, at

@@ -36,8 +36,7 @@ type request[E any] struct {
 	entry    E
 	ctx      context.Context // nil: never cancelled
 	deadline time.Time       // zero: none
-	done     func(arg any, err error)
-	arg      any
+	done     func(err error)
 }
 
 // Batcher coalesces entries into calls of at most max entries. The zero
@@ -87,7 +86,7 @@ func New[E any](size int, window time.Duration, maxCalls int, flush Flush[E]) *B
 func (b *Batcher[E]) Do(ctx context.Context, e E) error {
 	res := make(chan error, 1)
 	deadline, _ := ctx.Deadline()
-	if err := b.submit(request[E]{entry: e, ctx: ctx, deadline: deadline, done: sendResult, arg: res}); err != nil {
+	if err := b.submit(request[E]{entry: e, ctx: ctx, deadline: deadline, done: func(err error) { res <- err }}); err != nil {
 		return err
 	}
 	select {
@@ -98,17 +97,14 @@ func (b *Batcher[E]) Do(ctx context.Context, e E) error {
 	}
 }
 
-func sendResult(res any, err error) { res.(chan error) <- err }
-
-// Submit adds e to the next batch without waiting. done(arg, err) is called
+// Submit adds e to the next batch without waiting. done(err) is called
 // exactly once with the entry's result, on a flusher goroutine, unless
 // Submit returns an error (ErrClosed), in which case it is never called.
 // done must not block for long: it delays the other entries' callbacks.
 // deadline (zero for none) bounds the batch call like a Do context's
-// deadline. Passing a top-level func and a pointer as arg keeps Submit free
-// of allocations.
-func (b *Batcher[E]) Submit(e E, deadline time.Time, done func(arg any, err error), arg any) error {
-	return b.submit(request[E]{entry: e, deadline: deadline, done: done, arg: arg})
+// deadline.
+func (b *Batcher[E]) Submit(e E, deadline time.Time, done func(err error)) error {
+	return b.submit(request[E]{entry: e, deadline: deadline, done: done})
 }
 
 func (b *Batcher[E]) submit(r request[E]) error {
@@ -267,7 +263,7 @@ func (b *Batcher[E]) run(batch []request[E]) {
 	var deadline time.Time
 	for _, r := range batch {
 		if r.ctx != nil && r.ctx.Err() != nil {
-			r.done(r.arg, r.ctx.Err())
+			r.done(r.ctx.Err())
 			continue
 		}
 		if !r.deadline.IsZero() && (deadline.IsZero() || r.deadline.Before(deadline)) {
@@ -296,6 +292,6 @@ func (b *Batcher[E]) run(batch []request[E]) {
 		} else {
 			err = errors.New("batch: flush returned no result for this entry")
 		}
-		r.done(r.arg, err)
+		r.done(err)
 	}
 }
