@@ -5,27 +5,20 @@
 // A Batcher collects entries for a short window (or until a batch is full),
 // makes one call, and answers every caller with its own entry's error.
 //
-// The hot path is cheap on purpose: adding an entry takes a mutex, never a
-// goroutine hand-off, and batch calls run on flusher goroutines that are
-// reused (a fresh goroutine per call would grow its stack through the SDK's
-// deep middleware every time). Submit does not wait at all: its callback
-// runs on the flusher when the call returns.
+// Adding an entry takes a mutex, never a goroutine hand-off; each batch
+// call runs on a goroutine of its own. Submit does not wait at all: its
+// callback runs on that goroutine when the call returns.
 package batch
 
 import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
 // ErrClosed is returned by Do and Submit after Close.
 var ErrClosed = errors.New("batch: batcher closed")
-
-// flusherIdle is how long an idle flusher goroutine waits for another
-// batch before it exits.
-const flusherIdle = 30 * time.Second
 
 // Flush makes one batch call for entries and returns one error per entry,
 // in order (nil for an entry that succeeded). It must return a slice of the
@@ -54,28 +47,23 @@ type Batcher[E any] struct {
 	gen     uint64         // counts cut batches: a window timer only flushes its own
 	timer   *time.Timer    // the window of the pending batch, while armed
 	closed  bool
-	busy    int            // flushers running a batch
+	busy    int            // flusher goroutines running
 	queued  [][]request[E] // cut batches waiting for a flusher (maxCalls reached)
 
-	idle     chan []request[E] // hands a batch to an idle flusher
-	quit     chan struct{}     // closed by Close: idle flushers exit
-	work     sync.WaitGroup    // batches cut and not yet answered, and armed window timers
-	flushers sync.WaitGroup    // flusher goroutines
-	spawned  atomic.Int64      // flusher goroutines started, for tests
+	work     sync.WaitGroup // batches cut and not yet answered, and armed window timers
+	flushers sync.WaitGroup // flusher goroutines
 }
 
 // New makes a Batcher. A batch is sent when it holds size entries, or window
 // after its first entry arrived; at most maxCalls batch calls are in flight
-// at once (0: no limit), later batches wait their turn in order. It starts
-// no goroutine until the first batch is sent; Close ends them all.
+// at once (0: no limit), later batches wait their turn in order. Its
+// goroutines run only while batch calls do; Close waits for them.
 func New[E any](size int, window time.Duration, maxCalls int, flush Flush[E]) *Batcher[E] {
 	return &Batcher[E]{
 		max:      max(size, 1),
 		window:   window,
 		maxCalls: max(maxCalls, 0),
 		flush:    flush,
-		idle:     make(chan []request[E]),
-		quit:     make(chan struct{}),
 	}
 }
 
@@ -169,8 +157,8 @@ func (b *Batcher[E]) fire(gen uint64) {
 	b.dispatch(batch)
 }
 
-// dispatch hands a cut batch to an idle flusher, or to a new one, or
-// queues it when maxCalls are in flight.
+// dispatch starts a flusher for a cut batch, or queues the batch when
+// maxCalls are in flight.
 func (b *Batcher[E]) dispatch(batch []request[E]) {
 	b.mu.Lock()
 	if b.maxCalls > 0 && b.busy >= b.maxCalls {
@@ -179,42 +167,28 @@ func (b *Batcher[E]) dispatch(batch []request[E]) {
 		return
 	}
 	b.busy++
+	b.flushers.Add(1)
 	b.mu.Unlock()
-	select {
-	case b.idle <- batch:
-	default:
-		b.flushers.Add(1)
-		b.spawned.Add(1)
-		go b.flusher(batch)
-	}
+	go b.flusher(batch)
 }
 
+// flusher sends batch, then any batches queued meanwhile, and exits.
 func (b *Batcher[E]) flusher(batch []request[E]) {
 	defer b.flushers.Done()
-	idle := time.NewTimer(flusherIdle)
-	defer idle.Stop()
 	for {
 		b.run(batch)
 		b.recycle(batch)
 		b.work.Done()
 		b.mu.Lock()
-		if len(b.queued) > 0 {
-			batch = b.queued[0]
-			b.queued[0] = nil
-			b.queued = b.queued[1:]
+		if len(b.queued) == 0 {
+			b.busy--
 			b.mu.Unlock()
-			continue
+			return
 		}
-		b.busy--
+		batch = b.queued[0]
+		b.queued[0] = nil
+		b.queued = b.queued[1:]
 		b.mu.Unlock()
-		idle.Reset(flusherIdle)
-		select {
-		case batch = <-b.idle:
-		case <-idle.C:
-			return
-		case <-b.quit:
-			return
-		}
 	}
 }
 
@@ -231,8 +205,8 @@ func (b *Batcher[E]) recycle(batch []request[E]) {
 	b.mu.Unlock()
 }
 
-// Close sends what is pending, waits for every batch call and callback to
-// return, and ends the flusher goroutines. Later calls to Do and Submit
+// Close sends what is pending and waits for every batch call and callback
+// to return and their goroutines to end. Later calls to Do and Submit
 // return ErrClosed.
 func (b *Batcher[E]) Close() {
 	b.mu.Lock()
@@ -254,7 +228,6 @@ func (b *Batcher[E]) Close() {
 	// Every batch was cut (and every flusher started) before closed was
 	// set or just above, so these Waits see all of them.
 	b.work.Wait()
-	close(b.quit)
 	b.flushers.Wait()
 }
 

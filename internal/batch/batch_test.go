@@ -195,24 +195,6 @@ func TestBatcherCloseSendsPendingAtOnce(t *testing.T) {
 	})
 }
 
-func TestBatcherReusesFlushers(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		b := New(1, time.Second, 0, func(ctx context.Context, es []int) []error { return make([]error, len(es)) })
-		defer b.Close()
-		for i := range 100 {
-			require.NoError(t, b.Do(context.Background(), i))
-			synctest.Wait() // the flusher is idle again
-		}
-		require.Equal(t, int64(1), b.spawned.Load(), "100 sequential calls, one flusher goroutine")
-
-		time.Sleep(flusherIdle + time.Second) // virtual
-		synctest.Wait()
-		require.NoError(t, b.Do(context.Background(), 100))
-		require.Equal(t, int64(2), b.spawned.Load(), "an idle flusher exits; the next call starts another")
-	})
-}
-
 func TestBatcherPartialBatchTimerDoesNotCutALaterBatch(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
