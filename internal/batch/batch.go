@@ -43,9 +43,8 @@ type Batcher[E any] struct {
 
 	mu      sync.Mutex // guards the fields below
 	pending []request[E]
-	spare   [][]request[E] // emptied batches, reused for pending
-	gen     uint64         // counts cut batches: a window timer only flushes its own
-	timer   *time.Timer    // the window of the pending batch, while armed
+	gen     uint64      // counts cut batches: a window timer only flushes its own
+	timer   *time.Timer // the window of the pending batch, while armed
 	closed  bool
 	busy    int            // flusher goroutines running
 	queued  [][]request[E] // cut batches waiting for a flusher (maxCalls reached)
@@ -102,11 +101,7 @@ func (b *Batcher[E]) submit(r request[E]) error {
 		return ErrClosed
 	}
 	if b.pending == nil {
-		if n := len(b.spare); n > 0 {
-			b.pending, b.spare = b.spare[n-1], b.spare[:n-1]
-		} else {
-			b.pending = make([]request[E], 0, b.max)
-		}
+		b.pending = make([]request[E], 0, b.max)
 	}
 	b.pending = append(b.pending, r)
 	var full []request[E]
@@ -177,7 +172,6 @@ func (b *Batcher[E]) flusher(batch []request[E]) {
 	defer b.flushers.Done()
 	for {
 		b.run(batch)
-		b.recycle(batch)
 		b.work.Done()
 		b.mu.Lock()
 		if len(b.queued) == 0 {
@@ -190,19 +184,6 @@ func (b *Batcher[E]) flusher(batch []request[E]) {
 		b.queued = b.queued[1:]
 		b.mu.Unlock()
 	}
-}
-
-// maxSpare is how many emptied batches a Batcher keeps for reuse.
-const maxSpare = 8
-
-// recycle keeps an answered batch's slice for a later batch.
-func (b *Batcher[E]) recycle(batch []request[E]) {
-	clear(batch[:cap(batch)]) // drop the references to entries and callbacks
-	b.mu.Lock()
-	if len(b.spare) < maxSpare {
-		b.spare = append(b.spare, batch[:0])
-	}
-	b.mu.Unlock()
 }
 
 // Close sends what is pending and waits for every batch call and callback
