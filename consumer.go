@@ -82,11 +82,10 @@ type Consumer struct {
 	// (package fleet), nil for a Consumer on its own. Set before Run.
 	member *share.Member
 
-	handlers   sync.WaitGroup // deliveries being handled or settled
-	hbStarters sync.WaitGroup // heartbeat group timers armed or firing
-	workers    sync.WaitGroup // worker goroutines, idle or busy
-	work       chan *Lease    // hands a delivery to an idle worker
-	quit       chan struct{}  // closed after shutdown: idle workers exit
+	handlers sync.WaitGroup // deliveries being handled or settled
+	workers  sync.WaitGroup // worker goroutines, idle or busy
+	work     chan *Lease    // hands a delivery to an idle worker
+	quit     chan struct{}  // closed after shutdown: idle workers exit
 }
 
 // New makes a Consumer of the queue at queueURL that calls h for each
@@ -229,7 +228,6 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	c.pollers.Wait()
 	close(c.quit)
 	c.workers.Wait()
-	c.hbStarters.Wait() // every lease is stopped: their groups' timers are stopped or done
 	// The breaker's goroutines: none starts after shutdown stopped it.
 	c.aux.Wait()
 	c.calls.close()
@@ -483,9 +481,8 @@ func (c *Consumer) receive(n int) error {
 	msgs = c.dropCorrupt(msgs)
 	c.fl.received(n, len(msgs), arrived.Sub(sent))
 	handedOver := HandoverTime(sent, arrived)
-	g := newHBGroup(&c.hbStarters)
 	for _, m := range msgs {
-		c.dispatch(m, handedOver, arrived, cfg, g)
+		c.dispatch(m, handedOver, arrived, cfg)
 	}
 	c.fl.handOut()
 	return nil
@@ -534,7 +531,7 @@ func receiveBackoff(n int) time.Duration {
 // a handler slot when its turn comes. handedOver is the receive's
 // conservative hand-over estimate (the lease clock), arrived when its
 // answer came.
-func (c *Consumer) dispatch(raw types.Message, handedOver, arrived time.Time, cfg *leaseConfig, g *hbGroup) {
+func (c *Consumer) dispatch(raw types.Message, handedOver, arrived time.Time, cfg *leaseConfig) {
 	id, handle := aws.ToString(raw.MessageId), aws.ToString(raw.ReceiptHandle)
 	if id == "" || handle == "" {
 		c.log(slog.LevelError, "sqsconsumer: ReceiveMessage returned a message without MessageId or ReceiptHandle; skipping it", "message_id", id)
@@ -574,7 +571,7 @@ func (c *Consumer) dispatch(raw types.Message, handedOver, arrived time.Time, cf
 	// Not a child of any Run-scoped context: cancelling Run's context
 	// must not interrupt handlers (shutdown cancels each one itself), and
 	// a parent would take a shared lock for every message.
-	l.start(context.Background(), g)
+	l.start(context.Background())
 	c.inflight[id] = l
 	ready := true
 	if c.fifo && m.GroupID != "" && c.batch != nil {

@@ -198,3 +198,25 @@ func TestLeaseRenewalCallTimeout(t *testing.T) {
 		require.True(t, l.Deadline().After(sent.Add(30*time.Second)))
 	})
 }
+
+// A lease whose first renewal moves earlier before its heartbeat started
+// (an Extend to less than the time left) re-arms its start timer, so the
+// renewal comes before the new deadline, not at the old schedule's +10 s.
+func TestHeartbeatStartMovesEarlier(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		msg, sent := b.receive(t, "x", 30*time.Second)
+		l := b.lease(t, msg, sent)
+		l.Start(context.Background())
+		defer l.Stop()
+		time.Sleep(time.Second)
+		require.NoError(t, l.Extend(context.Background(), 5*time.Second)) // deadline now +6 s
+		time.Sleep(5 * time.Second)                                       // +6 s
+		synctest.Wait()
+		require.NoError(t, l.Err(), "still active")
+		require.True(t, l.Deadline().After(time.Now().Add(20*time.Second)), "renewed to the lease length before the 6 s deadline")
+		st := b.state(t, *msg.MessageId)
+		require.Len(t, st.VisibilityChanges, 2, "the Extend and one renewal")
+	})
+}

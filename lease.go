@@ -131,11 +131,6 @@ type Lease struct {
 	// runs; Stop waits for it.
 	hbWG sync.WaitGroup
 
-	// asyncDone gets the result of a deleteAsync; asyncGen is handleGen
-	// when that delete was submitted. Set before the delete is submitted,
-	// read by its callback.
-	asyncDone func(*Lease, error)
-	asyncGen  uint32
 	// slotEarly is the Consumer's: the handler slot was freed when the
 	// handler succeeded, before the delete was confirmed.
 	slotEarly bool
@@ -165,7 +160,6 @@ type Lease struct {
 	stopped      bool
 	hbRunning    bool      // the heartbeat goroutine has begun
 	handlerStart time.Time // when a Consumer called the handler (zero before)
-	groupIdx     uint8     // l's index in group.leases
 	receivedAt   time.Time // latest receive's hand-over estimate: the ceiling counts from it
 	deadline     time.Time // confirmed (or, before any call, estimated) end of visibility
 	// asked is set once a visibility call or delete was sent since the
@@ -176,7 +170,6 @@ type Lease struct {
 	receiveCount int32
 	renewals     int32       // confirmed renewals and extensions
 	hb           *time.Timer // starts the heartbeat when it first has work
-	group        *hbGroup    // or: the group whose timer will start it
 	deleteSent   string      // the pending delete's latest handle, "" before one is sent
 
 	// Made by the heartbeat goroutine when it begins (most leases never
@@ -266,12 +259,11 @@ func (l *Lease) Start(ctx context.Context) context.Context {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	return l.start(ctx, nil)
+	return l.start(ctx)
 }
 
-// start is Start; a Consumer passes the group of the lease's receive, whose
-// timer then starts the heartbeat (nil: a timer of the lease's own).
-func (l *Lease) start(ctx context.Context, g *hbGroup) context.Context {
+// start is Start without the nil check.
+func (l *Lease) start(ctx context.Context) context.Context {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.started {
@@ -280,15 +272,10 @@ func (l *Lease) start(ctx context.Context, g *hbGroup) context.Context {
 	l.started = true
 	l.ctx, l.cancel = context.WithCancelCause(ctx)
 	// Most messages are settled before their first renewal is due, so the
-	// heartbeat goroutine starts only then, from a timer.
+	// heartbeat goroutine starts only then, from a timer: starting it here
+	// doubled a Consumer's CPU per message (BenchmarkConsumerOverhead).
 	l.hbWG.Add(1)
-	now := time.Now()
-	wake := l.firstWakeLocked(now)
-	if g != nil && g.add(l, now.Add(wake)) {
-		l.group = g
-		return l.ctx
-	}
-	l.hb = time.AfterFunc(wake, l.heartbeat)
+	l.hb = time.AfterFunc(l.firstWakeLocked(time.Now()), l.heartbeat)
 	return l.ctx
 }
 
@@ -344,15 +331,6 @@ func (l *Lease) firstWakeLocked(now time.Time) time.Duration {
 // cancelPendingLocked stops a heartbeat that has not started yet and marks
 // it done. It does nothing once the heartbeat runs.
 func (l *Lease) cancelPendingLocked() {
-	if l.group != nil {
-		// When remove fails the group's timer has fired and is about to
-		// start the heartbeat, which will see the new state and end.
-		if l.group.remove(l) {
-			l.group = nil
-			l.hbWG.Done()
-		}
-		return
-	}
 	if l.hb != nil && !l.hbRunning && l.hb.Stop() {
 		l.hb = nil
 		l.hbWG.Done()
@@ -491,24 +469,6 @@ func notify(watchers []*func(time.Time), d time.Time) {
 
 func (l *Lease) wake() {
 	l.mu.Lock()
-	if l.group != nil {
-		// Waiting for its group's timer: leave the group when it is no
-		// longer needed, or when the first wake moved earlier than the
-		// group's (later is fine: the heartbeat starts and sleeps).
-		if l.state != leaseActive {
-			l.cancelPendingLocked()
-			l.mu.Unlock()
-			return
-		}
-		now := time.Now()
-		wake := l.firstWakeLocked(now)
-		if now.Add(wake).Before(l.group.fireAt()) && l.group.remove(l) {
-			l.group = nil
-			l.hb = time.AfterFunc(wake, l.heartbeat) // the lease keeps its hbWG count
-		}
-		l.mu.Unlock()
-		return
-	}
 	if l.hb != nil && !l.hbRunning {
 		// Not started yet: move (or cancel) the timer instead. Stop
 		// returning false means it fired and the heartbeat is starting;
@@ -577,7 +537,6 @@ func (l *Lease) deleteCall(ctx context.Context, handle string) error {
 // goroutine that ends before done is called. It returns false, having
 // done nothing, when the lease does not batch, another call of the lease
 // is in flight or the lease cannot be deleted: the caller then uses Delete.
-// done should be a long-lived func value: deleteAsync allocates nothing.
 func (l *Lease) deleteAsync(done func(*Lease, error)) bool {
 	bc, ok := l.cfg.calls.(*batchedCalls)
 	if !ok {
@@ -590,11 +549,10 @@ func (l *Lease) deleteAsync(done func(*Lease, error)) bool {
 	}
 	l.calling, l.settling, l.deleting = true, true, true
 	l.callFreed.fire() // a heartbeat waiting for the token renews beside the delete
-	handle, deadline := l.handle, l.deadline
+	handle, deadline, gen := l.handle, l.deadline, l.handleGen
 	l.deleteSent = handle
-	l.asyncGen, l.asyncDone = l.handleGen, done
 	l.mu.Unlock()
-	if err := bc.del.Submit(handle, deadline, asyncDeleted, l); err != nil {
+	if err := bc.del.Submit(handle, deadline, func(err error) { l.asyncDeleted(gen, done, err) }); err != nil {
 		l.mu.Lock()
 		l.settling, l.deleting, l.deleteSent = false, false, ""
 		l.releaseCallLocked()
@@ -604,31 +562,31 @@ func (l *Lease) deleteAsync(done func(*Lease, error)) bool {
 	return true
 }
 
-// asyncDeleted is the batch callback of deleteAsync; arg is the *Lease.
-func asyncDeleted(arg any, err error) {
-	l := arg.(*Lease)
+// asyncDeleted is the batch callback of deleteAsync, whose delete was
+// submitted with the handle of generation gen.
+func (l *Lease) asyncDeleted(gen uint32, done func(*Lease, error), err error) {
 	l.mu.Lock()
-	superseded := l.handleGen != l.asyncGen
+	superseded := l.handleGen != gen
 	l.releaseCallLocked()
 	l.mu.Unlock()
 	if err == nil && !superseded {
 		l.endSettle(nil, leaseDeleted, EventDeleted, 0)
-		l.asyncDone(l, nil)
+		done(l, nil)
 		return
 	}
-	go l.deleteRetry(outcome{superseded: superseded, err: err})
+	go l.deleteRetry(outcome{superseded: superseded, err: err}, done)
 }
 
 // deleteRetry carries on a deleteAsync whose first attempt did not simply
 // succeed.
-func (l *Lease) deleteRetry(first outcome) {
+func (l *Lease) deleteRetry(first outcome, done func(*Lease, error)) {
 	ctx := l.cfg.settleCtx
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	err := l.retryFrom(ctx, "DeleteMessage", l.deleteCall, &first)
 	l.endSettle(err, leaseDeleted, EventDeleted, 0)
-	l.asyncDone(l, err)
+	done(l, err)
 }
 
 // Release sets the message's visibility to after (0 = visible at once, at

@@ -5,27 +5,20 @@
 // A Batcher collects entries for a short window (or until a batch is full),
 // makes one call, and answers every caller with its own entry's error.
 //
-// The hot path is cheap on purpose: adding an entry takes a mutex, never a
-// goroutine hand-off, and batch calls run on flusher goroutines that are
-// reused (a fresh goroutine per call would grow its stack through the SDK's
-// deep middleware every time). Submit does not wait at all: its callback
-// runs on the flusher when the call returns.
+// Adding an entry takes a mutex, never a goroutine hand-off; each batch
+// call runs on a goroutine of its own. Submit does not wait at all: its
+// callback runs on that goroutine when the call returns.
 package batch
 
 import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
 // ErrClosed is returned by Do and Submit after Close.
 var ErrClosed = errors.New("batch: batcher closed")
-
-// flusherIdle is how long an idle flusher goroutine waits for another
-// batch before it exits.
-const flusherIdle = 30 * time.Second
 
 // Flush makes one batch call for entries and returns one error per entry,
 // in order (nil for an entry that succeeded). It must return a slice of the
@@ -36,8 +29,7 @@ type request[E any] struct {
 	entry    E
 	ctx      context.Context // nil: never cancelled
 	deadline time.Time       // zero: none
-	done     func(arg any, err error)
-	arg      any
+	done     func(err error)
 }
 
 // Batcher coalesces entries into calls of at most max entries. The zero
@@ -51,32 +43,26 @@ type Batcher[E any] struct {
 
 	mu      sync.Mutex // guards the fields below
 	pending []request[E]
-	spare   [][]request[E] // emptied batches, reused for pending
-	gen     uint64         // counts cut batches: a window timer only flushes its own
-	timer   *time.Timer    // the window of the pending batch, while armed
+	gen     uint64      // counts cut batches: a window timer only flushes its own
+	timer   *time.Timer // the window of the pending batch, while armed
 	closed  bool
-	busy    int            // flushers running a batch
+	busy    int            // flusher goroutines running
 	queued  [][]request[E] // cut batches waiting for a flusher (maxCalls reached)
 
-	idle     chan []request[E] // hands a batch to an idle flusher
-	quit     chan struct{}     // closed by Close: idle flushers exit
-	work     sync.WaitGroup    // batches cut and not yet answered, and armed window timers
-	flushers sync.WaitGroup    // flusher goroutines
-	spawned  atomic.Int64      // flusher goroutines started, for tests
+	work     sync.WaitGroup // batches cut and not yet answered, and armed window timers
+	flushers sync.WaitGroup // flusher goroutines
 }
 
 // New makes a Batcher. A batch is sent when it holds size entries, or window
 // after its first entry arrived; at most maxCalls batch calls are in flight
-// at once (0: no limit), later batches wait their turn in order. It starts
-// no goroutine until the first batch is sent; Close ends them all.
+// at once (0: no limit), later batches wait their turn in order. Its
+// goroutines run only while batch calls do; Close waits for them.
 func New[E any](size int, window time.Duration, maxCalls int, flush Flush[E]) *Batcher[E] {
 	return &Batcher[E]{
 		max:      max(size, 1),
 		window:   window,
 		maxCalls: max(maxCalls, 0),
 		flush:    flush,
-		idle:     make(chan []request[E]),
-		quit:     make(chan struct{}),
 	}
 }
 
@@ -87,7 +73,7 @@ func New[E any](size int, window time.Duration, maxCalls int, flush Flush[E]) *B
 func (b *Batcher[E]) Do(ctx context.Context, e E) error {
 	res := make(chan error, 1)
 	deadline, _ := ctx.Deadline()
-	if err := b.submit(request[E]{entry: e, ctx: ctx, deadline: deadline, done: sendResult, arg: res}); err != nil {
+	if err := b.submit(request[E]{entry: e, ctx: ctx, deadline: deadline, done: func(err error) { res <- err }}); err != nil {
 		return err
 	}
 	select {
@@ -98,17 +84,14 @@ func (b *Batcher[E]) Do(ctx context.Context, e E) error {
 	}
 }
 
-func sendResult(res any, err error) { res.(chan error) <- err }
-
-// Submit adds e to the next batch without waiting. done(arg, err) is called
+// Submit adds e to the next batch without waiting. done(err) is called
 // exactly once with the entry's result, on a flusher goroutine, unless
 // Submit returns an error (ErrClosed), in which case it is never called.
 // done must not block for long: it delays the other entries' callbacks.
 // deadline (zero for none) bounds the batch call like a Do context's
-// deadline. Passing a top-level func and a pointer as arg keeps Submit free
-// of allocations.
-func (b *Batcher[E]) Submit(e E, deadline time.Time, done func(arg any, err error), arg any) error {
-	return b.submit(request[E]{entry: e, deadline: deadline, done: done, arg: arg})
+// deadline.
+func (b *Batcher[E]) Submit(e E, deadline time.Time, done func(err error)) error {
+	return b.submit(request[E]{entry: e, deadline: deadline, done: done})
 }
 
 func (b *Batcher[E]) submit(r request[E]) error {
@@ -118,11 +101,7 @@ func (b *Batcher[E]) submit(r request[E]) error {
 		return ErrClosed
 	}
 	if b.pending == nil {
-		if n := len(b.spare); n > 0 {
-			b.pending, b.spare = b.spare[n-1], b.spare[:n-1]
-		} else {
-			b.pending = make([]request[E], 0, b.max)
-		}
+		b.pending = make([]request[E], 0, b.max)
 	}
 	b.pending = append(b.pending, r)
 	var full []request[E]
@@ -173,8 +152,8 @@ func (b *Batcher[E]) fire(gen uint64) {
 	b.dispatch(batch)
 }
 
-// dispatch hands a cut batch to an idle flusher, or to a new one, or
-// queues it when maxCalls are in flight.
+// dispatch starts a flusher for a cut batch, or queues the batch when
+// maxCalls are in flight.
 func (b *Batcher[E]) dispatch(batch []request[E]) {
 	b.mu.Lock()
 	if b.maxCalls > 0 && b.busy >= b.maxCalls {
@@ -183,60 +162,32 @@ func (b *Batcher[E]) dispatch(batch []request[E]) {
 		return
 	}
 	b.busy++
+	b.flushers.Add(1)
 	b.mu.Unlock()
-	select {
-	case b.idle <- batch:
-	default:
-		b.flushers.Add(1)
-		b.spawned.Add(1)
-		go b.flusher(batch)
-	}
+	go b.flusher(batch)
 }
 
+// flusher sends batch, then any batches queued meanwhile, and exits.
 func (b *Batcher[E]) flusher(batch []request[E]) {
 	defer b.flushers.Done()
-	idle := time.NewTimer(flusherIdle)
-	defer idle.Stop()
 	for {
 		b.run(batch)
-		b.recycle(batch)
 		b.work.Done()
 		b.mu.Lock()
-		if len(b.queued) > 0 {
-			batch = b.queued[0]
-			b.queued[0] = nil
-			b.queued = b.queued[1:]
+		if len(b.queued) == 0 {
+			b.busy--
 			b.mu.Unlock()
-			continue
+			return
 		}
-		b.busy--
+		batch = b.queued[0]
+		b.queued[0] = nil
+		b.queued = b.queued[1:]
 		b.mu.Unlock()
-		idle.Reset(flusherIdle)
-		select {
-		case batch = <-b.idle:
-		case <-idle.C:
-			return
-		case <-b.quit:
-			return
-		}
 	}
 }
 
-// maxSpare is how many emptied batches a Batcher keeps for reuse.
-const maxSpare = 8
-
-// recycle keeps an answered batch's slice for a later batch.
-func (b *Batcher[E]) recycle(batch []request[E]) {
-	clear(batch[:cap(batch)]) // drop the references to entries and callbacks
-	b.mu.Lock()
-	if len(b.spare) < maxSpare {
-		b.spare = append(b.spare, batch[:0])
-	}
-	b.mu.Unlock()
-}
-
-// Close sends what is pending, waits for every batch call and callback to
-// return, and ends the flusher goroutines. Later calls to Do and Submit
+// Close sends what is pending and waits for every batch call and callback
+// to return and their goroutines to end. Later calls to Do and Submit
 // return ErrClosed.
 func (b *Batcher[E]) Close() {
 	b.mu.Lock()
@@ -258,7 +209,6 @@ func (b *Batcher[E]) Close() {
 	// Every batch was cut (and every flusher started) before closed was
 	// set or just above, so these Waits see all of them.
 	b.work.Wait()
-	close(b.quit)
 	b.flushers.Wait()
 }
 
@@ -267,7 +217,7 @@ func (b *Batcher[E]) run(batch []request[E]) {
 	var deadline time.Time
 	for _, r := range batch {
 		if r.ctx != nil && r.ctx.Err() != nil {
-			r.done(r.arg, r.ctx.Err())
+			r.done(r.ctx.Err())
 			continue
 		}
 		if !r.deadline.IsZero() && (deadline.IsZero() || r.deadline.Before(deadline)) {
@@ -296,6 +246,6 @@ func (b *Batcher[E]) run(batch []request[E]) {
 		} else {
 			err = errors.New("batch: flush returned no result for this entry")
 		}
-		r.done(r.arg, err)
+		r.done(err)
 	}
 }

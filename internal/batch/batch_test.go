@@ -139,11 +139,11 @@ func TestBatcherSubmitCallsBackOnceWithoutWaiting(t *testing.T) {
 		var mu sync.Mutex
 		got := map[int][]error{}
 		for i := range 3 {
-			require.NoError(t, b.Submit(i, time.Time{}, func(arg any, err error) {
+			require.NoError(t, b.Submit(i, time.Time{}, func(err error) {
 				mu.Lock()
-				got[arg.(int)] = append(got[arg.(int)], err)
+				got[i] = append(got[i], err)
 				mu.Unlock()
-			}, i))
+			}))
 		}
 		synctest.Wait()
 		mu.Lock()
@@ -168,9 +168,9 @@ func TestBatcherSubmitDeadlineBoundsTheCall(t *testing.T) {
 		defer b.Close()
 		start := time.Now()
 		done := make(chan error, 2)
-		send := func(_ any, err error) { done <- err }
-		require.NoError(t, b.Submit(1, start.Add(7*time.Second), send, nil))
-		require.NoError(t, b.Submit(2, start.Add(4*time.Second), send, nil))
+		send := func(err error) { done <- err }
+		require.NoError(t, b.Submit(1, start.Add(7*time.Second), send))
+		require.NoError(t, b.Submit(2, start.Add(4*time.Second), send))
 		require.NoError(t, <-done)
 		require.NoError(t, <-done)
 		require.Equal(t, start.Add(4*time.Second), got)
@@ -187,29 +187,11 @@ func TestBatcherCloseSendsPendingAtOnce(t *testing.T) {
 		})
 		start := time.Now()
 		var result error = errors.New("not called")
-		require.NoError(t, b.Submit(1, time.Time{}, func(_ any, err error) { result = err }, nil))
+		require.NoError(t, b.Submit(1, time.Time{}, func(err error) { result = err }))
 		b.Close()
 		require.NoError(t, result, "Close waits for the pending entry's callback")
 		require.Equal(t, start, sentAt, "Close does not wait out the window")
-		require.ErrorIs(t, b.Submit(2, time.Time{}, func(any, error) { t.Error("callback after ErrClosed") }, nil), ErrClosed)
-	})
-}
-
-func TestBatcherReusesFlushers(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		b := New(1, time.Second, 0, func(ctx context.Context, es []int) []error { return make([]error, len(es)) })
-		defer b.Close()
-		for i := range 100 {
-			require.NoError(t, b.Do(context.Background(), i))
-			synctest.Wait() // the flusher is idle again
-		}
-		require.Equal(t, int64(1), b.spawned.Load(), "100 sequential calls, one flusher goroutine")
-
-		time.Sleep(flusherIdle + time.Second) // virtual
-		synctest.Wait()
-		require.NoError(t, b.Do(context.Background(), 100))
-		require.Equal(t, int64(2), b.spawned.Load(), "an idle flusher exits; the next call starts another")
+		require.ErrorIs(t, b.Submit(2, time.Time{}, func(error) { t.Error("callback after ErrClosed") }), ErrClosed)
 	})
 }
 
@@ -225,13 +207,13 @@ func TestBatcherPartialBatchTimerDoesNotCutALaterBatch(t *testing.T) {
 			return make([]error, len(es))
 		})
 		defer b.Close()
-		noop := func(any, error) {}
-		require.NoError(t, b.Submit(1, time.Time{}, noop, nil))
+		noop := func(error) {}
+		require.NoError(t, b.Submit(1, time.Time{}, noop))
 		time.Sleep(10 * time.Millisecond)
-		require.NoError(t, b.Submit(2, time.Time{}, noop, nil)) // full: sent now, first window disarmed
+		require.NoError(t, b.Submit(2, time.Time{}, noop)) // full: sent now, first window disarmed
 		time.Sleep(10 * time.Millisecond)
-		require.NoError(t, b.Submit(3, time.Time{}, noop, nil)) // a new window, ending at +45 ms
-		time.Sleep(10 * time.Millisecond)                       // +30 ms: the first window would have ended
+		require.NoError(t, b.Submit(3, time.Time{}, noop)) // a new window, ending at +45 ms
+		time.Sleep(10 * time.Millisecond)                  // +30 ms: the first window would have ended
 		synctest.Wait()
 		mu.Lock()
 		require.Equal(t, []int{2}, sizes, "the third entry waits for its own window")
@@ -265,7 +247,7 @@ func TestBatcherLimitsCallsInFlight(t *testing.T) {
 		defer b.Close()
 		done := make(chan error, 6)
 		for i := range 6 {
-			require.NoError(t, b.Submit(i, time.Time{}, func(_ any, err error) { done <- err }, nil))
+			require.NoError(t, b.Submit(i, time.Time{}, func(err error) { done <- err }))
 		}
 		for range 6 {
 			require.NoError(t, <-done)
