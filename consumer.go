@@ -602,7 +602,10 @@ func (c *Consumer) enqueue(l *Lease) {
 
 // workerIdle is how long a worker goroutine waits for another message
 // before it exits. Reusing workers saves growing a fresh goroutine's stack
-// for every message.
+// for every message: measured against a goroutine per message
+// (BenchmarkConsumerOverhead, round trip 0, quiet 2-core machine, 5
+// alternating runs), it costs about 11 % less CPU per message and a third
+// less wall time, so it stays.
 const workerIdle = 30 * time.Second
 
 // start hands d, which holds a handler slot, to an idle worker, or to a
