@@ -184,6 +184,7 @@ func main() {
 	})
 	flag.IntVar(&cfg.Overrun, "overrun", cfg.Overrun, "with -matrix: messages of the overrun case (lease 3s, handlers 4.5s, concurrency 20); 0 skips it")
 	flag.DurationVar(&cfg.Wait, "wait", cfg.Wait, "long-poll wait (whole seconds, 1s to 20s)")
+	flag.DurationVar(&rowTarget, "row", rowTarget, "with -matrix: about how long each row drains at the ideal rate (1s is mostly the start; 5s shows the steady pace)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if cfg.Matrix {

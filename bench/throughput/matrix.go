@@ -19,9 +19,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 )
 
-// rowTarget is about how long a row's drain takes at the ideal rate: a
-// row's queue holds ideal × rowTarget messages, within [200, -n].
-const rowTarget = time.Second
+// rowTarget is about how long a row's drain takes at the ideal rate
+// (-row): a row's queue holds ideal × rowTarget messages, within
+// [200, -n]. A row of 1 s is mostly the start (pollers spawning, the
+// completion rate and round trip being learned); 5 s shows the steady pace.
+var rowTarget = time.Second
 
 // ideal is the best rate a client could reach with concurrency handlers of
 // duration handler on this machine: c/h, or the CPU ceiling (the raw loop's
