@@ -9,8 +9,8 @@
 //
 //	{"order_id": "o-1001", "amount_cents": 2599}
 //
-// handler.go is a copy of examples/worker/handler.go (a test keeps them
-// identical). A malformed body is reported as a failed record: the mapping
+// The handler is examples/worker's, package examples/internal/orders,
+// unchanged. A malformed body is reported as a failed record: the mapping
 // leaves it on the queue, and the redrive policy moves it to the
 // dead-letter queue after maxReceiveCount receives.
 //
@@ -65,6 +65,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqskit/sqsconsumer"
+	"github.com/sqskit/sqsconsumer/examples/internal/orders"
 	"github.com/sqskit/sqsconsumer/lambdasqs"
 )
 
@@ -107,11 +108,11 @@ func newHandler(client sqsconsumer.Client, getenv func(string) string, w io.Writ
 	}
 
 	// The same handler, middleware and observer as examples/worker.
-	handler := orderHandler{log: logger, work: 50 * time.Millisecond} // as examples/worker's stand-in for real work
+	handler := orders.Handler{Log: logger, Work: 50 * time.Millisecond} // as examples/worker's stand-in for real work
 	idempotent, err := sqsconsumer.NewIdempotent(sqsconsumer.NewMemoryStore(),
-		sqsconsumer.WithIdempotencyKey(orderKey),
+		sqsconsumer.WithIdempotencyKey(orders.Key),
 		sqsconsumer.WithIdempotencyTTL(ttl),
-		sqsconsumer.WithDuplicateHook(handler.logDuplicate))
+		sqsconsumer.WithDuplicateHook(handler.LogDuplicate))
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +120,7 @@ func newHandler(client sqsconsumer.Client, getenv func(string) string, w io.Writ
 		lambdasqs.WithMiddleware(idempotent),
 		lambdasqs.WithVisibilityTimeout(visibility),
 		lambdasqs.WithBatchingWindow(window),
-		lambdasqs.WithObserver(logObserver{logger}),
+		lambdasqs.WithObserver(orders.Observer{Log: logger}),
 		lambdasqs.WithLeaseOptions(sqsconsumer.WithLogger(logger)))
 }
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -20,15 +19,6 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// The function runs examples/worker's handler, not a variant of it.
-func TestSameHandlerAsWorker(t *testing.T) {
-	mine, err := os.ReadFile("handler.go")
-	require.NoError(t, err)
-	worker, err := os.ReadFile("../worker/handler.go")
-	require.NoError(t, err)
-	require.Equal(t, string(worker), string(mine), "handler.go must stay a copy of examples/worker/handler.go")
-}
 
 type syncBuffer struct {
 	mu sync.Mutex

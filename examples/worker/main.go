@@ -112,6 +112,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqskit/sqsconsumer"
+	"github.com/sqskit/sqsconsumer/examples/internal/orders"
 )
 
 // Exit codes.
@@ -234,13 +235,13 @@ func runWith(ctx context.Context, getenv func(string) string, stderr io.Writer, 
 		return exitConfig
 	}
 
-	handler := orderHandler{log: logger, work: work}
+	handler := orders.Handler{Log: logger, Work: work}
 	// Each order is processed once: the middleware claims its order ID
 	// before the handler runs and records it as completed after.
 	idempotent, err := sqsconsumer.NewIdempotent(sqsconsumer.NewMemoryStore(),
-		sqsconsumer.WithIdempotencyKey(orderKey),
+		sqsconsumer.WithIdempotencyKey(orders.Key),
 		sqsconsumer.WithIdempotencyTTL(s.idempotencyTTL),
-		sqsconsumer.WithDuplicateHook(handler.logDuplicate))
+		sqsconsumer.WithDuplicateHook(handler.LogDuplicate))
 	if err != nil {
 		logger.Error("invalid idempotency options", "error", err)
 		return exitConfig
@@ -252,7 +253,7 @@ func runWith(ctx context.Context, getenv func(string) string, stderr io.Writer, 
 		// The library logs what needs attention (lost leases, panics,
 		// receive failures); the observer adds one line per message.
 		sqsconsumer.WithLogger(logger),
-		sqsconsumer.WithObserver(logObserver{logger}),
+		sqsconsumer.WithObserver(orders.Observer{Log: logger}),
 	}
 	if s.visibility > 0 {
 		opts = append(opts, sqsconsumer.WithVisibilityTimeout(s.visibility))

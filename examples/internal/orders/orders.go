@@ -1,4 +1,6 @@
-package main
+// Package orders is the handler the examples share: examples/worker runs it
+// in a Consumer, examples/lambda in AWS Lambda, unchanged.
+package orders
 
 import (
 	"context"
@@ -11,46 +13,46 @@ import (
 	"github.com/sqskit/sqsconsumer"
 )
 
-// order is the example message body, one JSON object:
+// Order is the example message body, one JSON object:
 //
 //	{"order_id": "o-1001", "amount_cents": 2599}
 //
 // OrderID is required; other fields are ignored.
-type order struct {
+type Order struct {
 	OrderID     string `json:"order_id"`
 	AmountCents int64  `json:"amount_cents"`
 }
 
-// errMalformed marks a message that no retry will fix.
-var errMalformed = errors.New("malformed order")
+// ErrMalformed marks a message that no retry will fix.
+var ErrMalformed = errors.New("malformed order")
 
-// parseOrder decodes a message body. Its errors wrap errMalformed.
-func parseOrder(body string) (order, error) {
-	var o order
+// Parse decodes a message body. Its errors wrap ErrMalformed.
+func Parse(body string) (Order, error) {
+	var o Order
 	if err := json.Unmarshal([]byte(body), &o); err != nil {
-		return order{}, fmt.Errorf("%w: %v", errMalformed, err)
+		return Order{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	if o.OrderID == "" {
-		return order{}, fmt.Errorf("%w: no order_id", errMalformed)
+		return Order{}, fmt.Errorf("%w: no order_id", ErrMalformed)
 	}
 	return o, nil
 }
 
-// orderKey is the idempotency key of a message: its order ID, so that two
+// Key is the idempotency key of a message: its order ID, so that two
 // messages about the same order (a redelivery, or a producer that sent the
 // order twice) are processed once. The prefix keeps the keys apart from
 // other kinds of work in a shared store. A malformed body fails the
 // message before the handler runs.
-func orderKey(m *sqsconsumer.Message) (string, error) {
-	o, err := parseOrder(m.Body)
+func Key(m *sqsconsumer.Message) (string, error) {
+	o, err := Parse(m.Body)
 	if err != nil {
 		return "", err
 	}
 	return "order:" + o.OrderID, nil
 }
 
-// orderHandler is the example handler: it decodes an order and "processes"
-// it (waits work). Replace it with your own.
+// Handler is the example handler: it decodes an order and "processes"
+// it (waits Work). Replace it with your own.
 //
 // What it shows:
 //   - A body that can never be processed is failed, not deleted: the
@@ -60,27 +62,27 @@ func orderKey(m *sqsconsumer.Message) (string, error) {
 //     ends.)
 //   - The context is honoured: it is cancelled when the lease is lost or
 //     the shutdown budget runs out, and context.Cause says which.
-//   - It runs inside the NewIdempotent middleware (see runWith), keyed on the
+//   - It runs inside the NewIdempotent middleware (examples/worker's runWith, examples/lambda's newHandler), keyed on the
 //     order ID: an order already processed is skipped, so a redelivery or a
 //     second message about the same order does not process it again. The
 //     work itself should still tolerate a repeat: a handler cut off by
 //     SIGKILL after its effect and before the completion was recorded runs
 //     again elsewhere.
-type orderHandler struct {
-	log  *slog.Logger
-	work time.Duration
+type Handler struct {
+	Log  *slog.Logger  // where processed and duplicate orders are logged
+	Work time.Duration // the stand-in for real work: how long each order takes
 }
 
 // HandleMessage processes one order.
-func (h orderHandler) HandleMessage(ctx context.Context, m *sqsconsumer.Message) error {
-	o, err := parseOrder(m.Body)
+func (h Handler) HandleMessage(ctx context.Context, m *sqsconsumer.Message) error {
+	o, err := Parse(m.Body)
 	if err != nil {
 		return err
 	}
 
 	// The real work goes here: call services with ctx so that they stop
 	// when it is cancelled.
-	t := time.NewTimer(h.work)
+	t := time.NewTimer(h.Work)
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -88,7 +90,7 @@ func (h orderHandler) HandleMessage(ctx context.Context, m *sqsconsumer.Message)
 		return fmt.Errorf("order %s: %w", o.OrderID, context.Cause(ctx))
 	}
 
-	h.log.LogAttrs(ctx, slog.LevelInfo, "order processed",
+	h.Log.LogAttrs(ctx, slog.LevelInfo, "order processed",
 		slog.String("order_id", o.OrderID),
 		slog.Int64("amount_cents", o.AmountCents),
 		slog.String("message_id", m.ID),
@@ -96,34 +98,34 @@ func (h orderHandler) HandleMessage(ctx context.Context, m *sqsconsumer.Message)
 	return nil
 }
 
-// logDuplicate is the NewIdempotent middleware's duplicate hook: it logs an
+// LogDuplicate is the NewIdempotent middleware's duplicate hook: it logs an
 // order skipped because it was already processed. The message is then
 // deleted.
-func (h orderHandler) logDuplicate(ctx context.Context, m *sqsconsumer.Message, _ []byte) error {
-	o, err := parseOrder(m.Body)
+func (h Handler) LogDuplicate(ctx context.Context, m *sqsconsumer.Message, _ []byte) error {
+	o, err := Parse(m.Body)
 	if err != nil {
 		return err // cannot happen: the key was derived from this body
 	}
-	h.log.LogAttrs(ctx, slog.LevelInfo, "duplicate order skipped",
+	h.Log.LogAttrs(ctx, slog.LevelInfo, "duplicate order skipped",
 		slog.String("order_id", o.OrderID),
 		slog.String("message_id", m.ID),
 		slog.Int("receive_count", m.ReceiveCount))
 	return nil
 }
 
-// logObserver logs each message's outcome: failures at warn, deletes at
+// Observer logs each message's outcome: failures at warn, deletes at
 // debug, with the time since the message was received; the rest of a
 // message's life at debug. Problems with the lease itself are logged by the
 // library through WithLogger.
-type logObserver struct{ log *slog.Logger }
+type Observer struct{ Log *slog.Logger }
 
 // Observe logs e.
-func (o logObserver) Observe(e sqsconsumer.Event) {
+func (o Observer) Observe(e sqsconsumer.Event) {
 	level := slog.LevelDebug
 	if e.Kind == sqsconsumer.EventFailed {
 		level = slog.LevelWarn
 	}
-	if !o.log.Enabled(context.Background(), level) {
+	if !o.Log.Enabled(context.Background(), level) {
 		return
 	}
 	attrs := []slog.Attr{
@@ -141,5 +143,5 @@ func (o logObserver) Observe(e sqsconsumer.Event) {
 	if e.Err != nil {
 		attrs = append(attrs, slog.String("error", e.Err.Error()))
 	}
-	o.log.LogAttrs(context.Background(), level, "message "+e.Kind.String(), attrs...)
+	o.Log.LogAttrs(context.Background(), level, "message "+e.Kind.String(), attrs...)
 }
