@@ -451,7 +451,10 @@ func TestShutdownNeverAbandonsALongPoll(t *testing.T) {
 				}()
 				time.Sleep(500 * time.Millisecond)
 				require.False(t, stopped.Load(), "Run waits for the polls in flight")
-				ids := b.send(t, 20) // they reach the polls after the shutdown began
+				// They reach the poll after the shutdown began, all at the
+				// same virtual instant (a delay, not one send after another,
+				// which the poll could answer part-way through).
+				ids := b.send(t, 20, sqstest.WithDelay(100*time.Millisecond))
 				time.Sleep(time.Second)
 				synctest.Wait()
 				taken := 0
