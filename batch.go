@@ -57,7 +57,7 @@ func (f BatchFailures) Error() string {
 }
 
 // Batch turns a BatchHandler into a Handler for New: each message runs
-// through the Consumer's middleware on its own (so Idempotent skips a
+// through the Consumer's middleware on its own (so NewIdempotent's middleware skips a
 // duplicate, which then counts as succeeded, and ties each claim to its own
 // lease), then joins a batch; h gets up to size messages, gathered for at
 // most window after the first one joined. Each message keeps its lease and
@@ -72,6 +72,11 @@ func (f BatchFailures) Error() string {
 // later message of that group this Consumer holds fails too, without
 // running, and is released at once (RetryAfter 0): SQS then hands the
 // group out again from the failed message.
+//
+// When the Consumer's shutdown begins, no batch forms any more: messages
+// still gathering are handed back at once (visibility 0, their result
+// ErrShutdown), like messages that never started; batches already sent
+// run on under the shutdown budget.
 //
 // size is 1 to 10,000 and must not exceed the Consumer's concurrency (each
 // message in a batch holds a handler slot); window is 0 (send a batch as
@@ -105,6 +110,27 @@ const (
 // an earlier message of its group failed: it is released at once.
 var errEarlierFailed = errors.New("sqsconsumer: an earlier message of its FIFO group failed; released without running to keep the group's order")
 
+// errGatheringAtShutdown is the result of a message still gathering for a
+// batch when the Consumer's shutdown began: its batch handler never ran,
+// so, like any unstarted message, it is handed back to SQS at once
+// (visibility 0) rather than waiting out the shutdown budget.
+var errGatheringAtShutdown = RetryAfter(fmt.Errorf("%w: still gathering for a batch", ErrShutdown), 0)
+
+// shutdown stops forming batches: the members of the forming batch leave
+// it with errGatheringAtShutdown, and so does any message that joins
+// later. Batches already sent run to the end under the shutdown budget.
+func (b *batcher) shutdown() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stopping = true
+	if bt := b.forming; bt != nil {
+		for _, mb := range slices.Clone(bt.members) {
+			b.finishLocked(mb, errGatheringAtShutdown)
+		}
+		b.closeLocked(bt)
+	}
+}
+
 // batcher is the Handler Batch returns: HandleMessage joins the message to
 // a forming batch and waits for its result. One goroutine among the
 // members of a batch (the first to see it due) runs h for all of them.
@@ -120,6 +146,9 @@ type batcher struct {
 
 	mu      sync.Mutex
 	forming *hbatch
+	// stopping is set when the Consumer's shutdown begins: no batch is
+	// formed any more, and messages still gathering leave at once.
+	stopping bool
 	// FIFO: each held message of a group, in delivery order, from
 	// dispatch until its lease ends.
 	fifo   map[*Lease]*member
@@ -251,6 +280,10 @@ func (b *batcher) advanceLocked(g string) {
 
 // admitLocked adds mb to the forming batch, starting one if none is.
 func (b *batcher) admitLocked(mb *member) {
+	if b.stopping {
+		b.finishLocked(mb, errGatheringAtShutdown) // no batch forms after the shutdown began
+		return
+	}
 	if b.forming == nil {
 		bt := &hbatch{due: make(chan struct{})}
 		b.forming = bt
@@ -299,6 +332,11 @@ func (b *batcher) HandleMessage(ctx context.Context, m *Message) error {
 		mb = newMember(m)
 	}
 	if mb.finished { // poisoned before its middleware finished
+		b.mu.Unlock()
+		return mb.err
+	}
+	if b.stopping && !mb.running {
+		b.finishLocked(mb, errGatheringAtShutdown)
 		b.mu.Unlock()
 		return mb.err
 	}

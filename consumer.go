@@ -1039,6 +1039,9 @@ func (c *Consumer) shutdown() {
 	c.cancelProbe()
 	c.mu.Lock()
 	c.stopping.Store(true)
+	if c.batch != nil {
+		c.batch.shutdown() // messages gathering for a batch are handed back at once
+	}
 	var unstarted []*Lease
 	for g, q := range c.groups {
 		if len(q) > 1 {
