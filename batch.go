@@ -472,7 +472,7 @@ func (b *batcher) observe(msgs []*Message, begun time.Time, err error) {
 		return
 	}
 	now := time.Now()
-	observe(b.observer, b.logger, Event{Kind: EventBatch, QueueURL: b.queueURL, Time: now, Err: err, Batch: msgs, Duration: now.Sub(begun)})
+	observe(b.observer, b.logger, Event{Kind: EventBatch, QueueURL: b.queueURL, Time: now, Err: err, Batch: msgs, SinceStart: now.Sub(begun)})
 }
 
 // batchContext is the context of one call of h: cancelled when a member's

@@ -149,7 +149,7 @@ func TestBatchPartialFailures(t *testing.T) {
 		failedBatches := 0
 		for _, e := range batchEvents {
 			require.NotEmpty(t, e.Batch)
-			require.Equal(t, time.Second, e.Duration)
+			require.Equal(t, time.Second, e.SinceStart)
 			if e.Err != nil {
 				failedBatches++
 			}

@@ -26,7 +26,7 @@ const (
 	EventReleased                            // visibility was set for a redelivery (Visibility = when)
 	EventDone                                // a Consumer's delivery ended: always its last event (see below)
 	EventDeadLettered                        // a Permanent error's message was sent to the dead-letter queue (Err = the handler's error); its delete follows
-	EventBatch                               // a BatchHandler returned (Batch = its messages, Duration = its time, Err = its error)
+	EventBatch                               // a BatchHandler returned (Batch = its messages, SinceStart = its time, Err = its error)
 )
 
 var eventNames = [...]string{
@@ -85,7 +85,8 @@ type Event struct {
 	SinceReceive time.Duration
 	// SinceStart is Time minus the moment the handler was called, 0 before
 	// that (and for a Lease made with NewLease). On EventSucceeded and
-	// EventFailed it is the handler's running time.
+	// EventFailed it is the handler's running time, and on EventBatch the
+	// BatchHandler's.
 	SinceStart time.Duration
 	// Visibility is the timeout SQS accepted, for EventRenewed and
 	// EventReleased.
@@ -99,8 +100,6 @@ type Event struct {
 	// Batch holds the messages of the call, for EventBatch (MessageID
 	// and Message are then empty); the slice must not be modified.
 	Batch []*Message
-	// Duration is how long the BatchHandler ran, for EventBatch.
-	Duration time.Duration
 }
 
 // Observer is told of every Event. Observe is called synchronously from the

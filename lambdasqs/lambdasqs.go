@@ -702,7 +702,7 @@ func (a *adapter) callBatch(base context.Context, batch []*record, cutoff time.T
 	}
 	if a.cfg.observer != nil {
 		now := time.Now()
-		a.safeObserve(sqsconsumer.Event{Kind: sqsconsumer.EventBatch, QueueURL: batch[0].queueURL, Time: now, Err: err, Batch: msgs, Duration: now.Sub(begun)})
+		a.safeObserve(sqsconsumer.Event{Kind: sqsconsumer.EventBatch, QueueURL: batch[0].queueURL, Time: now, Err: err, Batch: msgs, SinceStart: now.Sub(begun)})
 	}
 	return out
 }
