@@ -174,7 +174,11 @@ func (f *flow) countsLocked(now time.Time) flowCounts {
 	conc := f.conc
 	if f.member != nil {
 		// In a fleet, receive for the slots the flow is entitled to.
-		conc = min(conc, f.member.Share())
+		share := f.member.Share()
+		if f.idleLocked() {
+			share = max(share, 1) // an idle queue keeps one poll going to notice traffic
+		}
+		conc = min(conc, share)
 	}
 	c := flowCounts{
 		conc: conc, batch: f.batch,
@@ -324,10 +328,21 @@ func (f *flow) demandLocked() int {
 	switch {
 	case f.stopped || f.paused, f.gate != nil && f.gate(0) == 0:
 		return 0
-	case f.running == 0 && f.waiting == 0 && (f.quiet || !f.full):
-		return 1
+	case f.idleLocked():
+		// An idle queue claims no share of the budget: its one long poll
+		// runs anyway (see countsLocked), and a message it brings gets a
+		// slot in its turn. A share of 1 would keep a slot from the queues
+		// with work for as long as it stays idle.
+		return 0
 	}
 	return f.conc
+}
+
+// idleLocked reports whether the flow holds no message. A full last
+// receive is no proof of a backlog: the queue may have just drained, and
+// the long poll in flight may wait out its whole wait time.
+func (f *flow) idleLocked() bool {
+	return f.running == 0 && f.waiting == 0
 }
 
 // tellLocked tells the fleet's budget, if any, what the flow could use
