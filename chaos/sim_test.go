@@ -33,10 +33,11 @@ import (
 )
 
 var (
-	simSeedFlag = flag.Uint64("sim.seed", 0, "seed of the simulation's random draws; 0 picks one and prints it")
-	simNFlag    = flag.Int("sim.n", 0, "messages the simulation sends (default 100,000; 10,000 with -short or -race)")
-	simHeapFlag = flag.String("sim.heapprofile", "", "write heap profiles (pprof) to FILE.5 and FILE.9, after half and nine tenths of the messages")
-	simHistFlag = flag.Int("sim.history", simHistoryLimit, "sqstest WithHistoryLimit of the simulation's server (0: keep every message's history)")
+	simSeedFlag  = flag.Uint64("sim.seed", 0, "seed of the simulation's random draws; 0 picks one and prints it")
+	simNFlag     = flag.Int("sim.n", 0, "messages the simulation sends (default 100,000; 10,000 with -short or -race)")
+	simHeapFlag  = flag.String("sim.heapprofile", "", "write heap profiles (pprof) to FILE.5 and FILE.9, after half and nine tenths of the messages")
+	simHistFlag  = flag.Int("sim.history", simHistoryLimit, "sqstest WithHistoryLimit of the simulation's server (0: keep every message's history)")
+	simFaultFlag = flag.Float64("sim.faults", 0.01, "share of calls faulted, and of handler calls whose lease the server expires (0 to 0.5)")
 )
 
 // simHistoryLimit is the history the simulation's server keeps of messages
@@ -70,7 +71,7 @@ func defaultSimCfg(n int) simCfg {
 		lease:      30 * time.Second,
 		maxLease:   80 * time.Second,
 		backlog:    2000,
-		faultRate:  0.01,
+		faultRate:  *simFaultFlag,
 		crashEvery: 3 * time.Minute,
 		history:    *simHistFlag,
 	}
@@ -83,6 +84,7 @@ func defaultSimCfg(n int) simCfg {
 // the heap flat as messages flow.
 func TestSimulation(t *testing.T) {
 	require.GreaterOrEqual(t, *simNFlag, 0, "-sim.n must be a positive number of messages (0: the default)")
+	require.True(t, *simFaultFlag >= 0 && *simFaultFlag <= 0.5, "-sim.faults must be between 0 and 0.5")
 	require.GreaterOrEqual(t, *simHistFlag, 0, "-sim.history must be 0 (keep every message's history) or a positive limit")
 	n := *simNFlag
 	if n == 0 {
@@ -283,6 +285,9 @@ type simMsg struct {
 	ev          []evidence
 	handles     []string
 	deletedAt   time.Time // first delete the library confirmed
+	// trace is what the processes' observers saw of it (kind, process,
+	// time, error), printed with a late overlap to explain it.
+	trace []string
 }
 
 // simProc is one simulated process: a Consumer with its own client and
@@ -499,8 +504,8 @@ func (s *sim) end(rec *simMsg, r *simRun, done bool) bool {
 	switch {
 	case r.mustEndBy.IsZero() || !now.After(r.mustEndBy):
 	case !now.After(r.mustEndBy.Add(lateSlack)):
-		s.res.lateOverlaps = append(s.res.lateOverlaps, fmt.Sprintf("message %d: process %d's handler ran until %v, %v more than a lease after another handler started",
-			rec.idx, p.id, now, now.Sub(r.mustEndBy)))
+		s.res.lateOverlaps = append(s.res.lateOverlaps, fmt.Sprintf("message %d: process %d's handler (from %v) ran until %v, %v more than a lease after another handler started\n%s",
+			rec.idx, p.id, r.start.Format("15:04:05.000"), now.Format("15:04:05.000"), now.Sub(r.mustEndBy), s.explainLocked(rec)))
 	default:
 		s.violate("message %d: process %d's handler ran until %v, more than a lease after another handler started (by %v)", rec.idx, p.id, now, r.mustEndBy)
 	}
@@ -541,6 +546,20 @@ type simObserver struct {
 
 func (o simObserver) Observe(e sqsconsumer.Event) {
 	s := o.s
+	if e.MessageID != "" {
+		s.mu.Lock()
+		if m := s.open[e.MessageID]; m != nil && len(m.trace) < 200 {
+			t := fmt.Sprintf("%s p%d %s", e.Time.Format("15:04:05.000"), o.p.id, e.Kind)
+			if e.Kind == sqsconsumer.EventReceived || e.Kind == sqsconsumer.EventAdopted {
+				t += " " + tail8(e.Message.Lease.ReceiptHandle())
+			}
+			if e.Err != nil {
+				t += fmt.Sprintf(" (%v)", e.Err)
+			}
+			m.trace = append(m.trace, t)
+		}
+		s.mu.Unlock()
+	}
 	switch e.Kind {
 	case sqsconsumer.EventReceived, sqsconsumer.EventAdopted:
 		h := e.Message.Lease.ReceiptHandle()
@@ -860,4 +879,31 @@ func runSim(t *testing.T, seed uint64, cfg simCfg) simResult {
 func (s *sim) crashGap(k uint64) time.Duration {
 	u := s.unit(tagCrash, k, 2)
 	return time.Duration(-math.Log(1-u) * float64(s.cfg.crashEvery))
+}
+
+// explainLocked is the story of m for a report: what the processes'
+// observers saw, the evidence, and the server's receives and visibility
+// changes.
+func (s *sim) explainLocked(m *simMsg) string {
+	var b strings.Builder
+	for _, t := range m.trace {
+		fmt.Fprintf(&b, "    observed %s\n", t)
+	}
+	for _, e := range m.ev {
+		fmt.Fprintf(&b, "    evidence %s %s\n", e.at.Format("15:04:05.000"), evNames[e.kind])
+	}
+	if st, ok := s.srv.Message(s.url, m.id); ok {
+		for _, r := range st.Receives {
+			fmt.Fprintf(&b, "    server receive %s %s for %v\n", r.At.Format("15:04:05.000"), tail8(r.ReceiptHandle), r.VisibilityTimeout)
+		}
+		for _, c := range st.VisibilityChanges {
+			fmt.Fprintf(&b, "    server visibility %s %s to %v %s\n", c.At.Format("15:04:05.000"), tail8(c.ReceiptHandle), c.Timeout, c.Err)
+		}
+	}
+	return b.String()
+}
+
+// tail8 is the tail of a receipt handle, enough to tell handles apart.
+func tail8(h string) string {
+	return h[max(0, len(h)-8):]
 }

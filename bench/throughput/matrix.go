@@ -29,11 +29,37 @@ var rowTarget = time.Second
 // duration handler on this machine: c/h, or the CPU ceiling (the raw loop's
 // rate at RTT 0, no handler) if that is lower. The RTT is not in it: a
 // client that receives ahead of its handlers hides the RTT entirely.
+// handler is what a handler call really takes here (see slotTime), not
+// what it asks for: a timer of 5 ms fires after 5.2–5.7 ms on a busy VM.
 func ideal(handler time.Duration, concurrency int, ceiling float64) float64 {
 	if handler <= 0 {
 		return ceiling
 	}
 	return min(float64(concurrency)/handler.Seconds(), ceiling)
+}
+
+// slotTime is the mean time a handler call of d really takes on this
+// machine when concurrency of them run at once and nothing else does:
+// each of concurrency goroutines calls work(d) in a loop for about half a
+// second (at least 20 calls). It is the handler time of a row's ideal.
+func slotTime(d time.Duration, concurrency int) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	calls := max(20, int(500*time.Millisecond/d))
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range calls {
+				_ = work(context.Background(), d)
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(start) / time.Duration(calls)
 }
 
 // rowMessages is how many messages a row drains.
@@ -51,6 +77,7 @@ type cell struct {
 // matrixRow is one row of the matrix.
 type matrixRow struct {
 	handler     time.Duration
+	slot        time.Duration // what a handler call of handler really took (slotTime)
 	concurrency int
 	messages    int
 	ideal       float64
@@ -128,7 +155,7 @@ func runMatrix(ctx context.Context, out io.Writer, cfg benchConfig) error {
 		r.failures = failures
 		results = append(results, r)
 	}
-	fmt.Fprintf(out, "CPU ceiling (raw loop at RTT 0, %d pollers, no handler): %.0f msg/s; ideal = min(C/handler, ceiling)\n\n", cfg.Pollers, ceiling)
+	fmt.Fprintf(out, "CPU ceiling (raw loop at RTT 0, %d pollers, no handler): %.0f msg/s; ideal = min(C/takes, ceiling), where takes is what one handler call really took with C of them running at once and nothing else\n\n", cfg.Pollers, ceiling)
 	for _, r := range results {
 		reportRTT(out, r, cfg)
 	}
@@ -204,7 +231,8 @@ func measureAtRTT(ctx context.Context, b *bench, cfg benchConfig, ceiling *float
 	for _, h := range cfg.Handlers {
 		for _, c := range cfg.Concurrency {
 			w := workload{handler: h, concurrency: c, visibility: benchVisibility, wait: cfg.Wait}
-			row := matrixRow{handler: h, concurrency: c, ideal: ideal(h, c, *ceiling)}
+			slot := slotTime(h, c)
+			row := matrixRow{handler: h, slot: slot, concurrency: c, ideal: ideal(slot, c, *ceiling)}
 			row.messages = rowMessages(row.ideal, cfg.Messages)
 			ms := make([][]measurement, len(contenders))
 			for round := range cfg.Rounds {
@@ -264,14 +292,14 @@ func reportRTT(out io.Writer, r *rttResult, cfg benchConfig) {
 	fmt.Fprintf(out, "RTT %v (%s): raw loop (%d pollers, no handler) %.0f msg/s, %.3f calls/msg\n",
 		r.rtt, r.where, cfg.Pollers, r.rawRate, r.rawCalls)
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(w, "RTT\thandler\tC\tmsgs\tideal msg/s\t")
+	fmt.Fprint(w, "RTT\thandler\ttakes\tC\tmsgs\tideal msg/s\t")
 	contenders := rowContenders()
 	for _, c := range contenders {
 		fmt.Fprintf(w, "%s msg/s\tx ideal\tcalls/msg\t", c.name)
 	}
 	fmt.Fprintln(w)
 	for _, row := range r.rows {
-		fmt.Fprintf(w, "%v\t%v\t%d\t%d\t%.0f\t", r.rtt, row.handler, row.concurrency, row.messages, row.ideal)
+		fmt.Fprintf(w, "%v\t%v\t%v\t%d\t%d\t%.0f\t", r.rtt, row.handler, row.slot.Round(10*time.Microsecond), row.concurrency, row.messages, row.ideal)
 		for _, c := range row.cells {
 			fmt.Fprintf(w, "%.0f\t%.2f\t%.3f\t", c.rate, c.rate/row.ideal, c.calls)
 		}

@@ -43,9 +43,9 @@ func TestMatrix(t *testing.T) {
 	rows := 0
 	for _, line := range strings.Split(s, "\n") {
 		f := strings.Fields(line)
-		if len(f) == 5+3*3 && (f[0] == "0s" || f[0] == "2ms") {
+		if len(f) == 6+3*3 && (f[0] == "0s" || f[0] == "2ms") {
 			rows++
-			require.Equal(t, "200", f[3], "messages per row: "+line)
+			require.Equal(t, "200", f[4], "messages per row: "+line)
 		}
 	}
 	require.Equal(t, 4, rows)
