@@ -56,8 +56,12 @@
 //   - naive: C goroutines, each receiving 10 and handling them one by one,
 //     with a DeleteMessage after each.
 //
-// The raw loop runs once per RTT; at RTT 0 its rate is the CPU ceiling,
-// and each row's ideal is min(C/handler, ceiling). The report gives each
+// The raw loop runs once per RTT; at RTT 0 its rate is the CPU ceiling. At
+// a longer RTT it runs again with pollers enough to cover the round trips,
+// and the lower of the two rates is that RTT's ceiling. Each row's ideal is
+// min(C/takes, ceiling), where takes is what a handler call really takes
+// on this machine with C of them at once and nothing else running (a 5 ms
+// timer fires after 5.2-5.7 ms on a busy VM). The report gives each
 // contender's messages per second, its ratio to the ideal and its API calls
 // per message. Then the overrun case (-overrun messages, default 40, 0
 // skips it) runs the three at once, at the largest RTT, with a lease of 3 s
