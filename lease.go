@@ -202,7 +202,9 @@ func NewLease(c Client, queueURL string, m types.Message, opts ...LeaseOption) (
 		lease = defaultVisibilityTimeout
 	}
 	cfg, err := s.leaseConfig(lease)
-	errs = append(errs, err)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
