@@ -264,6 +264,11 @@ type adapter struct {
 	batch   sqsconsumer.BatchHandler // WrapBatch's
 }
 
+// joinOnly reports whether WrapBatch's chain is join alone (no
+// middleware): every record then joins at once, so one goroutine runs the
+// batch (runJoined) instead of a goroutine per record and gather.
+func (a *adapter) joinOnly() bool { return len(a.cfg.middleware) == 0 }
+
 // record is one record's state during an invocation. The records of an
 // invocation are allocated together.
 type record struct {
@@ -337,9 +342,16 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	}()
 
 	var wg sync.WaitGroup
-	if a.batch != nil {
+	switch {
+	case a.batch != nil && a.joinOnly():
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.runJoined(ctx, recs, fifo, cutoff)
+		}()
+	case a.batch != nil:
 		a.runBatch(ctx, recs, fifo, cutoff, &wg)
-	} else {
+	default:
 		a.runEach(recs, fifo, &wg)
 	}
 	// Wait for every record, or the cutoff and then half the reserve.
@@ -359,9 +371,11 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 
 	failedFrom := len(recs)
 	for i, r := range recs {
-		err := fmt.Errorf("%w (still running at the cutoff)", ErrDeadline)
+		var err error
 		if r.finished.Load() {
 			err = r.err
+		} else {
+			err = fmt.Errorf("%w (still running at the cutoff)", ErrDeadline)
 		}
 		if err == nil && r.lease.Err() != nil {
 			err = r.lease.Err() // handed to someone else meanwhile
@@ -553,6 +567,49 @@ func call(ctx context.Context, h sqsconsumer.Handler, m *sqsconsumer.Message) (e
 		}
 	}()
 	return h.HandleMessage(ctx, m)
+}
+
+// runJoined is WrapBatch's handling when the chain is join alone: what
+// runBatch, join and gather do then, on one goroutine. The records start
+// in order; one whose context ended before (the cutoff, or its lease)
+// fails with the cause, and on a FIFO queue the records after it fail
+// with errEarlierFailed; the others go to the batch handler together.
+func (a *adapter) runJoined(base context.Context, recs []*record, fifo bool, cutoff time.Time) {
+	batch := make([]*record, 0, len(recs))
+	stop := false
+	for _, r := range recs {
+		if err := context.Cause(r.ctx); err != nil && r.ctx.Err() != nil {
+			a.observe(sqsconsumer.EventFailed, r, err)
+			r.finish(err)
+			stop = stop || fifo
+			continue
+		}
+		a.observe(sqsconsumer.EventStarted, r, nil)
+		if stop {
+			a.observe(sqsconsumer.EventFailed, r, errEarlierFailed)
+			r.finish(errEarlierFailed)
+			continue
+		}
+		batch = append(batch, r)
+	}
+	if len(batch) == 0 {
+		return
+	}
+	results := a.callBatch(base, batch, cutoff)
+	failed := false
+	for i, r := range batch {
+		err := results[i]
+		if fifo && failed {
+			err = errEarlierFailed
+		}
+		failed = failed || err != nil
+		if err != nil {
+			a.observe(sqsconsumer.EventFailed, r, err)
+		} else {
+			a.observe(sqsconsumer.EventSucceeded, r, nil)
+		}
+		r.finish(err)
+	}
 }
 
 // runBatch starts WrapBatch's handling: every record's chain at once; the
