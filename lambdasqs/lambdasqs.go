@@ -36,7 +36,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -341,29 +340,27 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		}
 	}()
 
-	var wg sync.WaitGroup
+	var g group
 	switch {
 	case a.batch != nil && a.joinOnly():
-		wg.Add(1)
+		g.start(1)
 		go func() {
-			defer wg.Done()
+			defer g.done()
 			a.runJoined(ctx, recs, fifo, cutoff)
 		}()
 	case a.batch != nil:
-		a.runBatch(ctx, recs, fifo, cutoff, &wg)
+		a.runBatch(ctx, recs, fifo, cutoff, &g)
 	default:
-		a.runEach(recs, fifo, &wg)
+		a.runEach(recs, fifo, &g)
 	}
 	// Wait for every record, or the cutoff and then half the reserve.
-	all := make(chan struct{})
-	go func() { wg.Wait(); close(all) }()
 	timer := time.NewTimer(time.Until(cutoff))
 	select {
-	case <-all:
+	case <-g.all:
 	case <-timer.C:
 		timer.Reset(a.cfg.reserve / 2)
 		select {
-		case <-all:
+		case <-g.all:
 		case <-timer.C:
 		}
 	}
@@ -395,6 +392,30 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		}
 	}
 	return resp, nil
+}
+
+// group counts an invocation's goroutines; the last one to return closes
+// all (a goroutine waiting on a WaitGroup to close it cost a goroutine and
+// a wake-up per invocation).
+type group struct {
+	left atomic.Int32
+	all  chan struct{}
+}
+
+// start sets how many goroutines there are, before the first one starts.
+func (g *group) start(n int) {
+	g.all = make(chan struct{})
+	g.left.Store(int32(n))
+	if n == 0 {
+		close(g.all)
+	}
+}
+
+// done is called by each goroutine when it returns.
+func (g *group) done() {
+	if g.left.Add(-1) == 0 {
+		close(g.all)
+	}
 }
 
 // leaseSetup is what the records of one invocation share: the lease
@@ -507,11 +528,11 @@ func toSQS(e *events.SQSMessage) types.Message {
 // runEach starts Wrap's handling: a goroutine per record on a standard
 // queue (at most the configured concurrency at once), one goroutine in
 // order on a FIFO queue, stopping at the first failure.
-func (a *adapter) runEach(recs []*record, fifo bool, wg *sync.WaitGroup) {
+func (a *adapter) runEach(recs []*record, fifo bool, g *group) {
 	if fifo {
-		wg.Add(1)
+		g.start(1)
 		go func() {
-			defer wg.Done()
+			defer g.done()
 			var failed bool
 			for _, r := range recs {
 				if failed {
@@ -528,10 +549,10 @@ func (a *adapter) runEach(recs []*record, fifo bool, wg *sync.WaitGroup) {
 	if a.cfg.concurrency > 0 && a.cfg.concurrency < len(recs) {
 		sem = make(chan struct{}, a.cfg.concurrency)
 	}
-	wg.Add(len(recs))
+	g.start(len(recs))
 	for _, r := range recs {
 		go func() {
-			defer wg.Done()
+			defer g.done()
 			if sem != nil {
 				sem <- struct{}{}
 				defer func() { <-sem }()
@@ -615,24 +636,23 @@ func (a *adapter) runJoined(base context.Context, recs []*record, fifo bool, cut
 // runBatch starts WrapBatch's handling: every record's chain at once; the
 // records that reach join go to the batch handler together once every
 // record has joined or returned.
-func (a *adapter) runBatch(ctx context.Context, recs []*record, fifo bool, cutoff time.Time, wg *sync.WaitGroup) {
+func (a *adapter) runBatch(ctx context.Context, recs []*record, fifo bool, cutoff time.Time, g *group) {
 	inv := &invocation{recs: recs, byID: make(map[string]int, len(recs)), events: make(chan joinEvent, 2*len(recs))}
 	for i, r := range recs {
 		inv.byID[r.m.ID] = i
 	}
+	g.start(len(recs) + 1)
 	for i, r := range recs {
 		r.result = make(chan error, 1)
 		r.ctx = context.WithValue(r.ctx, invocationKey{}, inv)
-		wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer g.done()
 			a.handle(r, a.handler)
 			inv.events <- joinEvent{i: i}
 		}()
 	}
-	wg.Add(1)
 	go func() {
-		defer wg.Done()
+		defer g.done()
 		a.gather(ctx, inv, recs, fifo, cutoff)
 	}()
 }
