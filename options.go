@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"path"
 	"reflect"
+	"sync"
 	"time"
 )
 
@@ -88,16 +89,26 @@ func defaultSettings() settings {
 	}
 }
 
+// settingsPool holds the settings settingsFor fills.
+var settingsPool = sync.Pool{New: func() any { return new(settings) }}
+
 // settingsFor applies opts over the defaults and checks what New and
 // NewLease have in common: a client and a queue URL. Option errors stay in
 // the settings' errs, after these.
 func settingsFor[O Option](c Client, queueURL string, opts []O) (settings, []error) {
-	s := defaultSettings()
+	// The options write through a pointer the compiler cannot follow, so
+	// settings they fill would be allocated each time: NewLease, called
+	// for each record of a Lambda event, borrows them instead.
+	p := settingsPool.Get().(*settings)
+	*p = defaultSettings()
 	for _, o := range opts {
 		if any(o) != nil {
-			o.apply(&s)
+			o.apply(p)
 		}
 	}
+	s := *p
+	*p = settings{} // keep no observer or logger alive
+	settingsPool.Put(p)
 	var errs []error
 	if isNil(c) {
 		errs = append(errs, fmt.Errorf("%w: client is nil", ErrInvalidOption))
