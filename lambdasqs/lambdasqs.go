@@ -346,10 +346,10 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		g.start(1)
 		go func() {
 			defer g.done()
-			a.runJoined(ctx, recs, fifo, cutoff)
+			a.runJoined(ls.base, recs, fifo)
 		}()
 	case a.batch != nil:
-		a.runBatch(ctx, recs, fifo, cutoff, &g)
+		a.runBatch(ls.base, recs, fifo, cutoff, &g)
 	default:
 		a.runEach(recs, fifo, &g)
 	}
@@ -594,8 +594,9 @@ func call(ctx context.Context, h sqsconsumer.Handler, m *sqsconsumer.Message) (e
 // runBatch, join and gather do then, on one goroutine. The records start
 // in order; one whose context ended before (the cutoff, or its lease)
 // fails with the cause, and on a FIFO queue the records after it fail
-// with errEarlierFailed; the others go to the batch handler together.
-func (a *adapter) runJoined(base context.Context, recs []*record, fifo bool, cutoff time.Time) {
+// with errEarlierFailed; the others go to the batch handler together, in
+// base (the invocation's base context).
+func (a *adapter) runJoined(base context.Context, recs []*record, fifo bool) {
 	batch := make([]*record, 0, len(recs))
 	stop := false
 	for _, r := range recs {
@@ -616,7 +617,7 @@ func (a *adapter) runJoined(base context.Context, recs []*record, fifo bool, cut
 	if len(batch) == 0 {
 		return
 	}
-	results := a.callBatch(base, batch, cutoff)
+	results := a.callBatch(base, batch)
 	failed := false
 	for i, r := range batch {
 		err := results[i]
@@ -636,7 +637,7 @@ func (a *adapter) runJoined(base context.Context, recs []*record, fifo bool, cut
 // runBatch starts WrapBatch's handling: every record's chain at once; the
 // records that reach join go to the batch handler together once every
 // record has joined or returned.
-func (a *adapter) runBatch(ctx context.Context, recs []*record, fifo bool, cutoff time.Time, g *group) {
+func (a *adapter) runBatch(base context.Context, recs []*record, fifo bool, cutoff time.Time, g *group) {
 	inv := &invocation{recs: recs, byID: make(map[string]int, len(recs)), events: make(chan joinEvent, 2*len(recs))}
 	for i, r := range recs {
 		inv.byID[r.m.ID] = i
@@ -653,7 +654,7 @@ func (a *adapter) runBatch(ctx context.Context, recs []*record, fifo bool, cutof
 	}
 	go func() {
 		defer g.done()
-		a.gather(ctx, inv, recs, fifo, cutoff)
+		a.gather(base, inv, recs, fifo, cutoff)
 	}()
 }
 
@@ -680,7 +681,8 @@ func (a *adapter) join(ctx context.Context, m *sqsconsumer.Message) error {
 }
 
 // gather waits until every record joined or returned, then calls the
-// batch handler with the joined ones and hands out the results.
+// batch handler with the joined ones, in base (the invocation's base
+// context), and hands out the results.
 func (a *adapter) gather(base context.Context, inv *invocation, recs []*record, fifo bool, cutoff time.Time) {
 	const (
 		pending = iota
@@ -732,7 +734,7 @@ func (a *adapter) gather(base context.Context, inv *invocation, recs []*record, 
 	if len(batch) == 0 {
 		return
 	}
-	results := a.callBatch(base, batch, cutoff)
+	results := a.callBatch(base, batch)
 	failed := false
 	for i, r := range batch {
 		err := results[i]
@@ -745,14 +747,14 @@ func (a *adapter) gather(base context.Context, inv *invocation, recs []*record, 
 }
 
 // callBatch calls the batch handler for batch and returns each record's
-// result.
-func (a *adapter) callBatch(base context.Context, batch []*record, cutoff time.Time) []error {
+// result. ctx is the invocation's base context, cancelled at the cutoff
+// with ErrDeadline (the batch can outlive the invocation only past the
+// cutoff).
+func (a *adapter) callBatch(ctx context.Context, batch []*record) []error {
 	msgs := make([]*sqsconsumer.Message, len(batch))
 	for i, r := range batch {
 		msgs[i] = &r.m
 	}
-	ctx, cancel := context.WithDeadlineCause(context.WithoutCancel(base), cutoff, ErrDeadline)
-	defer cancel()
 	begun := time.Now()
 	err := func() (err error) {
 		defer func() {
