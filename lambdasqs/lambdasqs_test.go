@@ -499,3 +499,108 @@ func TestWrapBatchJoinOnly(t *testing.T) {
 		})
 	}
 }
+
+// A record that cannot be leased (here: not from an SQS queue) is
+// reported failed and the others run; an event of such records only, or
+// an empty one, returns at once with each of Wrap's and WrapBatch's ways.
+func TestUnusableRecords(t *testing.T) {
+	t.Parallel()
+	pass := func(next sqsconsumer.Handler) sqsconsumer.Handler { return next }
+	for _, tt := range []struct {
+		name string
+		wrap func(c sqsconsumer.Client, ran *[]string) (Handler, error)
+	}{
+		{"Wrap", func(c sqsconsumer.Client, ran *[]string) (Handler, error) {
+			var mu sync.Mutex
+			return Wrap(c, sqsconsumer.HandlerFunc(func(_ context.Context, m *sqsconsumer.Message) error {
+				mu.Lock()
+				defer mu.Unlock()
+				*ran = append(*ran, m.Body)
+				return nil
+			}))
+		}},
+		{"WrapBatch", func(c sqsconsumer.Client, ran *[]string) (Handler, error) {
+			return WrapBatch(c, func(_ context.Context, msgs []*sqsconsumer.Message) error {
+				for _, m := range msgs {
+					*ran = append(*ran, m.Body)
+				}
+				return nil
+			})
+		}},
+		{"WrapBatch with middleware", func(c sqsconsumer.Client, ran *[]string) (Handler, error) {
+			return WrapBatch(c, func(_ context.Context, msgs []*sqsconsumer.Message) error {
+				for _, m := range msgs {
+					*ran = append(*ran, m.Body)
+				}
+				return nil
+			}, WithMiddleware(pass))
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				mp := newMapping(t, "jobs", map[string]string{"VisibilityTimeout": "30"})
+				mp.send(t, "k1", "k2", "k3")
+				var ran []string
+				h, err := tt.wrap(mp.client, &ran)
+				require.NoError(t, err)
+				ev := mp.receive(t, 10)
+				require.Len(t, ev.Records, 3)
+				ev.Records[1].EventSourceARN = "arn:aws:sns:us-east-1:123456789012:topic"
+				resp, err := h(context.Background(), ev)
+				require.NoError(t, err)
+				require.Equal(t, []string{ev.Records[1].Body}, bodiesOf(ev, failedIDs(resp)))
+				slices.Sort(ran)
+				want := []string{ev.Records[0].Body, ev.Records[2].Body}
+				slices.Sort(want)
+				require.Equal(t, want, ran)
+
+				for i := range ev.Records {
+					ev.Records[i].EventSourceARN = "arn:aws:sns:us-east-1:123456789012:topic"
+				}
+				ran = nil
+				resp, err = h(context.Background(), ev)
+				require.NoError(t, err)
+				require.Len(t, resp.BatchItemFailures, 3)
+				require.Empty(t, ran)
+
+				resp, err = h(context.Background(), events.SQSEvent{})
+				require.NoError(t, err)
+				require.NotNil(t, resp.BatchItemFailures)
+				require.Empty(t, resp.BatchItemFailures)
+			})
+		})
+	}
+}
+
+// WithConcurrency bounds the records of a standard queue's event handled
+// at once.
+func TestWrapConcurrency(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		mp := newMapping(t, "jobs", map[string]string{"VisibilityTimeout": "30"})
+		mp.send(t, "k1", "k2", "k3", "k4", "k5")
+		var mu sync.Mutex
+		running, most := 0, 0
+		h, err := Wrap(mp.client, sqsconsumer.HandlerFunc(func(context.Context, *sqsconsumer.Message) error {
+			mu.Lock()
+			running++
+			most = max(most, running)
+			mu.Unlock()
+			time.Sleep(time.Second)
+			mu.Lock()
+			running--
+			mu.Unlock()
+			return nil
+		}), WithConcurrency(2))
+		require.NoError(t, err)
+		ev := mp.receive(t, 10)
+		require.Len(t, ev.Records, 5)
+		start := time.Now()
+		resp, err := h(context.Background(), ev)
+		require.NoError(t, err)
+		require.Empty(t, resp.BatchItemFailures)
+		require.Equal(t, 2, most)
+		require.Equal(t, 3*time.Second, time.Since(start), "5 one-second records, 2 at a time")
+	})
+}
