@@ -202,7 +202,9 @@ func NewLease(c Client, queueURL string, m types.Message, opts ...LeaseOption) (
 		lease = defaultVisibilityTimeout
 	}
 	cfg, err := s.leaseConfig(lease)
-	errs = append(errs, err)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -211,8 +213,12 @@ func NewLease(c Client, queueURL string, m types.Message, opts ...LeaseOption) (
 	if at.IsZero() {
 		at = now.Add(-handoverSlack)
 	}
-	cfg.calls, cfg.queueURL = singleCalls{client: c, queueURL: queueURL}, queueURL
-	return newLease(m, at, now, &cfg), nil
+	// The lease, its message, its configuration and its calls in one
+	// allocation: a Lambda invocation makes a lease per record.
+	own := &ownLease{cfg: cfg, calls: singleCalls{client: c, queueURL: queueURL}}
+	own.cfg.calls, own.cfg.queueURL = &own.calls, queueURL
+	initLease(&own.leasedMessage, m, at, now, &own.cfg)
+	return &own.lease, nil
 }
 
 // leasedMessage puts a lease and its message in one allocation.
@@ -221,14 +227,27 @@ type leasedMessage struct {
 	msg   Message
 }
 
+// ownLease is a NewLease's lease with what it does not share.
+type ownLease struct {
+	leasedMessage
+	cfg   leaseConfig
+	calls singleCalls
+}
+
 // newLease makes a lease and its Message from raw. receivedAt is the
 // conservative estimate of when SQS handed the message over (see
 // HandoverTime): the lease clock starts there. arrived is when the answer
 // reached this process: statistics and events count from it. cfg must not
 // change afterwards (leases share it).
 func newLease(raw types.Message, receivedAt, arrived time.Time, cfg *leaseConfig) *Lease {
-	count, _ := strconv.ParseInt(raw.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)], 10, 32)
 	lm := &leasedMessage{}
+	initLease(lm, raw, receivedAt, arrived, cfg)
+	return &lm.lease
+}
+
+// initLease is newLease into lm, which must be zero.
+func initLease(lm *leasedMessage, raw types.Message, receivedAt, arrived time.Time, cfg *leaseConfig) {
+	count, _ := strconv.ParseInt(raw.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)], 10, 32)
 	l, m := &lm.lease, &lm.msg
 	*m = Message{
 		ID:                aws.ToString(raw.MessageId),
@@ -245,7 +264,6 @@ func newLease(raw types.Message, receivedAt, arrived time.Time, cfg *leaseConfig
 	l.receiveCount = int32(count)
 	l.deadline = receivedAt.Add(min(cfg.lease, cfg.maxLease))
 	l.nextRenew = l.deadline.Add(-(cfg.lease - cfg.interval))
-	return l
 }
 
 // Start begins heartbeating and returns a context derived from ctx that is

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"path"
 	"reflect"
+	"sync"
 	"time"
 )
 
@@ -88,16 +89,26 @@ func defaultSettings() settings {
 	}
 }
 
+// settingsPool holds the settings settingsFor fills.
+var settingsPool = sync.Pool{New: func() any { return new(settings) }}
+
 // settingsFor applies opts over the defaults and checks what New and
 // NewLease have in common: a client and a queue URL. Option errors stay in
 // the settings' errs, after these.
 func settingsFor[O Option](c Client, queueURL string, opts []O) (settings, []error) {
-	s := defaultSettings()
+	// The options write through a pointer the compiler cannot follow, so
+	// settings they fill would be allocated each time: NewLease, called
+	// for each record of a Lambda event, borrows them instead.
+	p := settingsPool.Get().(*settings)
+	*p = defaultSettings()
 	for _, o := range opts {
 		if any(o) != nil {
-			o.apply(&s)
+			o.apply(p)
 		}
 	}
+	s := *p
+	*p = settings{} // keep no observer or logger alive
+	settingsPool.Put(p)
 	var errs []error
 	if isNil(c) {
 		errs = append(errs, fmt.Errorf("%w: client is nil", ErrInvalidOption))
@@ -130,6 +141,9 @@ func checkQueueURL(queueURL string) error {
 	if queueURL == "" {
 		return fmt.Errorf("%w: queue URL is empty", ErrInvalidOption)
 	}
+	if plainQueueURL(queueURL) {
+		return nil
+	}
 	u, err := url.Parse(queueURL)
 	if err != nil || u.Scheme == "" || u.Host == "" {
 		return fmt.Errorf("%w: queue URL %q is not a URL: pass the queue's URL (such as https://sqs.us-east-1.amazonaws.com/123456789012/%s), not its name; GetQueueUrl turns a name into the URL",
@@ -139,6 +153,53 @@ func checkQueueURL(queueURL string) error {
 		return fmt.Errorf("%w: queue URL %q: scheme %q is not http or https", ErrInvalidOption, queueURL, u.Scheme)
 	}
 	return nil
+}
+
+// plainQueueURL reports whether u has the plain shape of every SQS queue
+// URL, http[s]://HOST[:PORT]/PATH with letters, digits, '.', '-' and '_'
+// in the host and those, '/' and '~' in the path: a URL checkQueueURL
+// accepts without parsing it (NewLease runs for each record of a Lambda
+// event). Anything else is left to url.Parse.
+func plainQueueURL(u string) bool {
+	var rest string
+	switch {
+	case len(u) > len("https://") && u[:len("https://")] == "https://":
+		rest = u[len("https://"):]
+	case len(u) > len("http://") && u[:len("http://")] == "http://":
+		rest = u[len("http://"):]
+	default:
+		return false
+	}
+	i := 0
+	for i < len(rest) && (isAlnum(rest[i]) || rest[i] == '.' || rest[i] == '-' || rest[i] == '_') {
+		i++
+	}
+	if i == 0 {
+		return false // no host
+	}
+	if i < len(rest) && rest[i] == ':' {
+		j := i + 1
+		for j < len(rest) && rest[j] >= '0' && rest[j] <= '9' {
+			j++
+		}
+		if j == i+1 {
+			return false // an empty port
+		}
+		i = j
+	}
+	if i < len(rest) && rest[i] != '/' {
+		return false
+	}
+	for ; i < len(rest); i++ {
+		if c := rest[i]; !isAlnum(c) && c != '.' && c != '-' && c != '_' && c != '/' && c != '~' {
+			return false
+		}
+	}
+	return true
+}
+
+func isAlnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
 func (s *settings) fail(format string, args ...any) {

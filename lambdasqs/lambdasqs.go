@@ -36,7 +36,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -263,21 +263,34 @@ type adapter struct {
 	batch   sqsconsumer.BatchHandler // WrapBatch's
 }
 
-// record is one record's state during an invocation.
+// joinOnly reports whether WrapBatch's chain is join alone (no
+// middleware): every record then joins at once, so one goroutine runs the
+// batch (runJoined) instead of a goroutine per record and gather.
+func (a *adapter) joinOnly() bool { return len(a.cfg.middleware) == 0 }
+
+// record is one record's state during an invocation. The records of an
+// invocation are allocated together.
 type record struct {
-	m        *sqsconsumer.Message
+	m        sqsconsumer.Message
 	lease    *sqsconsumer.Lease
 	queueURL string
 	ctx      context.Context
-	err      error         // its result, once done is closed
-	done     chan struct{} // closed when its chain returned
+	err      error       // its result, once finished is set
+	finished atomic.Bool // set when its chain returned
 	// WrapBatch: result gets the record's share of the batch's result.
 	result chan error
 }
 
+// finish sets the record's result.
+func (r *record) finish(err error) {
+	r.err = err
+	r.finished.Store(true)
+}
+
 type invocationKey struct{}
 
-// invocation is what join needs: the records, by message ID.
+// invocation is what join needs: the records, by message ID (WrapBatch
+// with middleware only).
 type invocation struct {
 	recs   []*record
 	byID   map[string]int
@@ -293,22 +306,21 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	if d, ok := ctx.Deadline(); ok {
 		cutoff = d.Add(-a.cfg.reserve)
 	}
+	records := make([]record, len(ev.Records))
 	recs := make([]*record, 0, len(ev.Records))
 	resp := events.SQSEventResponse{BatchItemFailures: []events.SQSBatchItemFailure{}} // [] rather than null: every record succeeded
 	fifo := false
-	inv := &invocation{byID: make(map[string]int, len(ev.Records))}
 	ls, cancelAll := a.leaseSetup(ctx, start, cutoff)
 	defer cancelAll()
 	for i := range ev.Records {
-		r, err := a.lease(ls, &ev.Records[i])
-		if err != nil {
+		r := &records[i]
+		if err := a.lease(ls, &ev.Records[i], r); err != nil {
 			// Not leased: report it failed (it comes back) unless it
 			// has no usable identifier at all.
 			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: ev.Records[i].MessageId})
 			continue
 		}
 		fifo = fifo || strings.HasSuffix(ev.Records[i].EventSourceARN, ".fifo")
-		inv.byID[r.m.ID] = len(recs)
 		recs = append(recs, r)
 	}
 	if len(resp.BatchItemFailures) > 0 && fifo {
@@ -328,23 +340,27 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		}
 	}()
 
-	inv.recs = recs
-	var wg sync.WaitGroup
-	if a.batch != nil {
-		a.runBatch(ctx, inv, recs, fifo, cutoff, &wg)
-	} else {
-		a.runEach(recs, fifo, &wg)
+	var g group
+	switch {
+	case a.batch != nil && a.joinOnly():
+		g.start(1)
+		go func() {
+			defer g.done()
+			a.runJoined(ls.base, recs, fifo)
+		}()
+	case a.batch != nil:
+		a.runBatch(ls.base, recs, fifo, cutoff, &g)
+	default:
+		a.runEach(recs, fifo, &g)
 	}
 	// Wait for every record, or the cutoff and then half the reserve.
-	all := make(chan struct{})
-	go func() { wg.Wait(); close(all) }()
 	timer := time.NewTimer(time.Until(cutoff))
 	select {
-	case <-all:
+	case <-g.all:
 	case <-timer.C:
 		timer.Reset(a.cfg.reserve / 2)
 		select {
-		case <-all:
+		case <-g.all:
 		case <-timer.C:
 		}
 	}
@@ -353,10 +369,9 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	failedFrom := len(recs)
 	for i, r := range recs {
 		var err error
-		select {
-		case <-r.done:
+		if r.finished.Load() {
 			err = r.err
-		default:
+		} else {
 			err = fmt.Errorf("%w (still running at the cutoff)", ErrDeadline)
 		}
 		if err == nil && r.lease.Err() != nil {
@@ -379,50 +394,77 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	return resp, nil
 }
 
+// group counts an invocation's goroutines; the last one to return closes
+// all (a goroutine waiting on a WaitGroup to close it cost a goroutine and
+// a wake-up per invocation).
+type group struct {
+	left atomic.Int32
+	all  chan struct{}
+}
+
+// start sets how many goroutines there are, before the first one starts.
+func (g *group) start(n int) {
+	g.all = make(chan struct{})
+	g.left.Store(int32(n))
+	if n == 0 {
+		close(g.all)
+	}
+}
+
+// done is called by each goroutine when it returns.
+func (g *group) done() {
+	if g.left.Add(-1) == 0 {
+		close(g.all)
+	}
+}
+
 // leaseSetup is what the records of one invocation share: the lease
-// options, the context their handling derives from (cancelled at the
-// cutoff), and the queue URL of the latest ARN.
+// options, when the records were received, the context their handling
+// derives from (cancelled at the cutoff), and the queue URL of the latest
+// ARN.
 type leaseSetup struct {
-	opts     []sqsconsumer.LeaseOption
-	base     context.Context
-	arn, url string
+	opts       []sqsconsumer.LeaseOption
+	receivedAt time.Time
+	base       context.Context
+	arn, url   string
 }
 
 func (a *adapter) leaseSetup(ctx context.Context, start, cutoff time.Time) (*leaseSetup, context.CancelFunc) {
+	receivedAt := start.Add(-a.cfg.window - time.Second)
 	opts := make([]sqsconsumer.LeaseOption, 0, len(a.cfg.leaseOpts)+2)
 	opts = append(opts, a.cfg.leaseOpts...)
-	opts = append(opts, sqsconsumer.WithVisibilityTimeout(a.cfg.visibility),
-		sqsconsumer.WithReceivedAt(start.Add(-a.cfg.window-time.Second)))
+	opts = append(opts, sqsconsumer.WithVisibilityTimeout(a.cfg.visibility), sqsconsumer.WithReceivedAt(receivedAt))
 	base, cancel := context.WithDeadlineCause(context.WithoutCancel(ctx), cutoff, ErrDeadline)
-	return &leaseSetup{opts: opts, base: base}, cancel
+	return &leaseSetup{opts: opts, receivedAt: receivedAt, base: base}, cancel
 }
 
-// lease makes a record's lease and the context its handling runs in.
-func (a *adapter) lease(ls *leaseSetup, e *events.SQSMessage) (*record, error) {
+// lease makes r, a record's lease, message and the context its handling
+// runs in.
+func (a *adapter) lease(ls *leaseSetup, e *events.SQSMessage, r *record) error {
 	if e.EventSourceARN != ls.arn || ls.url == "" {
 		url, err := a.cfg.queueURL(e.EventSourceARN)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		ls.arn, ls.url = e.EventSourceARN, url
 	}
 	raw := toSQS(e)
 	l, err := sqsconsumer.NewLease(a.client, ls.url, raw, ls.opts...)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	r := &record{lease: l, queueURL: ls.url, ctx: l.Start(ls.base), done: make(chan struct{})}
-	r.m = &sqsconsumer.Message{
+	r.lease, r.queueURL, r.ctx = l, ls.url, l.Start(ls.base)
+	r.m = sqsconsumer.Message{
 		ID:                e.MessageId,
 		Body:              e.Body,
 		Attributes:        e.Attributes,
 		MessageAttributes: raw.MessageAttributes,
 		GroupID:           e.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)],
-		ReceivedAt:        l.Deadline().Add(-l.Length()),
+		ReceivedAt:        ls.receivedAt, // the lease's clock starts there
 		Lease:             l,
 	}
 	r.m.ReceiveCount, _ = strconv.Atoi(e.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
-	return r, nil
+	return nil
 }
 
 // Event builds the event an SQS event source mapping would send for msgs,
@@ -456,16 +498,17 @@ func Event(arn, region string, msgs []types.Message) events.SQSEvent {
 	return ev
 }
 
-// toSQS converts a record to the SDK's shape.
+// toSQS converts a record to the SDK's shape. The strings point into e,
+// which NewLease only reads.
 func toSQS(e *events.SQSMessage) types.Message {
 	m := types.Message{
-		MessageId:     aws.String(e.MessageId),
-		ReceiptHandle: aws.String(e.ReceiptHandle),
-		Body:          aws.String(e.Body),
+		MessageId:     &e.MessageId,
+		ReceiptHandle: &e.ReceiptHandle,
+		Body:          &e.Body,
 		Attributes:    e.Attributes,
 	}
 	if e.Md5OfBody != "" {
-		m.MD5OfBody = aws.String(e.Md5OfBody)
+		m.MD5OfBody = &e.Md5OfBody
 	}
 	if len(e.MessageAttributes) > 0 {
 		m.MessageAttributes = make(map[string]types.MessageAttributeValue, len(e.MessageAttributes))
@@ -485,16 +528,15 @@ func toSQS(e *events.SQSMessage) types.Message {
 // runEach starts Wrap's handling: a goroutine per record on a standard
 // queue (at most the configured concurrency at once), one goroutine in
 // order on a FIFO queue, stopping at the first failure.
-func (a *adapter) runEach(recs []*record, fifo bool, wg *sync.WaitGroup) {
+func (a *adapter) runEach(recs []*record, fifo bool, g *group) {
 	if fifo {
-		wg.Add(1)
+		g.start(1)
 		go func() {
-			defer wg.Done()
+			defer g.done()
 			var failed bool
 			for _, r := range recs {
 				if failed {
-					r.err = errEarlierFailed
-					close(r.done)
+					r.finish(errEarlierFailed)
 					continue
 				}
 				a.handle(r, a.handler)
@@ -507,10 +549,10 @@ func (a *adapter) runEach(recs []*record, fifo bool, wg *sync.WaitGroup) {
 	if a.cfg.concurrency > 0 && a.cfg.concurrency < len(recs) {
 		sem = make(chan struct{}, a.cfg.concurrency)
 	}
-	wg.Add(len(recs))
+	g.start(len(recs))
 	for _, r := range recs {
 		go func() {
-			defer wg.Done()
+			defer g.done()
 			if sem != nil {
 				sem <- struct{}{}
 				defer func() { <-sem }()
@@ -523,19 +565,20 @@ func (a *adapter) runEach(recs []*record, fifo bool, wg *sync.WaitGroup) {
 // handle runs h for one record, turning a panic into a failure, and
 // reports the record's events.
 func (a *adapter) handle(r *record, h sqsconsumer.Handler) {
-	defer close(r.done)
 	if err := context.Cause(r.ctx); err != nil && r.ctx.Err() != nil {
-		r.err = err // the cutoff passed before it could start
+		// The cutoff passed (or the lease ended) before it could start.
 		a.observe(sqsconsumer.EventFailed, r, err)
+		r.finish(err)
 		return
 	}
 	a.observe(sqsconsumer.EventStarted, r, nil)
-	r.err = call(r.ctx, h, r.m)
-	if r.err != nil {
-		a.observe(sqsconsumer.EventFailed, r, r.err)
+	err := call(r.ctx, h, &r.m)
+	if err != nil {
+		a.observe(sqsconsumer.EventFailed, r, err)
 	} else {
 		a.observe(sqsconsumer.EventSucceeded, r, nil)
 	}
+	r.finish(err)
 }
 
 func call(ctx context.Context, h sqsconsumer.Handler, m *sqsconsumer.Message) (err error) {
@@ -547,25 +590,71 @@ func call(ctx context.Context, h sqsconsumer.Handler, m *sqsconsumer.Message) (e
 	return h.HandleMessage(ctx, m)
 }
 
+// runJoined is WrapBatch's handling when the chain is join alone: what
+// runBatch, join and gather do then, on one goroutine. The records start
+// in order; one whose context ended before (the cutoff, or its lease)
+// fails with the cause, and on a FIFO queue the records after it fail
+// with errEarlierFailed; the others go to the batch handler together, in
+// base (the invocation's base context).
+func (a *adapter) runJoined(base context.Context, recs []*record, fifo bool) {
+	batch := make([]*record, 0, len(recs))
+	stop := false
+	for _, r := range recs {
+		if err := context.Cause(r.ctx); err != nil && r.ctx.Err() != nil {
+			a.observe(sqsconsumer.EventFailed, r, err)
+			r.finish(err)
+			stop = stop || fifo
+			continue
+		}
+		a.observe(sqsconsumer.EventStarted, r, nil)
+		if stop {
+			a.observe(sqsconsumer.EventFailed, r, errEarlierFailed)
+			r.finish(errEarlierFailed)
+			continue
+		}
+		batch = append(batch, r)
+	}
+	if len(batch) == 0 {
+		return
+	}
+	results := a.callBatch(base, batch)
+	failed := false
+	for i, r := range batch {
+		err := results[i]
+		if fifo && failed {
+			err = errEarlierFailed
+		}
+		failed = failed || err != nil
+		if err != nil {
+			a.observe(sqsconsumer.EventFailed, r, err)
+		} else {
+			a.observe(sqsconsumer.EventSucceeded, r, nil)
+		}
+		r.finish(err)
+	}
+}
+
 // runBatch starts WrapBatch's handling: every record's chain at once; the
 // records that reach join go to the batch handler together once every
 // record has joined or returned.
-func (a *adapter) runBatch(ctx context.Context, inv *invocation, recs []*record, fifo bool, cutoff time.Time, wg *sync.WaitGroup) {
-	inv.events = make(chan joinEvent, 2*len(recs))
+func (a *adapter) runBatch(base context.Context, recs []*record, fifo bool, cutoff time.Time, g *group) {
+	inv := &invocation{recs: recs, byID: make(map[string]int, len(recs)), events: make(chan joinEvent, 2*len(recs))}
+	for i, r := range recs {
+		inv.byID[r.m.ID] = i
+	}
+	g.start(len(recs) + 1)
 	for i, r := range recs {
 		r.result = make(chan error, 1)
 		r.ctx = context.WithValue(r.ctx, invocationKey{}, inv)
-		wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer g.done()
 			a.handle(r, a.handler)
 			inv.events <- joinEvent{i: i}
 		}()
 	}
-	wg.Add(1)
 	go func() {
-		defer wg.Done()
-		a.gather(ctx, inv, recs, fifo, cutoff)
+		defer g.done()
+		a.gather(base, inv, recs, fifo, cutoff)
 	}()
 }
 
@@ -592,7 +681,8 @@ func (a *adapter) join(ctx context.Context, m *sqsconsumer.Message) error {
 }
 
 // gather waits until every record joined or returned, then calls the
-// batch handler with the joined ones and hands out the results.
+// batch handler with the joined ones, in base (the invocation's base
+// context), and hands out the results.
 func (a *adapter) gather(base context.Context, inv *invocation, recs []*record, fifo bool, cutoff time.Time) {
 	const (
 		pending = iota
@@ -630,8 +720,7 @@ func (a *adapter) gather(base context.Context, inv *invocation, recs []*record, 
 	stop := false
 	for i, r := range recs {
 		if fifo && state[i] == left {
-			<-r.done // it returned: its result is set
-			stop = stop || r.err != nil
+			stop = stop || r.err != nil // it returned before saying so: its result is set
 		}
 		if state[i] != joined {
 			continue
@@ -645,7 +734,7 @@ func (a *adapter) gather(base context.Context, inv *invocation, recs []*record, 
 	if len(batch) == 0 {
 		return
 	}
-	results := a.callBatch(base, batch, cutoff)
+	results := a.callBatch(base, batch)
 	failed := false
 	for i, r := range batch {
 		err := results[i]
@@ -658,14 +747,14 @@ func (a *adapter) gather(base context.Context, inv *invocation, recs []*record, 
 }
 
 // callBatch calls the batch handler for batch and returns each record's
-// result.
-func (a *adapter) callBatch(base context.Context, batch []*record, cutoff time.Time) []error {
+// result. ctx is the invocation's base context, cancelled at the cutoff
+// with ErrDeadline (the batch can outlive the invocation only past the
+// cutoff).
+func (a *adapter) callBatch(ctx context.Context, batch []*record) []error {
 	msgs := make([]*sqsconsumer.Message, len(batch))
 	for i, r := range batch {
-		msgs[i] = r.m
+		msgs[i] = &r.m
 	}
-	ctx, cancel := context.WithDeadlineCause(context.WithoutCancel(base), cutoff, ErrDeadline)
-	defer cancel()
 	begun := time.Now()
 	err := func() (err error) {
 		defer func() {
@@ -714,7 +803,7 @@ func (a *adapter) observe(kind sqsconsumer.EventKind, r *record, err error) {
 	}
 	now := time.Now()
 	a.safeObserve(sqsconsumer.Event{Kind: kind, QueueURL: r.queueURL, MessageID: r.m.ID, ReceiveCount: r.m.ReceiveCount,
-		GroupID: r.m.GroupID, Time: now, SinceReceive: now.Sub(r.m.ReceivedAt), Err: err, Message: r.m})
+		GroupID: r.m.GroupID, Time: now, SinceReceive: now.Sub(r.m.ReceivedAt), Err: err, Message: &r.m})
 }
 
 func (a *adapter) safeObserve(e sqsconsumer.Event) {

@@ -3,6 +3,7 @@ package lambdasqs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -389,4 +390,217 @@ func TestEventShape(t *testing.T) {
 	require.Equal(t, "2", r.Attributes["ApproximateReceiveCount"])
 	require.Equal(t, "arn:aws:sqs:us-east-1:123456789012:q", r.EventSourceARN)
 	require.Equal(t, "us-east-1", r.AWSRegion)
+}
+
+// WrapBatch without middleware runs the batch on one goroutine (runJoined)
+// instead of a goroutine per record and gather: each case runs both ways
+// (no middleware, and a middleware that only passes the record on) and
+// must give the same response and the same observer events.
+func TestWrapBatchJoinOnly(t *testing.T) {
+	t.Parallel()
+	type batchFunc = func(ctx context.Context, msgs []*sqsconsumer.Message) error
+	failBody := func(body string) batchFunc {
+		return func(ctx context.Context, msgs []*sqsconsumer.Message) error {
+			fails := sqsconsumer.BatchFailures{}
+			for _, m := range msgs {
+				if m.Body == body {
+					fails[m.ID] = errors.New(body + " failed")
+				}
+			}
+			return fails
+		}
+	}
+	for _, tt := range []struct {
+		name    string
+		fifo    bool
+		timeout time.Duration // the function's; 0: none
+		batch   batchFunc
+		want    []string // failed bodies, in the event's order
+	}{
+		{"all succeed", false, 0, failBody(""), nil},
+		{"one fails", false, 0, failBody("k2"), []string{"k2"}},
+		{"an error fails all", false, 0, func(context.Context, []*sqsconsumer.Message) error { return errors.New("down") },
+			[]string{"k1", "k2", "k3"}},
+		{"a panic fails all", false, 0, func(context.Context, []*sqsconsumer.Message) error { panic("boom") },
+			[]string{"k1", "k2", "k3"}},
+		{"an unknown ID fails all", false, 0, func(context.Context, []*sqsconsumer.Message) error {
+			return sqsconsumer.BatchFailures{"nope": errors.New("?")}
+		}, []string{"k1", "k2", "k3"}},
+		{"FIFO: from the first failure on", true, 0, failBody("a1"), []string{"a1", "a2", "a3"}},
+		{"FIFO: all succeed", true, 0, failBody(""), nil},
+		{"cutoff already passed", false, 500 * time.Millisecond, failBody(""), []string{"k1", "k2", "k3"}},
+		{"FIFO: cutoff already passed", true, 500 * time.Millisecond, failBody(""), []string{"a0", "a1", "a2", "a3"}},
+		{"the batch outlives the cutoff", false, time.Minute, func(ctx context.Context, _ []*sqsconsumer.Message) error {
+			<-ctx.Done()
+			time.Sleep(time.Second) // past the reserve's half
+			return nil
+		}, []string{"k1", "k2", "k3"}},
+		{"the batch stops at the cutoff", true, time.Minute, func(ctx context.Context, _ []*sqsconsumer.Message) error {
+			<-ctx.Done()
+			return context.Cause(ctx)
+		}, []string{"a0", "a1", "a2", "a3"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			run := func(t *testing.T, mws ...sqsconsumer.Middleware) (failed, events []string) {
+				synctest.Test(t, func(t *testing.T) {
+					name, attrs, bodies := "jobs", map[string]string{"VisibilityTimeout": "30"}, []string{"k1", "k2", "k3"}
+					if tt.fifo {
+						name, attrs, bodies = "jobs.fifo", map[string]string{"FifoQueue": "true", "ContentBasedDeduplication": "true"}, []string{"a0", "a1", "a2", "a3"}
+					}
+					mp := newMapping(t, name, attrs)
+					mp.send(t, bodies...)
+					var mu sync.Mutex
+					h, err := WrapBatch(mp.client, tt.batch, WithMiddleware(mws...), WithObserver(sqsconsumer.ObserverFunc(func(e sqsconsumer.Event) {
+						switch e.Kind {
+						case sqsconsumer.EventStarted, sqsconsumer.EventSucceeded, sqsconsumer.EventFailed, sqsconsumer.EventBatch:
+						default:
+							return // the lease's own (a renewal at the cutoff may or may not happen)
+						}
+						body := ""
+						if e.Message != nil {
+							body = e.Message.Body
+						}
+						errText := fmt.Sprint(e.Err)
+						for _, m := range e.Batch {
+							body += m.Body + ","
+							errText = strings.ReplaceAll(errText, m.ID, m.Body) // IDs differ between the runs
+						}
+						mu.Lock()
+						events = append(events, fmt.Sprintf("%v %s %s", e.Kind, body, errText))
+						mu.Unlock()
+					})))
+					require.NoError(t, err)
+					ev := mp.receive(t, 10)
+					require.Len(t, ev.Records, len(bodies))
+					ctx := context.Background()
+					if tt.timeout > 0 {
+						var cancel context.CancelFunc
+						ctx, cancel = context.WithTimeout(ctx, tt.timeout)
+						defer cancel()
+					}
+					resp, err := h(ctx, ev)
+					require.NoError(t, err)
+					failed = bodiesOf(ev, failedIDs(resp))
+					time.Sleep(time.Minute) // a batch that outlived the invocation returns
+					synctest.Wait()
+					mu.Lock()
+					defer mu.Unlock()
+					slices.Sort(events)
+				})
+				return failed, events
+			}
+			failed, events := run(t)
+			require.Equal(t, tt.want, failed)
+			pass := func(next sqsconsumer.Handler) sqsconsumer.Handler { return next }
+			failedMW, eventsMW := run(t, pass)
+			require.Equal(t, failedMW, failed, "the same failures with a middleware")
+			require.Equal(t, eventsMW, events, "the same events with a middleware")
+		})
+	}
+}
+
+// A record that cannot be leased (here: not from an SQS queue) is
+// reported failed and the others run; an event of such records only, or
+// an empty one, returns at once with each of Wrap's and WrapBatch's ways.
+func TestUnusableRecords(t *testing.T) {
+	t.Parallel()
+	pass := func(next sqsconsumer.Handler) sqsconsumer.Handler { return next }
+	for _, tt := range []struct {
+		name string
+		wrap func(c sqsconsumer.Client, ran *[]string) (Handler, error)
+	}{
+		{"Wrap", func(c sqsconsumer.Client, ran *[]string) (Handler, error) {
+			var mu sync.Mutex
+			return Wrap(c, sqsconsumer.HandlerFunc(func(_ context.Context, m *sqsconsumer.Message) error {
+				mu.Lock()
+				defer mu.Unlock()
+				*ran = append(*ran, m.Body)
+				return nil
+			}))
+		}},
+		{"WrapBatch", func(c sqsconsumer.Client, ran *[]string) (Handler, error) {
+			return WrapBatch(c, func(_ context.Context, msgs []*sqsconsumer.Message) error {
+				for _, m := range msgs {
+					*ran = append(*ran, m.Body)
+				}
+				return nil
+			})
+		}},
+		{"WrapBatch with middleware", func(c sqsconsumer.Client, ran *[]string) (Handler, error) {
+			return WrapBatch(c, func(_ context.Context, msgs []*sqsconsumer.Message) error {
+				for _, m := range msgs {
+					*ran = append(*ran, m.Body)
+				}
+				return nil
+			}, WithMiddleware(pass))
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				mp := newMapping(t, "jobs", map[string]string{"VisibilityTimeout": "30"})
+				mp.send(t, "k1", "k2", "k3")
+				var ran []string
+				h, err := tt.wrap(mp.client, &ran)
+				require.NoError(t, err)
+				ev := mp.receive(t, 10)
+				require.Len(t, ev.Records, 3)
+				ev.Records[1].EventSourceARN = "arn:aws:sns:us-east-1:123456789012:topic"
+				resp, err := h(context.Background(), ev)
+				require.NoError(t, err)
+				require.Equal(t, []string{ev.Records[1].Body}, bodiesOf(ev, failedIDs(resp)))
+				slices.Sort(ran)
+				want := []string{ev.Records[0].Body, ev.Records[2].Body}
+				slices.Sort(want)
+				require.Equal(t, want, ran)
+
+				for i := range ev.Records {
+					ev.Records[i].EventSourceARN = "arn:aws:sns:us-east-1:123456789012:topic"
+				}
+				ran = nil
+				resp, err = h(context.Background(), ev)
+				require.NoError(t, err)
+				require.Len(t, resp.BatchItemFailures, 3)
+				require.Empty(t, ran)
+
+				resp, err = h(context.Background(), events.SQSEvent{})
+				require.NoError(t, err)
+				require.NotNil(t, resp.BatchItemFailures)
+				require.Empty(t, resp.BatchItemFailures)
+			})
+		})
+	}
+}
+
+// WithConcurrency bounds the records of a standard queue's event handled
+// at once.
+func TestWrapConcurrency(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		mp := newMapping(t, "jobs", map[string]string{"VisibilityTimeout": "30"})
+		mp.send(t, "k1", "k2", "k3", "k4", "k5")
+		var mu sync.Mutex
+		running, most := 0, 0
+		h, err := Wrap(mp.client, sqsconsumer.HandlerFunc(func(context.Context, *sqsconsumer.Message) error {
+			mu.Lock()
+			running++
+			most = max(most, running)
+			mu.Unlock()
+			time.Sleep(time.Second)
+			mu.Lock()
+			running--
+			mu.Unlock()
+			return nil
+		}), WithConcurrency(2))
+		require.NoError(t, err)
+		ev := mp.receive(t, 10)
+		require.Len(t, ev.Records, 5)
+		start := time.Now()
+		resp, err := h(context.Background(), ev)
+		require.NoError(t, err)
+		require.Empty(t, resp.BatchItemFailures)
+		require.Equal(t, 2, most)
+		require.Equal(t, 3*time.Second, time.Since(start), "5 one-second records, 2 at a time")
+	})
 }
