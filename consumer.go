@@ -637,9 +637,11 @@ func (c *Consumer) worker(d *Lease) {
 	}
 }
 
-// handle runs the handler for one delivery and settles it.
+// handle runs the handler for one delivery and settles it. A delivery
+// whose lease ended while it waited (lost or expired: another consumer may
+// hold the message by now) never reaches the handler.
 func (c *Consumer) handle(d *Lease) {
-	if c.stopping.Load() {
+	if c.stopping.Load() || d.Err() != nil {
 		c.settle(d, nil, false)
 		return
 	}
@@ -739,6 +741,12 @@ func (c *Consumer) settle(l *Lease, err error, ran bool) {
 		} else {
 			c.observe(EventSucceeded, m, nil)
 		}
+	case !ran && l.Err() != nil:
+		// Its lease ended before the handler could start: the handle
+		// is no good, and SQS hands the message out again by itself.
+		c.log(slog.LevelWarn, "sqsconsumer: a received message's lease ended before its handler could start; not starting it", "message_id", m.ID, "error", l.Err())
+		c.finish(l, true, false, l.Err())
+		return
 	case !ran:
 		if rerr := l.Release(ctx, 0); rerr != nil {
 			c.log(slog.LevelWarn, "sqsconsumer: could not release an unstarted message at shutdown", "message_id", m.ID, "error", rerr)

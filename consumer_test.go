@@ -1202,3 +1202,62 @@ func TestCallbackPanicsAreContained(t *testing.T) {
 		})
 	}
 }
+
+// A message whose lease ends while it waits for its turn (lost or expired
+// before its handler could start) is never handed to the handler: another
+// consumer may hold it by then. Here the second message of a FIFO group
+// waits behind the first; the server expires its lease meanwhile, so its
+// next renewal is refused. When the first finishes, the second is not
+// started with that dead lease: it comes back from SQS and runs then.
+func TestWaitingMessageWithLeaseGoneNeverStarts(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, map[string]string{"FifoQueue": "true", "ContentBasedDeduplication": "true"})
+		var ids []string
+		for _, body := range []string{"a0", "a1"} {
+			id, err := b.srv.Send(b.url, body, sqstest.WithGroupID("a"))
+			require.NoError(t, err)
+			ids = append(ids, id)
+		}
+		type call struct {
+			body     string
+			count    int
+			deadOnIn bool
+		}
+		var mu sync.Mutex
+		var calls []call
+		var lost []error
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			mu.Lock()
+			calls = append(calls, call{m.Body, m.ReceiveCount, ctx.Err() != nil})
+			mu.Unlock()
+			if m.Body == "a0" {
+				time.Sleep(2 * time.Minute)
+			}
+			return nil
+		}), WithVisibilityTimeout(30*time.Second), WithConcurrency(5),
+			WithObserver(ObserverFunc(func(e Event) {
+				if e.Kind == EventDone && e.Message.Body == "a1" && e.Err != nil {
+					mu.Lock()
+					lost = append(lost, e.Err)
+					mu.Unlock()
+				}
+			})))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(5 * time.Second)
+		require.Equal(t, 1, b.state(t, ids[1]).ReceiveCount, "a1 came with a0 and waits behind it")
+		require.NoError(t, b.srv.Expire(b.url, ids[1]))
+		time.Sleep(5 * time.Minute)
+		require.NoError(t, stop())
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, []call{{"a0", 1, false}, {"a1", 2, false}}, calls,
+			"a1's first delivery, whose lease was refused while it waited, never reached the handler")
+		require.Len(t, lost, 1, "a1's first delivery ended with its lease's error")
+		require.ErrorIs(t, lost[0], ErrLeaseLost)
+		for _, id := range ids {
+			require.True(t, b.state(t, id).Deleted)
+		}
+	})
+}
