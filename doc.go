@@ -9,7 +9,9 @@
 // need plus a small read-ahead: enough messages to cover one receive round
 // trip at the rate handlers are finishing, so a slot that frees finds a
 // message waiting (see [WithMaxReadAhead], which also bounds it). Messages
-// read ahead are leased like the others from the moment they arrive.
+// read ahead are leased like the others from the moment they arrive; one
+// whose lease is lost or expires while it waits never reaches the handler
+// (SQS hands it out again).
 //
 // Every received message gets a Lease at once. Its clock starts when SQS
 // handed the message over, estimated conservatively as a second before the

@@ -477,7 +477,7 @@ func (s *sim) begin(p *simProc, m *sqsconsumer.Message) (*simRun, *simMsg) {
 			r.mustEndBy = now.Add(s.cfg.lease)
 			continue
 		}
-		s.violate("message %d handled by process %d from %v while process %d has handled it since %v", rec.idx, p.id, now, r.proc.id, r.start)
+		s.violate("message %d handled by process %d from %v while process %d has handled it since %v\n%s", rec.idx, p.id, now, r.proc.id, r.start, s.explainLocked(rec))
 	}
 	if !rec.deletedAt.IsZero() && !expired(time.Time{}) {
 		s.violate("message %d handled by process %d at %v after a delete confirmed at %v", rec.idx, p.id, now, rec.deletedAt)
@@ -524,7 +524,7 @@ func (s *sim) end(rec *simMsg, r *simRun, done bool) bool {
 			}
 		}
 		if best == 0 {
-			s.violate("message %d handled again by process %d at %v with no recorded cause since the handling that started at %v", rec.idx, p.id, now, rec.lastDone)
+			s.violate("message %d handled again by process %d at %v with no recorded cause since the handling that started at %v\n%s", rec.idx, p.id, now, rec.lastDone, s.explainLocked(rec))
 		} else {
 			s.dups[evNames[best]]++
 		}
