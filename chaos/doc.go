@@ -34,15 +34,16 @@
 // process whose Run ends on a permanent receive error is replaced too.
 //
 // Asserted: no message lost (deleted without a completed handling); each
-// duplicate completion explained by evidence recorded since the previous
-// completion began — its process crashed or quit before the delete was
-// confirmed, the server expired its lease, a delete answer was lost, a
-// delete or renewal naming its handle failed or was delayed; no two handlers
-// of a message at once, except after an injected expiry, and then the
-// older one ends within a lease (rarely, about one run in ten at 10^5
-// messages, it has ended up to half a second later, for a reason not yet
-// found: such overlaps, up to 5 s past the lease, are printed and counted
-// as "late overlap" lines rather than failed); the heap after GC flat as
+// duplicate completion explained by evidence recorded between the two
+// deliveries (from the earlier one's hand-over, since a message read ahead
+// waits in its process before its handler starts, to the later handler's
+// start) — its process crashed or quit before the delete was confirmed,
+// the server expired its lease, a delete answer was lost, a delete or
+// renewal naming its handle failed or was delayed; no two
+// handlers of a message at once, unless the server expired the older
+// delivery's lease between the two hand-overs, and then the older
+// delivery's handler (which may start second, after waiting) ends within a
+// lease of the other's start; the heap after GC flat as
 // messages flow
 // (sqstest keeps the history of the last 1,000 departed messages,
 // sqstest.WithHistoryLimit). TestSimulationControls shows each check
