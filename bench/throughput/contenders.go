@@ -58,8 +58,17 @@ func work(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return nil
 	}
-	return pause(ctx, d)
+	start := time.Now()
+	err := pause(ctx, d)
+	handlerTime.Add(int64(time.Since(start)))
+	return err
 }
+
+// handlerTime is the wall time handler calls took in the measurement under
+// way (measureRow resets it): over concurrency x elapsed, the share of the
+// time the handler slots were busy. A client whose slots never wait for a
+// receive keeps it near 1, whatever the handler's timer really takes.
+var handlerTime atomic.Int64
 
 // run is one contender working on a queue until ctx ends. It reports every
 // confirmed delete to line (whose stop ends ctx once all are in) and every

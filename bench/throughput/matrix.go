@@ -237,7 +237,10 @@ func measureAtRTT(ctx context.Context, b *bench, cfg benchConfig, ceiling *float
 		// messages): what the table calls the CPU ceiling.
 		wide := cfg
 		wide.Pollers = min(256, max(cfg.Pollers, int(math.Ceil(*ceiling*2*b.rtt.Seconds()/10*1.5))))
+		saved := b.cfg.Pollers
+		b.cfg.Pollers = wide.Pollers // the raw loop drains with b's pollers
 		w, err := measureRaw(ctx, b, wide, rounds)
+		b.cfg.Pollers = saved
 		if err != nil {
 			return nil, err
 		}
@@ -285,7 +288,8 @@ func measureAtRTT(ctx context.Context, b *bench, cfg benchConfig, ceiling *float
 // measureRow times c draining a queue of n messages under workload w.
 func (b *bench) measureRow(ctx context.Context, c rowContender, n int, w workload) (measurement, error) {
 	attrs := map[string]string{"VisibilityTimeout": strconv.Itoa(int(w.visibility / time.Second))}
-	return b.measureDrain(ctx, c.name, n, attrs, func(ctx context.Context, client *sqs.Client, url string) (drained, error) {
+	handlerTime.Store(0)
+	m, err := b.measureDrain(ctx, c.name, n, attrs, func(ctx context.Context, client *sqs.Client, url string) (drained, error) {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		line := newFinishLine(n, cancel)
@@ -304,6 +308,10 @@ func (b *bench) measureRow(ctx context.Context, c rowContender, n int, w workloa
 		_, _, d.redelivered = runs.counts()
 		return d, nil
 	})
+	if err == nil && w.handler > 0 {
+		m.busy = time.Duration(handlerTime.Load()).Seconds() / (float64(w.concurrency) * m.elapsed.Seconds())
+	}
+	return m, err
 }
 
 func reportRTT(out io.Writer, r *rttResult, cfg benchConfig) {

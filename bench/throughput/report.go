@@ -28,6 +28,9 @@ type measurement struct {
 	// visibility timeout that note explains.
 	redelivered int
 	note        string
+	// busy is the share of concurrency x elapsed the handler slots spent
+	// in handler calls (matrix rows with a handler; 0 otherwise).
+	busy float64
 }
 
 func (m measurement) rate() float64 { return float64(m.messages) / m.elapsed.Seconds() }
