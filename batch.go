@@ -184,6 +184,13 @@ type batcher struct {
 	// members that finished without running and need settling.
 	due      []*hbatch
 	finished []*member
+	// settlers counts the Consumer workers settling the members of their
+	// batch (runDirect); while there is one, a batch that falls due waits
+	// in pending for it rather than waking another worker: settling frees
+	// the slots that fill the next batch, and the worker that settles
+	// sends it next.
+	settlers int
+	pending  []*hbatch
 }
 
 // watchGatheringAfter is how long a batch gathers, when direct, before
@@ -458,6 +465,10 @@ func (b *batcher) takeLocked() batchWork {
 		b.due = b.due[:0]
 		return batchWork{}
 	}
+	if b.settlers > 0 {
+		b.pending = append(b.pending, b.due...)
+		b.due = b.due[:0]
+	}
 	w := batchWork{due: b.due, finished: b.finished}
 	b.due, b.finished = nil, nil
 	return w
@@ -675,26 +686,50 @@ func (b *batcher) join(d *Lease) {
 
 // runDirect sends bt, when direct, and settles its members: successes
 // here (their deletes are batched without waiting), failures each on a
-// goroutine of its own, since a release waits for SQS.
+// goroutine of its own, since a release waits for SQS. Then it sends the
+// batches that fell due meanwhile (pending), typically the one its own
+// settling filled, so that a steady stream of batches needs no goroutine
+// hand-off at all.
 func (b *batcher) runDirect(bt *hbatch) {
-	b.mu.Lock()
-	ctx, ok := b.sendLocked(bt)
-	w := b.takeLocked()
-	b.mu.Unlock()
-	b.handOff(w)
-	if !ok {
-		return
-	}
-	b.run(bt, ctx, nil)
-	var wg sync.WaitGroup
-	for _, mb := range bt.members {
-		if mb.err == nil {
-			b.settleMember(mb)
+	for bt != nil {
+		b.mu.Lock()
+		ctx, ok := b.sendLocked(bt)
+		w := b.takeLocked()
+		b.mu.Unlock()
+		b.handOff(w)
+		if ok {
+			b.run(bt, ctx, nil)
+			b.mu.Lock()
+			b.settlers++
+			b.mu.Unlock()
+			for _, mb := range bt.members {
+				if mb.err == nil {
+					b.settleMember(mb)
+				} else {
+					b.c.goSettle(func() { b.settleMember(mb) })
+				}
+			}
 		} else {
-			wg.Go(func() { b.settleMember(mb) })
+			b.mu.Lock()
+			b.settlers++
+			b.mu.Unlock()
+		}
+		b.mu.Lock()
+		b.settlers--
+		bt = nil
+		var rest []*hbatch
+		if len(b.pending) > 0 {
+			bt = b.pending[0]
+			b.pending = b.pending[1:]
+			if b.settlers == 0 {
+				rest, b.pending = b.pending, nil // nobody else will send them
+			}
+		}
+		b.mu.Unlock()
+		for _, r := range rest {
+			b.c.startBatch(r)
 		}
 	}
-	wg.Wait()
 }
 
 // settleMember settles a finished direct member, as Consumer.handle does

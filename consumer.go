@@ -317,6 +317,9 @@ func (c *Consumer) setup(ctx context.Context) error {
 		c.pollers.Add(1)
 		go c.poll()
 	})
+	if c.batch != nil {
+		fl.burst = c.batch.size
+	}
 	c.probeCtx, c.cancelProbe = context.WithCancel(context.Background())
 	if c.s.breaker != nil {
 		c.br = newBreaker(*c.s.breaker)
