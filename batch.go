@@ -519,6 +519,7 @@ func (b *batcher) sendLocked(bt *hbatch) (ctx context.Context, ok bool) {
 		mb.running = true
 		if mb.unwatch != nil {
 			mb.unwatch() // the call's watch takes over (see ended)
+			mb.unwatch = nil
 		}
 	}
 	ctx, bt.cancel = context.WithCancelCause(context.Background())
@@ -766,7 +767,10 @@ func (b *batcher) run(bt *hbatch, ctx context.Context, self *member) {
 	}
 	var failedGroups map[string]bool
 	for i, mb := range members {
-		rerr := results[i]
+		var rerr error
+		if results != nil {
+			rerr = results[i]
+		}
 		if b.fifo[mb.m.Lease] == mb {
 			g := mb.m.GroupID
 			if failedGroups[g] || mb.poisoned {
@@ -788,13 +792,14 @@ func (b *batcher) run(bt *hbatch, ctx context.Context, self *member) {
 	bt.cancel(context.Canceled)
 }
 
-// results turns h's error into one per member.
+// results turns h's error into one per member; nil when all succeeded.
 func (b *batcher) results(members []*member, err error) ([]error, error) {
+	if err == nil {
+		return nil, nil
+	}
 	out := make([]error, len(members))
 	var bf BatchFailures
 	switch {
-	case err == nil:
-		return out, nil
 	case errors.As(err, &bf):
 		index := make(map[string]int, len(members))
 		for i, mb := range members {
