@@ -63,7 +63,13 @@ func (f BatchFailures) Error() string {
 // most window after the first one joined. Each message keeps its lease and
 // heartbeat and is settled on its own, exactly as after a single Handler:
 // a success is deleted (batched), a failure is released after the backoff
-// for its receive count or its RetryAfter delay.
+// for its receive count or its RetryAfter delay. A message whose lease
+// ends, or whose WithHandlerTimeout runs out, while it gathers leaves the
+// batch with that error, as if its handler had returned it (without
+// middleware: when its batch is sent, or at once if the batch has
+// gathered for 100 ms or more). The Consumer reads at least one batch ahead (up to
+// WithMaxReadAhead), so that a batch that returns is followed by a full
+// one.
 //
 // On FIFO queues a batch may hold several messages of a group, in order;
 // a group's later messages join no batch while an earlier one is in a
@@ -198,8 +204,8 @@ type batcher struct {
 // each): a member whose context ends then leaves at once. Until then, and
 // in a batch sent sooner, it leaves when the batch is sent. An AfterFunc
 // per message cost about 4 % of a Consumer's CPU per message (round trip
-// 0, BenchmarkBatchVsSingle), for batches that mostly fill in well under
-// a millisecond at that rate.
+// 0, BenchmarkBatchVsSingle), for batches that fill in a few hundred
+// microseconds at that rate.
 const watchGatheringAfter = 100 * time.Millisecond
 
 // hbatch is a set of members sent to h together.
