@@ -63,7 +63,13 @@ func (f BatchFailures) Error() string {
 // most window after the first one joined. Each message keeps its lease and
 // heartbeat and is settled on its own, exactly as after a single Handler:
 // a success is deleted (batched), a failure is released after the backoff
-// for its receive count or its RetryAfter delay.
+// for its receive count or its RetryAfter delay. A message whose lease
+// ends, or whose WithHandlerTimeout runs out, while it gathers leaves the
+// batch with that error, as if its handler had returned it (without
+// middleware: when its batch is sent, or at once if the batch has
+// gathered for 100 ms or more). The Consumer reads at least one batch ahead (up to
+// WithMaxReadAhead), so that a batch that returns is followed by a full
+// one.
 //
 // On FIFO queues a batch may hold several messages of a group, in order;
 // a group's later messages join no batch while an earlier one is in a
@@ -118,50 +124,106 @@ var errGatheringAtShutdown = RetryAfter(fmt.Errorf("%w: still gathering for a ba
 
 // shutdown stops forming batches: the members of the forming batch leave
 // it with errGatheringAtShutdown, and so does any message that joins
-// later. Batches already sent run to the end under the shutdown budget.
+// later or whose batch has not been sent yet. Batches already sent run to
+// the end under the shutdown budget.
 func (b *batcher) shutdown() {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	b.stopping = true
 	if bt := b.forming; bt != nil {
 		for _, mb := range slices.Clone(bt.members) {
 			b.finishLocked(mb, errGatheringAtShutdown)
 		}
-		b.closeLocked(bt)
 	}
+	w := b.takeLocked()
+	b.mu.Unlock()
+	b.handOff(w)
 }
 
-// batcher is the Handler Batch returns: HandleMessage joins the message to
-// a forming batch and waits for its result. One goroutine among the
-// members of a batch (the first to see it due) runs h for all of them.
+// batcher is the Handler Batch returns. Messages join the forming batch;
+// one goroutine runs h for a batch that is due (full, or its window ran
+// out) and hands each member its result.
+//
+// A message reaches the batcher in one of two ways. With middleware, the
+// Consumer's worker for the message runs the middleware, which calls
+// HandleMessage: the message joins and its goroutine parks until its
+// result is in. The member whose joining makes a batch due sends it at
+// once on its own goroutine; a batch that falls due otherwise (its window
+// ran out, an earlier FIFO member left) wakes its members, and the first
+// to look sends it. Without middleware (direct) there is nothing to run
+// per message before it joins: the Consumer hands a message to join when
+// it gets its handler slot, with no goroutine of its own, and one
+// Consumer worker runs each due batch and settles its members: one
+// goroutine hand-off for a batch instead of two for each message.
+//
+// The contexts of the members are watched so that a member whose context
+// ends (its lease is lost, its handler timeout runs out) leaves its batch
+// before it is sent: by the member's own goroutine, or, when direct, at
+// the latest when the batch is sent, and at once after it has gathered for
+// watchGatheringAfter. Once sent, the call's context follows one member's
+// context at a time (watchLocked).
 type batcher struct {
 	h      BatchHandler
 	size   int
 	window time.Duration
 
 	owner    atomic.Pointer[Consumer] // set by New
+	c        *Consumer                // the owner, once attached
+	direct   bool                     // set by New: no middleware, see join
 	observer Observer
 	logger   *slog.Logger
 	queueURL string
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// forming is the batch messages join: from its first member until it
+	// is sent or full. Once due (its window ran out, or there is none) it
+	// still takes the messages that join before its runner sends it.
 	forming *hbatch
 	// stopping is set when the Consumer's shutdown begins: no batch is
-	// formed any more, and messages still gathering leave at once.
+	// formed or sent any more, and messages still gathering leave at once.
 	stopping bool
 	// FIFO: each held message of a group, in delivery order, from
 	// dispatch until its lease ends.
 	fifo   map[*Lease]*member
 	groups map[string][]*member
+	// Work found under mu and done once it is released (takeLocked,
+	// handOff), when direct: batches that fell due and need a runner, and
+	// members that finished without running and need settling.
+	due      []*hbatch
+	finished []*member
+	// settlers counts the Consumer workers settling the members of their
+	// batch (runDirect); while there is one, a batch that falls due waits
+	// in pending for it rather than waking another worker: settling frees
+	// the slots that fill the next batch, and the worker that settles
+	// sends it next.
+	settlers int
+	pending  []*hbatch
 }
+
+// watchGatheringAfter is how long a batch gathers, when direct, before
+// the context of each of its members is watched (a context.AfterFunc
+// each): a member whose context ends then leaves at once. Until then, and
+// in a batch sent sooner, it leaves when the batch is sent. An AfterFunc
+// per message cost about 4 % of a Consumer's CPU per message (round trip
+// 0, BenchmarkBatchVsSingle), for batches that fill in a few hundred
+// microseconds at that rate.
+const watchGatheringAfter = 100 * time.Millisecond
 
 // hbatch is a set of members sent to h together.
 type hbatch struct {
 	members []*member
-	due     chan struct{} // closed when the batch should be sent
-	closed  bool
-	sent    bool
-	timer   *time.Timer
+	closed  bool // due: its window ran out, or it is full
+	sent    bool // taken by its runner: its members are fixed
+	// timer ends its window; when direct it first starts watching its
+	// members (watching) after watchGatheringAfter.
+	timer    *time.Timer
+	watching bool
+	// From the send: the call's context's cancel; the watch on one
+	// member's context (watchLocked) and the cause of the latest member
+	// context that ended; over once h returned.
+	cancel    context.CancelCauseFunc
+	stopWatch func() bool
+	lastCause error
+	over      bool
 }
 
 // member is one message's place in the batcher.
@@ -172,21 +234,24 @@ type member struct {
 	b        *hbatch         // the batch it is in, nil while waiting
 	poisoned bool            // an earlier message of its group failed
 	running  bool            // its batch was sent
-	finished bool            // result set, done closed
+	finished bool            // result set
 	err      error
-	done     chan struct{}
-	wake     chan struct{} // gets a token when it is admitted to a batch
+	// wake, for a member whose goroutine waits in HandleMessage, gets a
+	// token when its result is in or its batch falls due; nil when direct.
+	wake chan struct{}
+	// unwatch stops the AfterFunc watching a direct member's context
+	// while it gathers; nil if none.
+	unwatch func() bool
+	cancel  context.CancelFunc // a direct member's WithHandlerTimeout
 }
 
-func newMember(m *Message) *member {
-	return &member{m: m, done: make(chan struct{}), wake: make(chan struct{}, 1)}
-}
-
-// attach binds b to the Consumer c; false if another has it.
-func (b *batcher) attach(c *Consumer) bool {
+// attach binds b to the Consumer c; false if another has it. direct: c
+// has no middleware, so messages join without a goroutine of their own.
+func (b *batcher) attach(c *Consumer, direct bool) bool {
 	if !b.owner.CompareAndSwap(nil, c) {
 		return false
 	}
+	b.c, b.direct = c, direct
 	b.observer, b.logger, b.queueURL = c.s.observer, c.s.logger, c.queueURL
 	return true
 }
@@ -194,7 +259,7 @@ func (b *batcher) attach(c *Consumer) bool {
 // enter records a FIFO message at dispatch, in delivery order. Its
 // member leaves the group when the lease ends (context cancelled).
 func (b *batcher) enter(l *Lease) {
-	mb := newMember(l.msg)
+	mb := &member{m: l.msg}
 	b.mu.Lock()
 	b.fifo[l] = mb
 	b.groups[l.msg.GroupID] = append(b.groups[l.msg.GroupID], mb)
@@ -209,7 +274,13 @@ func (b *batcher) gone(l *Lease, mb *member) {
 	deleted := l.state == leaseDeleted
 	l.mu.Unlock()
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	b.goneLocked(l, mb, deleted)
+	w := b.takeLocked()
+	b.mu.Unlock()
+	b.handOff(w)
+}
+
+func (b *batcher) goneLocked(l *Lease, mb *member, deleted bool) {
 	delete(b.fifo, l)
 	g := mb.m.GroupID
 	q := b.groups[g]
@@ -243,20 +314,43 @@ func (b *batcher) poisonLocked(mb *member) {
 	}
 }
 
-// finishLocked sets a member's result and takes it out of a forming batch.
+// finishLocked sets the result of a member that is not running and takes
+// it out of its batch, and tells it: a waiting goroutine by its token, a
+// direct member that has joined by queueing it to be settled (one that
+// has not joined yet is settled when it joins).
 func (b *batcher) finishLocked(mb *member, err error) {
 	if mb.finished {
 		return
 	}
-	if mb.b != nil && !mb.b.sent {
-		mb.b.members = slices.DeleteFunc(mb.b.members, func(x *member) bool { return x == mb })
-		if len(mb.b.members) == 0 {
-			b.closeLocked(mb.b) // nothing left to send; a waiting runner finds it empty
+	if bt := mb.b; bt != nil && !bt.sent {
+		bt.members = slices.DeleteFunc(bt.members, func(x *member) bool { return x == mb })
+		if len(bt.members) == 0 {
+			// Nothing left to send; a runner it was handed to finds it empty.
+			bt.closed = true
+			if bt.timer != nil {
+				bt.timer.Stop()
+			}
+			if b.forming == bt {
+				b.forming = nil
+			}
 		}
 		mb.b = nil
 	}
 	mb.finished, mb.err = true, err
-	close(mb.done)
+	switch {
+	case mb.wake != nil:
+		signal(mb.wake)
+	case b.direct && mb.joined:
+		b.finished = append(b.finished, mb)
+	}
+}
+
+// signal puts a token in ch unless one is there.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
 }
 
 // advanceLocked admits a group's joined members to the forming batch, in
@@ -273,7 +367,7 @@ func (b *batcher) advanceLocked(g string) {
 			b.admitLocked(mb)
 		}
 		if mb.b != b.forming {
-			return // its batch was sent as it filled: later ones wait for it
+			return // its batch was sent or filled: later ones wait for it
 		}
 	}
 }
@@ -284,32 +378,67 @@ func (b *batcher) admitLocked(mb *member) {
 		b.finishLocked(mb, errGatheringAtShutdown) // no batch forms after the shutdown began
 		return
 	}
-	if b.forming == nil {
-		bt := &hbatch{due: make(chan struct{})}
+	bt := b.forming
+	if bt == nil {
+		bt = &hbatch{members: make([]*member, 0, min(b.size, 16))}
 		b.forming = bt
-		if b.window > 0 {
-			bt.timer = time.AfterFunc(b.window, func() {
-				b.mu.Lock()
-				b.closeLocked(bt)
-				b.mu.Unlock()
-			})
-		} else {
-			b.closeLocked(bt)
+		switch {
+		case b.direct && b.window > watchGatheringAfter:
+			bt.timer = time.AfterFunc(watchGatheringAfter, func() { b.expire(bt) })
+		case b.window > 0:
+			bt.timer = time.AfterFunc(b.window, func() { b.expire(bt) })
 		}
 	}
-	bt := b.forming
 	bt.members = append(bt.members, mb)
 	mb.b = bt
-	select {
-	case mb.wake <- struct{}{}:
-	default:
+	if bt.watching {
+		b.watchMemberLocked(mb)
+	}
+	if bt.closed && mb.wake != nil {
+		// Joins a batch already due that no member sent yet: it may have
+		// to send it (the members woken at its closing may all leave).
+		signal(mb.wake)
 	}
 	if len(bt.members) >= b.size {
+		b.forming = nil
 		b.closeLocked(bt)
+	} else if b.window == 0 {
+		b.closeLocked(bt) // due at once; it takes members until it is sent
 	}
 }
 
-// closeLocked makes bt due: no member joins it any more.
+// watchMemberLocked watches a gathering direct member's context: when it
+// ends, the member leaves (ended).
+func (b *batcher) watchMemberLocked(mb *member) {
+	if mb.unwatch == nil {
+		mb.unwatch = context.AfterFunc(mb.ctx, func() { b.ended(mb) })
+	}
+}
+
+// expire makes bt due when its window runs out; when direct and the
+// window is longer than watchGatheringAfter it is first called then, and
+// starts watching the members' contexts.
+func (b *batcher) expire(bt *hbatch) {
+	b.mu.Lock()
+	switch {
+	case bt.sent || len(bt.members) == 0:
+	case b.direct && !bt.watching && b.window > watchGatheringAfter:
+		bt.watching = true
+		for _, mb := range bt.members {
+			b.watchMemberLocked(mb)
+		}
+		bt.timer.Reset(b.window - watchGatheringAfter)
+	default:
+		b.closeLocked(bt)
+	}
+	w := b.takeLocked()
+	b.mu.Unlock()
+	b.handOff(w)
+}
+
+// closeLocked makes bt due and has it run: when direct, by a Consumer
+// worker (handOff); otherwise its members are woken and the first to look
+// sends it, unless the member that made it due sends it at once.
 func (b *batcher) closeLocked(bt *hbatch) {
 	if bt.closed {
 		return
@@ -318,118 +447,367 @@ func (b *batcher) closeLocked(bt *hbatch) {
 	if bt.timer != nil {
 		bt.timer.Stop()
 	}
+	b.due = append(b.due, bt)
+}
+
+// batchWork is what takeLocked found to do once b.mu is released.
+type batchWork struct {
+	due      []*hbatch // when direct: to run on a Consumer worker
+	finished []*member // when direct: to settle
+}
+
+// takeLocked takes the work found under b.mu. Members waiting in
+// HandleMessage for a batch that fell due (and that no member sent
+// meanwhile) are woken here.
+func (b *batcher) takeLocked() batchWork {
+	if !b.direct {
+		for _, bt := range b.due {
+			if !bt.sent {
+				for _, mb := range bt.members {
+					signal(mb.wake)
+				}
+			}
+		}
+		b.due = b.due[:0]
+		return batchWork{}
+	}
+	if b.settlers > 0 {
+		b.pending = append(b.pending, b.due...)
+		b.due = b.due[:0]
+	}
+	w := batchWork{due: b.due, finished: b.finished}
+	b.due, b.finished = nil, nil
+	return w
+}
+
+// handOff does the work takeLocked found, with b.mu released.
+func (b *batcher) handOff(w batchWork) {
+	for _, bt := range w.due {
+		b.c.startBatch(bt)
+	}
+	for _, mb := range w.finished {
+		b.c.goSettle(func() { b.settleMember(mb) })
+	}
+}
+
+// sendLocked takes bt for its runner: members whose context has ended
+// leave it, the rest are fixed and running, and ctx is the context of the
+// call of h. ok is false when there is nothing to send: another runner
+// took it, no member is left, or the shutdown began (its members then
+// leave with errGatheringAtShutdown).
+func (b *batcher) sendLocked(bt *hbatch) (ctx context.Context, ok bool) {
+	if bt.sent {
+		return nil, false
+	}
+	if b.stopping {
+		for _, mb := range slices.Clone(bt.members) {
+			b.finishLocked(mb, errGatheringAtShutdown)
+		}
+	}
+	if slices.ContainsFunc(bt.members, func(mb *member) bool { return mb.ctx.Err() != nil }) {
+		for _, mb := range slices.Clone(bt.members) {
+			if mb.ctx.Err() != nil {
+				b.finishLocked(mb, context.Cause(mb.ctx))
+			}
+		}
+	}
+	bt.sent = true
 	if b.forming == bt {
 		b.forming = nil
 	}
-	close(bt.due)
+	if bt.timer != nil {
+		bt.timer.Stop()
+	}
+	if len(bt.members) == 0 {
+		return nil, false
+	}
+	for _, mb := range bt.members {
+		mb.running = true
+		if mb.unwatch != nil {
+			mb.unwatch() // the call's watch takes over (see ended)
+			mb.unwatch = nil
+		}
+	}
+	ctx, bt.cancel = context.WithCancelCause(context.Background())
+	b.watchLocked(bt)
+	return ctx, true
+}
+
+// watchLocked makes the call's context of bt follow its members': it is
+// cancelled when a member's context ends for a reason that concerns the
+// whole call (the shutdown's ErrShutdown, a handler timeout) or when
+// every member's has ended. One member is watched at a time, the one
+// whose context has the earliest deadline (the first to time out), or
+// the first still live: a shutdown ends them all at once, and when the
+// watched one ends otherwise the watch moves on to one still live.
+func (b *batcher) watchLocked(bt *hbatch) {
+	var w *member
+	var wd time.Time
+	wok := false
+	for _, mb := range bt.members {
+		if mb.ctx.Err() != nil {
+			bt.lastCause = context.Cause(mb.ctx)
+			if wholeCall(bt.lastCause) {
+				bt.stopWatch = nil
+				bt.cancel(bt.lastCause)
+				return
+			}
+			continue
+		}
+		d, ok := mb.ctx.Deadline()
+		if w == nil || ok && (!wok || d.Before(wd)) {
+			w, wd, wok = mb, d, ok
+		}
+	}
+	if w == nil {
+		bt.stopWatch = nil
+		bt.cancel(bt.lastCause)
+		return
+	}
+	bt.stopWatch = context.AfterFunc(w.ctx, func() { b.watched(bt, w) })
+}
+
+// watched takes the end of the context of bt's watched member w.
+func (b *batcher) watched(bt *hbatch, w *member) {
+	cause := context.Cause(w.ctx)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case bt.over:
+	case wholeCall(cause):
+		bt.cancel(cause)
+	default:
+		bt.lastCause = cause
+		b.watchLocked(bt)
+	}
+}
+
+// wholeCall reports whether a member's context ended for a reason that
+// ends the whole call: the shutdown, or a handler timeout.
+func wholeCall(cause error) bool {
+	return errors.Is(cause, ErrShutdown) || errors.Is(cause, context.DeadlineExceeded)
+}
+
+// ended takes the end of the context of a joined member that is not
+// running: it leaves its batch (on FIFO queues the group's later members
+// wait until its lease ends, then fail). A running member's end is the
+// call's watch's business (watchLocked).
+func (b *batcher) ended(mb *member) {
+	cause := context.Cause(mb.ctx)
+	b.mu.Lock()
+	if !mb.running {
+		b.finishLocked(mb, cause)
+	}
+	w := b.takeLocked()
+	b.mu.Unlock()
+	b.handOff(w)
 }
 
 // HandleMessage joins m to a batch and returns its result in the batch.
+// It is the way in with middleware; see batcher.
 func (b *batcher) HandleMessage(ctx context.Context, m *Message) error {
 	b.mu.Lock()
 	mb := b.fifo[m.Lease]
 	if mb == nil {
-		mb = newMember(m)
+		mb = &member{m: m}
 	}
 	if mb.finished { // poisoned before its middleware finished
 		b.mu.Unlock()
 		return mb.err
 	}
-	if b.stopping && !mb.running {
+	mb.ctx, mb.joined, mb.wake = ctx, true, make(chan struct{}, 1)
+	switch {
+	case b.stopping:
 		b.finishLocked(mb, errGatheringAtShutdown)
-		b.mu.Unlock()
-		return mb.err
-	}
-	mb.ctx, mb.joined = ctx, true
-	if b.fifo[m.Lease] == mb {
+	case b.fifo[m.Lease] == mb:
 		b.advanceLocked(m.GroupID)
-	} else {
+	default:
 		b.admitLocked(mb)
 	}
-	b.mu.Unlock()
-
+	done := ctx.Done()
 	for {
-		var due chan struct{}
-		b.mu.Lock()
+		if mb.finished {
+			err := mb.err
+			b.mu.Unlock()
+			return err
+		}
+		var callCtx context.Context
 		bt := mb.b
-		if bt != nil && !bt.sent {
-			due = bt.due
+		if bt != nil && bt.closed {
+			callCtx, _ = b.sendLocked(bt)
+		}
+		b.takeLocked()
+		b.mu.Unlock()
+		if callCtx != nil {
+			b.run(bt, callCtx, mb)
+		} else {
+			select {
+			case <-mb.wake:
+			case <-done:
+				done = nil
+				b.ended(mb)
+			}
+		}
+		b.mu.Lock()
+	}
+}
+
+// join starts d, which holds a handler slot, when direct (no middleware):
+// it joins a batch with no goroutine of its own. Like Consumer.handle it
+// marks the handler's start, and a Consumer that is stopping hands it
+// back instead.
+func (b *batcher) join(d *Lease) {
+	c := b.c
+	if c.stopping.Load() || d.Err() != nil {
+		// As Consumer.handle: shutdown hands it back; a lease that ended
+		// while it waited means it joins no batch.
+		c.goSettle(func() { c.settle(d, nil, false) })
+		return
+	}
+	d.handlerStarted(time.Now())
+	c.observe(EventStarted, d.msg, nil)
+	ctx := d.ctx
+	var cancel context.CancelFunc
+	if c.s.handlerTimeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, c.s.handlerTimeout)
+	}
+	d.inHandler.Store(true)
+	b.mu.Lock()
+	mb := b.fifo[d]
+	if mb == nil {
+		mb = &member{m: d.msg}
+	}
+	mb.ctx, mb.cancel, mb.joined = ctx, cancel, true
+	switch {
+	case mb.finished: // poisoned, or its lease ended, before it started
+		b.finished = append(b.finished, mb)
+	case b.stopping:
+		b.finishLocked(mb, errGatheringAtShutdown)
+	case b.fifo[d] == mb:
+		b.advanceLocked(d.msg.GroupID)
+	default:
+		b.admitLocked(mb)
+	}
+	w := b.takeLocked()
+	b.mu.Unlock()
+	b.handOff(w)
+}
+
+// runDirect sends bt, when direct, and settles its members: successes
+// here (their deletes are batched without waiting), failures each on a
+// goroutine of its own, since a release waits for SQS. Then it sends the
+// batches that fell due meanwhile (pending), typically the one its own
+// settling filled, so that a steady stream of batches needs no goroutine
+// hand-off at all.
+func (b *batcher) runDirect(bt *hbatch) {
+	for bt != nil {
+		b.mu.Lock()
+		ctx, ok := b.sendLocked(bt)
+		w := b.takeLocked()
+		b.mu.Unlock()
+		b.handOff(w)
+		if ok {
+			b.run(bt, ctx, nil)
+			b.mu.Lock()
+			b.settlers++
+			b.mu.Unlock()
+			for _, mb := range bt.members {
+				if mb.err == nil {
+					b.settleMember(mb)
+				} else {
+					b.c.goSettle(func() { b.settleMember(mb) })
+				}
+			}
+		} else {
+			b.mu.Lock()
+			b.settlers++
+			b.mu.Unlock()
+		}
+		b.mu.Lock()
+		b.settlers--
+		bt = nil
+		var rest []*hbatch
+		if len(b.pending) > 0 {
+			bt = b.pending[0]
+			b.pending = b.pending[1:]
+			if b.settlers == 0 {
+				rest, b.pending = b.pending, nil // nobody else will send them
+			}
 		}
 		b.mu.Unlock()
-		select {
-		case <-mb.done:
-			return mb.err
-		case <-mb.wake: // admitted: look again
-		case <-due: // nil while waiting for an earlier member of its group
-			b.run(bt)
-		case <-ctx.Done():
-			b.mu.Lock()
-			if !mb.running {
-				// Leaves the batch; on FIFO queues the group's later
-				// members wait until its lease ends, then fail.
-				b.finishLocked(mb, context.Cause(ctx))
-			}
-			b.mu.Unlock()
-			<-mb.done
-			return mb.err
+		for _, r := range rest {
+			b.c.startBatch(r)
 		}
 	}
 }
 
-// run sends bt, unless another member already did or it is empty, and
-// hands every member its result.
-func (b *batcher) run(bt *hbatch) {
-	if bt == nil {
-		return
+// settleMember settles a finished direct member, as Consumer.handle does
+// once its handler returned.
+func (b *batcher) settleMember(mb *member) {
+	d := mb.m.Lease
+	if mb.unwatch != nil {
+		mb.unwatch()
 	}
-	b.mu.Lock()
-	if bt.sent || len(bt.members) == 0 {
-		bt.sent = true
-		b.mu.Unlock()
-		return
+	d.inHandler.Store(false)
+	b.c.settle(d, mb.err, true)
+	if mb.cancel != nil {
+		mb.cancel()
 	}
-	bt.sent = true
+}
+
+// run calls h for bt, sent by sendLocked, and sets every member's result;
+// self is the member whose goroutine runs it, if any (it needs no token).
+func (b *batcher) run(bt *hbatch, ctx context.Context, self *member) {
 	members := bt.members
 	msgs := make([]*Message, len(members))
 	for i, mb := range members {
-		mb.running = true
 		msgs[i] = mb.m
 	}
-	b.mu.Unlock()
-
-	ctx, stop := batchContext(members)
 	begun := time.Now()
 	err := b.call(ctx, msgs)
-	stop()
 	results, err := b.results(members, err)
 	b.observe(msgs, begun, err)
 
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	failedGroups := map[string]bool{}
+	bt.over = true
+	if bt.stopWatch != nil {
+		bt.stopWatch()
+	}
+	var failedGroups map[string]bool
 	for i, mb := range members {
-		rerr := results[i]
-		g := mb.m.GroupID
+		var rerr error
+		if results != nil {
+			rerr = results[i]
+		}
 		if b.fifo[mb.m.Lease] == mb {
+			g := mb.m.GroupID
 			if failedGroups[g] || mb.poisoned {
 				rerr = RetryAfter(errEarlierFailed, 0)
 			}
 			if rerr != nil || mb.m.Lease.Err() != nil {
+				if failedGroups == nil {
+					failedGroups = map[string]bool{}
+				}
 				failedGroups[g] = true
 			}
 		}
 		mb.finished, mb.err = true, rerr
-		close(mb.done)
+		if mb.wake != nil && mb != self {
+			signal(mb.wake)
+		}
 	}
+	b.mu.Unlock()
+	bt.cancel(context.Canceled)
 }
 
-// results turns h's error into one per member.
+// results turns h's error into one per member; nil when all succeeded.
 func (b *batcher) results(members []*member, err error) ([]error, error) {
+	if err == nil {
+		return nil, nil
+	}
 	out := make([]error, len(members))
 	var bf BatchFailures
 	switch {
-	case err == nil:
-		return out, nil
 	case errors.As(err, &bf):
 		index := make(map[string]int, len(members))
 		for i, mb := range members {
@@ -473,33 +851,4 @@ func (b *batcher) observe(msgs []*Message, begun time.Time, err error) {
 	}
 	now := time.Now()
 	observe(b.observer, b.logger, Event{Kind: EventBatch, QueueURL: b.queueURL, Time: now, Err: err, Batch: msgs, SinceStart: now.Sub(begun)})
-}
-
-// batchContext is the context of one call of h: cancelled when a member's
-// context ends for a reason that concerns the whole call (shutdown, a
-// handler timeout) or when every member's has ended. stop releases it.
-func batchContext(members []*member) (context.Context, func()) {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	var mu sync.Mutex
-	ended := 0
-	stops := make([]func() bool, 0, len(members))
-	for _, mb := range members {
-		mctx := mb.ctx
-		stops = append(stops, context.AfterFunc(mctx, func() {
-			cause := context.Cause(mctx)
-			mu.Lock()
-			ended++
-			all := ended == len(members)
-			mu.Unlock()
-			if all || errors.Is(cause, ErrShutdown) || errors.Is(cause, context.DeadlineExceeded) {
-				cancel(cause)
-			}
-		}))
-	}
-	return ctx, func() {
-		for _, s := range stops {
-			s()
-		}
-		cancel(context.Canceled)
-	}
 }

@@ -22,6 +22,31 @@ import (
 
 func okBatch(context.Context, []*Message) error { return nil }
 
+// batchWays are the two ways a message reaches a batcher: directly when
+// it gets its handler slot (no middleware), or through middleware (a
+// goroutine per message, which waits in HandleMessage; here a
+// pass-through middleware). Tests of Batch's semantics run both.
+var batchWays = []struct {
+	name string
+	opts []Option
+}{
+	{"direct", nil},
+	{"middleware", []Option{WithMiddleware(func(next Handler) Handler {
+		return HandlerFunc(func(ctx context.Context, m *Message) error { return next.HandleMessage(ctx, m) })
+	})}},
+}
+
+// eachBatchWay runs f in a subtest for each of batchWays.
+func eachBatchWay(t *testing.T, f func(t *testing.T, opts ...Option)) {
+	t.Helper()
+	for _, way := range batchWays {
+		t.Run(way.name, func(t *testing.T) {
+			t.Parallel()
+			f(t, way.opts...)
+		})
+	}
+}
+
 func TestBatchValidates(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
@@ -77,6 +102,10 @@ func (r *batchRecorder) snapshot() [][]string {
 
 func TestBatchPartialFailures(t *testing.T) {
 	t.Parallel()
+	eachBatchWay(t, testBatchPartialFailures)
+}
+
+func testBatchPartialFailures(t *testing.T, way ...Option) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, nil)
 		b.send(t, 40)
@@ -107,7 +136,7 @@ func TestBatchPartialFailures(t *testing.T) {
 			return fmt.Errorf("wrapped: %w", fails)
 		}, 10, 200*time.Millisecond)
 		require.NoError(t, err)
-		c, err := New(b.client, b.url, h, WithVisibilityTimeout(30*time.Second), WithConcurrency(20), WithWaitTime(time.Second),
+		c, err := New(b.client, b.url, h, append(way, WithVisibilityTimeout(30*time.Second), WithConcurrency(20), WithWaitTime(time.Second),
 			WithBackoff(func(int) time.Duration { return 11 * time.Second }),
 			WithObserver(ObserverFunc(func(e Event) {
 				obsMu.Lock()
@@ -116,7 +145,7 @@ func TestBatchPartialFailures(t *testing.T) {
 				if e.Kind == EventBatch {
 					batchEvents = append(batchEvents, e)
 				}
-			})))
+			})))...)
 		require.NoError(t, err)
 		stop := running(t, c)
 		time.Sleep(2 * time.Minute)
@@ -173,49 +202,59 @@ func TestBatchWholeFailures(t *testing.T) {
 		{"unknown ID", func([]*Message) error { return BatchFailures{"not-in-batch": errors.New("x")} }, `reported message "not-in-batch", which is not in its batch`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				b := setup(t, nil)
-				b.send(t, 5)
-				var mu sync.Mutex
-				var errs []error
-				h, err := Batch(func(ctx context.Context, msgs []*Message) error {
-					if msgs[0].ReceiveCount == 1 {
-						return tt.fail(msgs)
-					}
-					return nil
-				}, 5, time.Second)
-				require.NoError(t, err)
-				c, err := New(b.client, b.url, h, WithVisibilityTimeout(30*time.Second), WithConcurrency(5), WithWaitTime(time.Second),
-					WithObserver(ObserverFunc(func(e Event) {
-						if e.Kind == EventFailed {
-							mu.Lock()
-							errs = append(errs, e.Err)
-							mu.Unlock()
-						}
-					})))
-				require.NoError(t, err)
-				stop := running(t, c)
-				time.Sleep(3 * time.Minute)
-				require.NoError(t, stop())
-				mu.Lock()
-				defer mu.Unlock()
-				require.Len(t, errs, 5, "every message of the batch failed")
-				for _, e := range errs {
-					require.ErrorContains(t, e, tt.want)
-				}
-				for _, st := range b.srv.Messages(b.url) {
-					require.True(t, st.Deleted)
-					require.Equal(t, 2, st.ReceiveCount)
-				}
-			})
+			t.Parallel()
+			eachBatchWay(t, func(t *testing.T, way ...Option) { testBatchWholeFailure(t, tt.fail, tt.want, way...) })
 		})
 	}
+}
+
+func testBatchWholeFailure(t *testing.T, fail func(msgs []*Message) error, want string, way ...Option) {
+	t.Helper()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		b.send(t, 5)
+		var mu sync.Mutex
+		var errs []error
+		h, err := Batch(func(ctx context.Context, msgs []*Message) error {
+			if msgs[0].ReceiveCount == 1 {
+				return fail(msgs)
+			}
+			return nil
+		}, 5, time.Second)
+		require.NoError(t, err)
+		c, err := New(b.client, b.url, h, append(way, WithVisibilityTimeout(30*time.Second), WithConcurrency(5), WithWaitTime(time.Second),
+			WithObserver(ObserverFunc(func(e Event) {
+				if e.Kind == EventFailed {
+					mu.Lock()
+					errs = append(errs, e.Err)
+					mu.Unlock()
+				}
+			})))...)
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(3 * time.Minute)
+		require.NoError(t, stop())
+		mu.Lock()
+		defer mu.Unlock()
+		require.Len(t, errs, 5, "every message of the batch failed")
+		for _, e := range errs {
+			require.ErrorContains(t, e, want)
+		}
+		for _, st := range b.srv.Messages(b.url) {
+			require.True(t, st.Deleted)
+			require.Equal(t, 2, st.ReceiveCount)
+		}
+	})
 }
 
 // Messages in a batch longer than the lease keep their own heartbeats; one
 // whose lease is lost is never deleted, and the handler can tell.
 func TestBatchLeases(t *testing.T) {
 	t.Parallel()
+	eachBatchWay(t, testBatchLeases)
+}
+
+func testBatchLeases(t *testing.T, way ...Option) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, nil)
 		b.send(t, 4)
@@ -238,7 +277,7 @@ func TestBatchLeases(t *testing.T) {
 			return nil
 		}, 4, time.Second)
 		require.NoError(t, err)
-		c, err := New(b.client, b.url, h, WithVisibilityTimeout(30*time.Second), WithConcurrency(4), WithWaitTime(time.Second))
+		c, err := New(b.client, b.url, h, append(way, WithVisibilityTimeout(30*time.Second), WithConcurrency(4), WithWaitTime(time.Second))...)
 		require.NoError(t, err)
 		stop := running(t, c)
 		time.Sleep(3 * time.Minute)
@@ -268,6 +307,10 @@ func TestBatchLeases(t *testing.T) {
 
 func TestBatchFIFOKeepsOrder(t *testing.T) {
 	t.Parallel()
+	eachBatchWay(t, testBatchFIFOKeepsOrder)
+}
+
+func testBatchFIFOKeepsOrder(t *testing.T, way ...Option) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, map[string]string{"FifoQueue": "true", "ContentBasedDeduplication": "true"})
 		for i := range 5 {
@@ -296,7 +339,7 @@ func TestBatchFIFOKeepsOrder(t *testing.T) {
 			return fails
 		}, 10, 100*time.Millisecond)
 		require.NoError(t, err)
-		c, err := New(b.client, b.url, h, WithVisibilityTimeout(30*time.Second), WithConcurrency(10), WithWaitTime(time.Second))
+		c, err := New(b.client, b.url, h, append(way, WithVisibilityTimeout(30*time.Second), WithConcurrency(10), WithWaitTime(time.Second))...)
 		require.NoError(t, err)
 		stop := running(t, c)
 		time.Sleep(2 * time.Minute)
@@ -445,41 +488,45 @@ func TestBatchShutdownWhileGathering(t *testing.T) {
 	for _, fifo := range []bool{false, true} {
 		t.Run(fmt.Sprintf("fifo=%v", fifo), func(t *testing.T) {
 			t.Parallel()
-			synctest.Test(t, func(t *testing.T) {
-				var b bundle
-				var opts []sqstest.SendOption
-				if fifo {
-					b = setup(t, map[string]string{"FifoQueue": "true", "ContentBasedDeduplication": "true"})
-					opts = []sqstest.SendOption{sqstest.WithGroupID("g")}
-				} else {
-					b = setup(t, nil)
-				}
-				b.send(t, 3, opts...)
-				called := false
-				h, err := Batch(func(context.Context, []*Message) error { called = true; return nil }, 10, 5*time.Minute)
-				require.NoError(t, err)
-				c, err := New(b.client, b.url, h, WithVisibilityTimeout(30*time.Second), WithConcurrency(10), WithWaitTime(time.Second),
-					WithShutdownTimeout(10*time.Second))
-				require.NoError(t, err)
-				stop := running(t, c)
-				time.Sleep(time.Minute) // gathering, renewed
-				begun := time.Now()
-				require.NoError(t, stop())
-				require.Less(t, time.Since(begun), 2*time.Second, "handed back at once, not after the 10 s budget")
-				require.False(t, called, "no batch handler starts after the shutdown began")
-				msgs := b.srv.Messages(b.url)
-				require.Len(t, msgs, 3)
-				for _, st := range msgs {
-					require.False(t, st.Deleted)
-					require.False(t, st.InFlight, "visible again at once")
-					// Released at once, a message may be taken once more by
-					// the long poll still in flight (a shutdown never cancels
-					// one), which hands it back at once too.
-					require.LessOrEqual(t, st.ReceiveCount, 2)
-				}
-			})
+			eachBatchWay(t, func(t *testing.T, way ...Option) { testBatchShutdownWhileGathering(t, fifo, way...) })
 		})
 	}
+}
+
+func testBatchShutdownWhileGathering(t *testing.T, fifo bool, way ...Option) {
+	synctest.Test(t, func(t *testing.T) {
+		var b bundle
+		var opts []sqstest.SendOption
+		if fifo {
+			b = setup(t, map[string]string{"FifoQueue": "true", "ContentBasedDeduplication": "true"})
+			opts = []sqstest.SendOption{sqstest.WithGroupID("g")}
+		} else {
+			b = setup(t, nil)
+		}
+		b.send(t, 3, opts...)
+		called := false
+		h, err := Batch(func(context.Context, []*Message) error { called = true; return nil }, 10, 5*time.Minute)
+		require.NoError(t, err)
+		c, err := New(b.client, b.url, h, append(way, WithVisibilityTimeout(30*time.Second), WithConcurrency(10), WithWaitTime(time.Second),
+			WithShutdownTimeout(10*time.Second))...)
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(time.Minute) // gathering, renewed
+		begun := time.Now()
+		require.NoError(t, stop())
+		require.Less(t, time.Since(begun), 2*time.Second, "handed back at once, not after the 10 s budget")
+		require.False(t, called, "no batch handler starts after the shutdown began")
+		msgs := b.srv.Messages(b.url)
+		require.Len(t, msgs, 3)
+		for _, st := range msgs {
+			require.False(t, st.Deleted)
+			require.False(t, st.InFlight, "visible again at once")
+			// Released at once, a message may be taken once more by
+			// the long poll still in flight (a shutdown never cancels
+			// one), which hands it back at once too.
+			require.LessOrEqual(t, st.ReceiveCount, 2)
+		}
+	})
 }
 
 // drainOnce runs a Consumer over n messages in an in-memory sqstest (no
@@ -541,30 +588,36 @@ func drainOnce(b *testing.B, n, conc int, batch bool, work time.Duration) (took 
 }
 
 // BenchmarkBatchVsSingle drains the same queue with a single-message
-// handler and with a batch handler (Batch, size 10) at the same
-// concurrency, alternately in one run, against the in-memory sqstest
-// (round trip 0): msg/s of each, their ratio, and the batch run's SQS
-// calls per message. "noop": handlers that do nothing (the library's own
-// cost); "1ms": every handler call costs 1 ms (a downstream call), which a
-// batch pays once for ten messages.
+// handler and with a batch handler (Batch, size 10, window 5 ms, no
+// middleware) at the same concurrency against the in-memory sqstest
+// (round trip 0): msg/s of each, their ratio, and the batch runs' SQS
+// calls per message and messages per call of the batch handler. Each
+// iteration drains single, batch, batch, single, so that a machine load
+// that drifts during it weighs on both alike. "noop": handlers that do
+// nothing (the library's own cost); "1ms": every handler call costs 1 ms
+// (a downstream call), which a batch pays once for ten messages.
 func BenchmarkBatchVsSingle(b *testing.B) {
 	for _, tc := range []struct {
 		name string
 		work time.Duration
 		n    int
 		conc int
-	}{{"noop", 0, 20_000, 40}, {"1ms", time.Millisecond, 5_000, 40}, {"noop", 0, 20_000, 200}, {"1ms", time.Millisecond, 10_000, 200}} {
+	}{{"noop", 0, 20_000, 40}, {"1ms", time.Millisecond, 10_000, 40}, {"noop", 0, 20_000, 200}, {"1ms", time.Millisecond, 20_000, 200}} {
 		b.Run(fmt.Sprintf("%s/c=%d", tc.name, tc.conc), func(b *testing.B) {
 			var single, batch time.Duration
 			calls, hcalls, rounds := 0, 0, 0
 			for b.Loop() {
-				d, _, _ := drainOnce(b, tc.n, tc.conc, false, tc.work)
-				single += d
-				d, k, h := drainOnce(b, tc.n, tc.conc, true, tc.work)
-				batch += d
-				calls += k
-				hcalls += h
-				rounds++
+				for _, isBatch := range []bool{false, true, true, false} {
+					d, k, h := drainOnce(b, tc.n, tc.conc, isBatch, tc.work)
+					if !isBatch {
+						single += d
+						continue
+					}
+					batch += d
+					calls += k
+					hcalls += h
+					rounds++
+				}
 			}
 			msgs := float64(tc.n * rounds)
 			b.ReportMetric(msgs/single.Seconds(), "single-msg/s")
@@ -574,4 +627,242 @@ func BenchmarkBatchVsSingle(b *testing.B) {
 			b.ReportMetric(msgs/float64(hcalls), "msgs/batch")
 		})
 	}
+}
+
+// A full batch is sent at once, without waiting out its window.
+func TestBatchFullSendsAtOnce(t *testing.T) {
+	t.Parallel()
+	eachBatchWay(t, func(t *testing.T, way ...Option) {
+		synctest.Test(t, func(t *testing.T) {
+			b := setup(t, nil)
+			b.send(t, 8)
+			begun := time.Now()
+			var mu sync.Mutex
+			var at []time.Duration
+			h, err := Batch(func(_ context.Context, msgs []*Message) error {
+				mu.Lock()
+				at = append(at, time.Since(begun))
+				mu.Unlock()
+				require.Len(t, msgs, 4)
+				return nil
+			}, 4, 5*time.Minute)
+			require.NoError(t, err)
+			c, err := New(b.client, b.url, h, append(way, WithVisibilityTimeout(30*time.Second), WithConcurrency(8), WithWaitTime(time.Second))...)
+			require.NoError(t, err)
+			stop := running(t, c)
+			time.Sleep(time.Minute)
+			require.NoError(t, stop())
+			mu.Lock()
+			defer mu.Unlock()
+			require.Equal(t, []time.Duration{0, 0}, at, "both batches full at once, neither waited for its window")
+			for _, st := range b.srv.Messages(b.url) {
+				require.True(t, st.Deleted, st.Body)
+			}
+		})
+	})
+}
+
+// With a window of 0 a batch is due as soon as its first message joined;
+// it takes whatever joins before it is sent, never more than its size,
+// and every message is handled once.
+func TestBatchWindowZero(t *testing.T) {
+	t.Parallel()
+	eachBatchWay(t, func(t *testing.T, way ...Option) {
+		synctest.Test(t, func(t *testing.T) {
+			b := setup(t, nil)
+			b.send(t, 30)
+			rec := &batchRecorder{}
+			h, err := Batch(func(_ context.Context, msgs []*Message) error {
+				rec.record(msgs)
+				time.Sleep(time.Second)
+				return nil
+			}, 4, 0)
+			require.NoError(t, err)
+			c, err := New(b.client, b.url, h, append(way, WithVisibilityTimeout(30*time.Second), WithConcurrency(8), WithWaitTime(time.Second))...)
+			require.NoError(t, err)
+			stop := running(t, c)
+			time.Sleep(time.Minute)
+			require.NoError(t, stop())
+			seen := map[string]int{}
+			for _, call := range rec.snapshot() {
+				require.NotEmpty(t, call)
+				require.LessOrEqual(t, len(call), 4)
+				for _, body := range call {
+					seen[body]++
+				}
+			}
+			require.Len(t, seen, 30)
+			for body, n := range seen {
+				require.Equal(t, 1, n, body)
+			}
+			for _, st := range b.srv.Messages(b.url) {
+				require.True(t, st.Deleted, st.Body)
+				require.Equal(t, 1, st.ReceiveCount, st.Body)
+			}
+		})
+	})
+}
+
+// WithHandlerTimeout counts from each message's start (its joining): the
+// first message's timeout ends the whole call.
+func TestBatchHandlerTimeout(t *testing.T) {
+	t.Parallel()
+	eachBatchWay(t, func(t *testing.T, way ...Option) {
+		synctest.Test(t, func(t *testing.T) {
+			b := setup(t, nil)
+			b.send(t, 3)
+			var mu sync.Mutex
+			var took []time.Duration
+			var causes []error
+			h, err := Batch(func(ctx context.Context, msgs []*Message) error {
+				if msgs[0].ReceiveCount > 1 {
+					return nil
+				}
+				begun := time.Now()
+				<-ctx.Done()
+				mu.Lock()
+				took = append(took, time.Since(begun))
+				causes = append(causes, context.Cause(ctx))
+				mu.Unlock()
+				return ctx.Err()
+			}, 4, 2*time.Second)
+			require.NoError(t, err)
+			c, err := New(b.client, b.url, h, append(way, WithVisibilityTimeout(30*time.Second), WithConcurrency(4), WithWaitTime(time.Second),
+				WithHandlerTimeout(5*time.Second), WithBackoff(func(int) time.Duration { return time.Second }))...)
+			require.NoError(t, err)
+			stop := running(t, c)
+			time.Sleep(time.Minute)
+			require.NoError(t, stop())
+			mu.Lock()
+			defer mu.Unlock()
+			require.Equal(t, []time.Duration{3 * time.Second}, took, "three of four: sent after its 2 s window, cancelled 5 s after the messages started")
+			require.ErrorIs(t, causes[0], context.DeadlineExceeded)
+			for _, st := range b.srv.Messages(b.url) {
+				require.True(t, st.Deleted, st.Body)
+				require.Equal(t, 2, st.ReceiveCount, st.Body)
+			}
+		})
+	})
+}
+
+// A message whose lease is lost while it gathers for a batch leaves it at
+// once (its result is the loss; it is never deleted); the others wait for
+// the window. The lost one comes back from SQS and joins the same batch.
+func TestBatchLeaseLostWhileGathering(t *testing.T) {
+	t.Parallel()
+	eachBatchWay(t, func(t *testing.T, way ...Option) {
+		synctest.Test(t, func(t *testing.T) {
+			b := setup(t, nil)
+			b.send(t, 3)
+			begun := time.Now()
+			rec := &batchRecorder{}
+			var mu sync.Mutex
+			var failedAt []time.Duration
+			h, err := Batch(func(_ context.Context, msgs []*Message) error {
+				rec.record(msgs)
+				return nil
+			}, 10, time.Minute)
+			require.NoError(t, err)
+			// The first renewal, one call for the three at 10 s, refuses one.
+			b.srv.FailNextEntries("ChangeMessageVisibilityBatch", 1, sqstest.FaultReceiptHandleIsInvalid)
+			c, err := New(b.client, b.url, h, append(way, WithVisibilityTimeout(30*time.Second), WithConcurrency(10), WithWaitTime(time.Second),
+				WithObserver(ObserverFunc(func(e Event) {
+					if e.Kind == EventFailed {
+						require.ErrorIs(t, e.Err, ErrLeaseLost)
+						mu.Lock()
+						failedAt = append(failedAt, time.Since(begun))
+						mu.Unlock()
+					}
+				})))...)
+			require.NoError(t, err)
+			stop := running(t, c)
+			time.Sleep(2 * time.Minute)
+			require.NoError(t, stop())
+			mu.Lock()
+			defer mu.Unlock()
+			require.Len(t, failedAt, 1)
+			require.Less(t, failedAt[0], 11*time.Second, "left at the loss, not at the end of the window")
+			calls := rec.snapshot()
+			require.Len(t, calls, 1, "the lost one came back within the window: %v", calls)
+			require.Len(t, calls[0], 3)
+			for _, st := range b.srv.Messages(b.url) {
+				require.True(t, st.Deleted, st.Body)
+				require.LessOrEqual(t, st.ReceiveCount, 2, st.Body)
+			}
+		})
+	})
+}
+
+// A batch still running when the shutdown budget runs out has its context
+// cancelled with ErrShutdown; its messages are handed back at once.
+func TestBatchShutdownCancelsRunningBatch(t *testing.T) {
+	t.Parallel()
+	eachBatchWay(t, func(t *testing.T, way ...Option) {
+		synctest.Test(t, func(t *testing.T) {
+			b := setup(t, nil)
+			b.send(t, 3)
+			var cause error
+			h, err := Batch(func(ctx context.Context, msgs []*Message) error {
+				<-ctx.Done()
+				cause = context.Cause(ctx)
+				return ctx.Err()
+			}, 3, time.Second)
+			require.NoError(t, err)
+			c, err := New(b.client, b.url, h, append(way, WithVisibilityTimeout(30*time.Second), WithConcurrency(3), WithWaitTime(time.Second),
+				WithShutdownTimeout(10*time.Second))...)
+			require.NoError(t, err)
+			stop := running(t, c)
+			time.Sleep(time.Minute)
+			begun := time.Now()
+			require.NoError(t, stop())
+			took := time.Since(begun)
+			require.GreaterOrEqual(t, took, 10*time.Second, "the batch ran on for the shutdown budget")
+			require.Less(t, took, 11*time.Second, "then its messages were handed back at once")
+			require.ErrorIs(t, cause, ErrShutdown)
+			for _, st := range b.srv.Messages(b.url) {
+				require.False(t, st.Deleted, st.Body)
+				require.False(t, st.InFlight, "handed back at once: %s", st.Body)
+				require.Equal(t, 1, st.ReceiveCount, st.Body)
+			}
+		})
+	})
+}
+
+// When every message's lease is lost the batch's context is cancelled;
+// one loss alone does not (TestBatchLeases).
+func TestBatchAllLeasesLost(t *testing.T) {
+	t.Parallel()
+	eachBatchWay(t, func(t *testing.T, way ...Option) {
+		synctest.Test(t, func(t *testing.T) {
+			b := setup(t, nil)
+			b.send(t, 3)
+			var mu sync.Mutex
+			var causes []error
+			h, err := Batch(func(ctx context.Context, msgs []*Message) error {
+				if msgs[0].ReceiveCount > 1 {
+					return nil
+				}
+				b.srv.FailNextEntries("ChangeMessageVisibilityBatch", 3, sqstest.FaultReceiptHandleIsInvalid)
+				<-ctx.Done()
+				mu.Lock()
+				causes = append(causes, context.Cause(ctx))
+				mu.Unlock()
+				return ctx.Err()
+			}, 3, time.Second)
+			require.NoError(t, err)
+			c, err := New(b.client, b.url, h, append(way, WithVisibilityTimeout(30*time.Second), WithConcurrency(3), WithWaitTime(time.Second))...)
+			require.NoError(t, err)
+			stop := running(t, c)
+			time.Sleep(2 * time.Minute)
+			require.NoError(t, stop())
+			mu.Lock()
+			defer mu.Unlock()
+			require.Len(t, causes, 1)
+			require.ErrorIs(t, causes[0], ErrLeaseLost)
+			for _, st := range b.srv.Messages(b.url) {
+				require.True(t, st.Deleted, st.Body)
+				require.Equal(t, 2, st.ReceiveCount, "never deleted on the lost handle: %s", st.Body)
+			}
+		})
+	})
 }

@@ -85,6 +85,7 @@ type Consumer struct {
 	handlers sync.WaitGroup // deliveries being handled or settled
 	workers  sync.WaitGroup // worker goroutines, idle or busy
 	work     chan *Lease    // hands a delivery to an idle worker
+	runs     chan *hbatch   // hands a due batch to an idle worker (Batch without middleware)
 	quit     chan struct{}  // closed after shutdown: idle workers exit
 }
 
@@ -143,7 +144,7 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 		stats:    stats,
 		batch:    bt,
 	}
-	if bt != nil && !bt.attach(c2) {
+	if bt != nil && !bt.attach(c2, len(s.middleware) == 0) {
 		return nil, fmt.Errorf("%w: the Handler from Batch is already used by another Consumer; call Batch once per Consumer", ErrInvalidOption)
 	}
 	return c2, nil
@@ -316,6 +317,9 @@ func (c *Consumer) setup(ctx context.Context) error {
 		c.pollers.Add(1)
 		go c.poll()
 	})
+	if c.batch != nil {
+		fl.burst = c.batch.size
+	}
 	c.probeCtx, c.cancelProbe = context.WithCancel(context.Background())
 	if c.s.breaker != nil {
 		c.br = newBreaker(*c.s.breaker)
@@ -338,6 +342,7 @@ func (c *Consumer) setup(ctx context.Context) error {
 	c.stopPolls = make(chan struct{})
 	c.inflight = make(map[string]*Lease)
 	c.work = make(chan *Lease)
+	c.runs = make(chan *hbatch)
 	c.quit = make(chan struct{})
 	c.groups = make(map[string][]*Lease)
 	c.afterDelete = c.deleted
@@ -609,8 +614,14 @@ func (c *Consumer) enqueue(l *Lease) {
 const workerIdle = 30 * time.Second
 
 // start hands d, which holds a handler slot, to an idle worker, or to a
-// new one. There are never more workers busy than handler slots.
+// new one. There are never more workers busy than handler slots. A
+// handler from Batch without middleware takes d into a batch instead,
+// with no goroutine of its own (batcher.join).
 func (c *Consumer) start(d *Lease) {
+	if c.batch != nil && c.batch.direct {
+		c.batch.join(d)
+		return
+	}
 	select {
 	case c.work <- d:
 		return
@@ -635,6 +646,46 @@ func (c *Consumer) worker(d *Lease) {
 			return
 		}
 	}
+}
+
+// startBatch hands a due batch (Batch without middleware) to an idle
+// worker, or to a new one; the worker sends it and settles its members.
+func (c *Consumer) startBatch(bt *hbatch) {
+	select {
+	case c.runs <- bt:
+		return
+	default:
+	}
+	c.workers.Add(1)
+	go c.batchWorker(bt)
+}
+
+func (c *Consumer) batchWorker(bt *hbatch) {
+	defer c.workers.Done()
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		c.batch.runDirect(bt)
+		idle.Reset(workerIdle)
+		select {
+		case bt = <-c.runs:
+		case <-idle.C:
+			return
+		case <-c.quit:
+			return
+		}
+	}
+}
+
+// goSettle runs settle, which may wait for SQS, on a worker goroutine of
+// its own, for a delivery that holds a handler slot and whose result is
+// known without a handler to run (Batch without middleware).
+func (c *Consumer) goSettle(settle func()) {
+	c.workers.Add(1)
+	go func() {
+		defer c.workers.Done()
+		settle()
+	}()
 }
 
 // handle runs the handler for one delivery and settles it. A delivery

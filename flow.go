@@ -89,6 +89,12 @@ type flow struct {
 	spawn     func() // starts one more poller; called with mu held
 	peakAhead int    // most messages waiting + asked beyond the free slots
 
+	// burst is how many slots handlers free at once, when more than one:
+	// a Batch handler's size. The read-ahead covers at least that many, so
+	// that when a batch returns the next one fills from messages already
+	// here instead of gathering over a receive round trip.
+	burst int
+
 	// gate, when set, bounds each receive: given the messages held
 	// (running + waiting + asked for) it returns the most the next
 	// receive may ask for, or -1 for no bound. Called with mu held.
@@ -185,7 +191,7 @@ func (f *flow) countsLocked(now time.Time) flowCounts {
 		running: f.running, waiting: f.waiting, asked: f.asked,
 		quiet: f.quiet,
 	}
-	c.cover, c.ahead = readAhead(f.rate.value(now), f.capacity(), f.dueLocked(now), f.rtt, f.batch, f.maxAhead)
+	c.cover, c.ahead = readAhead(f.rate.value(now), f.capacity(), max(f.dueLocked(now), f.burst), f.rtt, f.batch, f.maxAhead)
 	return c
 }
 
