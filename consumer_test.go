@@ -1252,8 +1252,15 @@ func TestWaitingMessageWithLeaseGoneNeverStarts(t *testing.T) {
 		require.NoError(t, stop())
 		mu.Lock()
 		defer mu.Unlock()
-		require.Equal(t, []call{{"a0", 1, false}, {"a1", 2, false}}, calls,
-			"a1's first delivery, whose lease was refused while it waited, never reached the handler")
+		require.Len(t, calls, 2, "%+v", calls)
+		require.Equal(t, call{"a0", 1, false}, calls[0])
+		// a1's first delivery, whose lease was refused while it waited,
+		// never reached the handler; a later one did (the second, or a
+		// third when a receive brought it back before the first was
+		// finished here and it was handed back).
+		require.Equal(t, "a1", calls[1].body)
+		require.GreaterOrEqual(t, calls[1].count, 2, "a1's first delivery never reached the handler")
+		require.False(t, calls[1].deadOnIn)
 		require.Len(t, lost, 1, "a1's first delivery ended with its lease's error")
 		require.ErrorIs(t, lost[0], ErrLeaseLost)
 		for _, id := range ids {

@@ -62,8 +62,10 @@
 // min(C/takes, ceiling), where takes is what a handler call really takes
 // on this machine with C of them at once and nothing else running (a 5 ms
 // timer fires after 5.2-5.7 ms on a busy VM). The report gives each
-// contender's messages per second, its ratio to the ideal and its API calls
-// per message. Then the overrun case (-overrun messages, default 40, 0
+// contender's messages per second, its ratio to the ideal, its API calls
+// per message and, in rows with a handler, how busy its handler slots were
+// (handler time over C x elapsed: 1 means no slot ever waited for a
+// message). Then the overrun case (-overrun messages, default 40, 0
 // skips it) runs the three at once, at the largest RTT, with a lease of 3 s
 // and handlers of 4.5 s at concurrency 20, and counts the handler runs that
 // were duplicates.

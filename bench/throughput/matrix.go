@@ -71,7 +71,8 @@ func rowMessages(idealRate float64, most int) int {
 // cell is one contender's figures in one row (medians over the rounds).
 type cell struct {
 	rate, calls float64
-	duplicates  int // over all rounds
+	busy        float64 // share of the slots' time in handler calls (0: no handler)
+	duplicates  int     // over all rounds
 }
 
 // matrixRow is one row of the matrix.
@@ -267,14 +268,15 @@ func measureAtRTT(ctx context.Context, b *bench, cfg benchConfig, ceiling *float
 				}
 			}
 			for i, c := range contenders {
-				var rates, calls []float64
+				var rates, calls, busy []float64
 				dup := 0
 				for _, m := range ms[i] {
 					rates = append(rates, m.rate())
 					calls = append(calls, m.callsPerMessage())
+					busy = append(busy, m.busy)
 					dup += m.redelivered
 				}
-				row.cells = append(row.cells, cell{rate: median(rates), calls: median(calls), duplicates: dup})
+				row.cells = append(row.cells, cell{rate: median(rates), calls: median(calls), busy: median(busy), duplicates: dup})
 				if dup > 0 {
 					r.duplicateNotes = append(r.duplicateNotes, fmt.Sprintf("handler %v, C=%d, %s: %d duplicate handler runs", h, row.concurrency, c.name, dup))
 				}
@@ -324,13 +326,17 @@ func reportRTT(out io.Writer, r *rttResult, cfg benchConfig) {
 	fmt.Fprint(w, "RTT\thandler\ttakes\tC\tmsgs\tideal msg/s\t")
 	contenders := rowContenders()
 	for _, c := range contenders {
-		fmt.Fprintf(w, "%s msg/s\tx ideal\tcalls/msg\t", c.name)
+		fmt.Fprintf(w, "%s msg/s\tx ideal\tcalls/msg\tbusy\t", c.name)
 	}
 	fmt.Fprintln(w)
 	for _, row := range r.rows {
 		fmt.Fprintf(w, "%v\t%v\t%v\t%d\t%d\t%.0f\t", r.rtt, row.handler, row.slot.Round(10*time.Microsecond), row.concurrency, row.messages, row.ideal)
 		for _, c := range row.cells {
-			fmt.Fprintf(w, "%.0f\t%.2f\t%.3f\t", c.rate, c.rate/row.ideal, c.calls)
+			busy := "-"
+			if row.handler > 0 {
+				busy = fmt.Sprintf("%.2f", c.busy)
+			}
+			fmt.Fprintf(w, "%.0f\t%.2f\t%.3f\t%s\t", c.rate, c.rate/row.ideal, c.calls, busy)
 		}
 		fmt.Fprintln(w)
 	}
