@@ -628,18 +628,20 @@ func (c *Consumer) start(d *Lease) {
 	default:
 	}
 	c.workers.Add(1)
-	go c.worker(d)
+	go serve(c, d, c.work, c.handle)
 }
 
-func (c *Consumer) worker(d *Lease) {
+// serve is a worker goroutine: it runs do(first), then whatever arrives
+// on ch, until it has waited workerIdle for more or the Consumer quits.
+func serve[T any](c *Consumer, first T, ch <-chan T, do func(T)) {
 	defer c.workers.Done()
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
-	for {
-		c.handle(d)
+	for v := first; ; {
+		do(v)
 		idle.Reset(workerIdle)
 		select {
-		case d = <-c.work:
+		case v = <-ch:
 		case <-idle.C:
 			return
 		case <-c.quit:
@@ -657,24 +659,7 @@ func (c *Consumer) startBatch(bt *hbatch) {
 	default:
 	}
 	c.workers.Add(1)
-	go c.batchWorker(bt)
-}
-
-func (c *Consumer) batchWorker(bt *hbatch) {
-	defer c.workers.Done()
-	idle := time.NewTimer(workerIdle)
-	defer idle.Stop()
-	for {
-		c.batch.runDirect(bt)
-		idle.Reset(workerIdle)
-		select {
-		case bt = <-c.runs:
-		case <-idle.C:
-			return
-		case <-c.quit:
-			return
-		}
-	}
+	go serve(c, bt, c.runs, c.batch.runDirect)
 }
 
 // goSettle runs settle, which may wait for SQS, on a worker goroutine of

@@ -617,14 +617,9 @@ func (a *adapter) runJoined(base context.Context, recs []*record, fifo bool) {
 	if len(batch) == 0 {
 		return
 	}
-	results := a.callBatch(base, batch)
-	failed := false
+	results := a.batchResults(base, batch, fifo)
 	for i, r := range batch {
 		err := results[i]
-		if fifo && failed {
-			err = errEarlierFailed
-		}
-		failed = failed || err != nil
 		if err != nil {
 			a.observe(sqsconsumer.EventFailed, r, err)
 		} else {
@@ -734,16 +729,25 @@ func (a *adapter) gather(base context.Context, inv *invocation, recs []*record, 
 	if len(batch) == 0 {
 		return
 	}
+	results := a.batchResults(base, batch, fifo)
+	for i, r := range batch {
+		r.result <- results[i]
+	}
+}
+
+// batchResults calls the batch handler for batch and returns each record's
+// result; on a FIFO queue every record after the first failure fails too
+// (errEarlierFailed), as the event source mapping requires.
+func (a *adapter) batchResults(base context.Context, batch []*record, fifo bool) []error {
 	results := a.callBatch(base, batch)
 	failed := false
-	for i, r := range batch {
-		err := results[i]
+	for i, err := range results {
 		if fifo && failed {
-			err = errEarlierFailed
+			results[i] = errEarlierFailed
 		}
 		failed = failed || err != nil
-		r.result <- err
 	}
+	return results
 }
 
 // callBatch calls the batch handler for batch and returns each record's
