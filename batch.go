@@ -658,9 +658,7 @@ func (b *batcher) HandleMessage(ctx context.Context, m *Message) error {
 // back instead.
 func (b *batcher) join(d *Lease) {
 	c := b.c
-	if c.stopping.Load() || d.Err() != nil {
-		// As Consumer.handle: shutdown hands it back; a lease that ended
-		// while it waited means it joins no batch.
+	if c.stopping.Load() {
 		c.goSettle(func() { c.settle(d, nil, false) })
 		return
 	}
