@@ -457,15 +457,7 @@ func (c *Consumer) breakerOpened(reason string) {
 	state, _, _ := c.br.status()
 	c.log(slog.LevelWarn, "sqsconsumer: circuit breaker open: receiving paused, unstarted messages handed back, running handlers go on",
 		"reason", reason, "state", state.String(), "released_unstarted", len(held))
-	var wg sync.WaitGroup
-	for _, l := range held {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.settleUnstarted(l)
-		}()
-	}
-	wg.Wait()
+	c.settleAllUnstarted(held)
 }
 
 // breakerClosed resumes receiving after the breaker closed.

@@ -1015,12 +1015,7 @@ func (c *Consumer) Pause() {
 	fl := c.fl
 	var blocked []*Lease
 	if fl != nil {
-		for g, q := range c.groups {
-			if len(q) > 1 {
-				blocked = append(blocked, q[1:]...)
-				c.groups[g] = q[:1]
-			}
-		}
+		blocked = c.groupTailsLocked()
 	}
 	c.mu.Unlock()
 	if fl == nil {
@@ -1028,9 +1023,29 @@ func (c *Consumer) Pause() {
 	}
 	unstarted := append(blocked, fl.pause(len(blocked))...)
 	c.log(slog.LevelInfo, "sqsconsumer: paused: receiving stopped, unstarted messages released", "released_unstarted", len(unstarted))
+	c.settleAllUnstarted(unstarted)
+}
+
+// groupTailsLocked takes out of every FIFO group the messages waiting
+// behind its first one (which runs, or waits to) and returns them; the
+// caller holds c.mu.
+func (c *Consumer) groupTailsLocked() []*Lease {
+	var tails []*Lease
+	for g, q := range c.groups {
+		if len(q) > 1 {
+			tails = append(tails, q[1:]...)
+			c.groups[g] = q[:1]
+		}
+	}
+	return tails
+}
+
+// settleAllUnstarted hands every message of ls back (settleUnstarted),
+// each release on a goroutine of its own, and waits for them all.
+func (c *Consumer) settleAllUnstarted(ls []*Lease) {
 	var wg sync.WaitGroup
-	for _, d := range unstarted {
-		wg.Go(func() { c.settleUnstarted(d) })
+	for _, l := range ls {
+		wg.Go(func() { c.settleUnstarted(l) })
 	}
 	wg.Wait()
 }
@@ -1086,28 +1101,14 @@ func (c *Consumer) shutdown() {
 	if c.batch != nil {
 		c.batch.shutdown() // messages gathering for a batch are handed back at once
 	}
-	var unstarted []*Lease
-	for g, q := range c.groups {
-		if len(q) > 1 {
-			unstarted = append(unstarted, q[1:]...)
-			c.groups[g] = q[:1]
-		}
-	}
+	unstarted := c.groupTailsLocked()
 	c.mu.Unlock()
 	unstarted = append(unstarted, c.fl.stop(len(unstarted))...)
 	close(c.stopPolls)
 	running, _, asked, _ := c.fl.snapshot()
 	c.log(slog.LevelInfo, "sqsconsumer: shutting down: receiving stopped, unstarted messages released, running handlers have the shutdown timeout to finish",
 		"running", running, "released_unstarted", len(unstarted), "receives_in_flight_messages", asked, "shutdown_timeout", c.s.shutdownTimeout.String())
-	var wg sync.WaitGroup
-	for _, d := range unstarted {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.settleUnstarted(d)
-		}()
-	}
-	wg.Wait()
+	c.settleAllUnstarted(unstarted)
 
 	done := make(chan struct{})
 	go func() {
