@@ -200,13 +200,13 @@ func validateMatrix(cfg benchConfig) error {
 func measureRaw(ctx context.Context, b *bench, cfg benchConfig, rounds int) (*rttResult, error) {
 	r := &rttResult{rtt: b.rtt, where: b.where}
 	if cfg.Warmup > 0 {
-		if _, err := b.measure(ctx, rawLoop(), cfg.Warmup); err != nil {
+		if _, err := b.measureWith(ctx, rawLoop(), cfg.Warmup, cfg); err != nil {
 			return nil, fmt.Errorf("warm-up: %w", err)
 		}
 	}
 	var rates, calls []float64
 	for range rounds {
-		m, err := b.measure(ctx, rawLoop(), cfg.Messages)
+		m, err := b.measureWith(ctx, rawLoop(), cfg.Messages, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("raw loop: %w", err)
 		}
@@ -238,10 +238,7 @@ func measureAtRTT(ctx context.Context, b *bench, cfg benchConfig, ceiling *float
 		// messages): what the table calls the CPU ceiling.
 		wide := cfg
 		wide.Pollers = min(256, max(cfg.Pollers, int(math.Ceil(*ceiling*2*b.rtt.Seconds()/10*1.5))))
-		saved := b.cfg.Pollers
-		b.cfg.Pollers = wide.Pollers // the raw loop drains with b's pollers
 		w, err := measureRaw(ctx, b, wide, rounds)
-		b.cfg.Pollers = saved
 		if err != nil {
 			return nil, err
 		}

@@ -144,8 +144,14 @@ func newBench(cfg benchConfig, rtt time.Duration) (*bench, error) {
 // measure makes a queue of n messages (unmeasured), then times c draining
 // it.
 func (b *bench) measure(ctx context.Context, c contender, n int) (measurement, error) {
+	return b.measureWith(ctx, c, n, b.cfg)
+}
+
+// measureWith is measure with cfg instead of b's own (the matrix's raw
+// loop with more pollers).
+func (b *bench) measureWith(ctx context.Context, c contender, n int, cfg benchConfig) (measurement, error) {
 	return b.measureDrain(ctx, c.name, n, nil, func(ctx context.Context, client *sqs.Client, url string) (drained, error) {
-		return c.drain(ctx, client, url, n, b.cfg)
+		return c.drain(ctx, client, url, n, cfg)
 	})
 }
 
