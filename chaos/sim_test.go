@@ -277,7 +277,7 @@ type simMsg struct {
 	deletedAt   time.Time // first delete the library confirmed
 	// trace is what the processes' observers saw of it (kind, process,
 	// time, error), printed with a late overlap to explain it.
-	trace []string
+	trace []observed
 }
 
 // simProc is one simulated process: a Consumer with its own client and
@@ -548,12 +548,9 @@ func (o simObserver) Observe(e sqsconsumer.Event) {
 	if e.MessageID != "" {
 		s.mu.Lock()
 		if m := s.open[e.MessageID]; m != nil && len(m.trace) < 200 {
-			t := fmt.Sprintf("%s p%d %s", e.Time.Format("15:04:05.000"), o.p.id, e.Kind)
+			t := observed{at: e.Time, proc: o.p.id, kind: e.Kind, err: e.Err}
 			if e.Kind == sqsconsumer.EventReceived || e.Kind == sqsconsumer.EventAdopted {
-				t += " " + tail8(e.Message.Lease.ReceiptHandle())
-			}
-			if e.Err != nil {
-				t += fmt.Sprintf(" (%v)", e.Err)
+				t.handle = e.Message.Lease.ReceiptHandle()
 			}
 			m.trace = append(m.trace, t)
 		}
@@ -880,13 +877,30 @@ func (s *sim) crashGap(k uint64) time.Duration {
 	return time.Duration(-math.Log(1-u) * float64(s.cfg.crashEvery))
 }
 
+// observed is one event a process's observer saw of a message; formatted
+// only when a report needs it.
+type observed struct {
+	at     time.Time
+	proc   int
+	kind   sqsconsumer.EventKind
+	handle string // the receipt handle of a receive or adoption
+	err    error
+}
+
 // explainLocked is the story of m for a report: what the processes'
 // observers saw, the evidence, and the server's receives and visibility
 // changes.
 func (s *sim) explainLocked(m *simMsg) string {
 	var b strings.Builder
 	for _, t := range m.trace {
-		fmt.Fprintf(&b, "    observed %s\n", t)
+		fmt.Fprintf(&b, "    observed %s p%d %s", t.at.Format("15:04:05.000"), t.proc, t.kind)
+		if t.handle != "" {
+			fmt.Fprintf(&b, " %s", tail8(t.handle))
+		}
+		if t.err != nil {
+			fmt.Fprintf(&b, " (%v)", t.err)
+		}
+		b.WriteByte('\n')
 	}
 	for _, e := range m.ev {
 		fmt.Fprintf(&b, "    evidence %s %s\n", e.at.Format("15:04:05.000"), evNames[e.kind])
