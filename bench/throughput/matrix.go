@@ -71,6 +71,7 @@ func rowMessages(idealRate float64, most int) int {
 // cell is one contender's figures in one row (medians over the rounds).
 type cell struct {
 	rate, calls float64
+	cpu         float64 // process CPU per message, µs (client and, in-process, server)
 	busy        float64 // share of the slots' time in handler calls (0: no handler)
 	duplicates  int     // over all rounds
 }
@@ -90,8 +91,9 @@ type rttResult struct {
 	rtt                time.Duration
 	where              string
 	rawRate, rawCalls  float64
+	rawCPU             float64 // the raw loop's process CPU per message, µs
 	widePollers        int     // RTT > 0: the raw loop again with this many pollers
-	wideRate           float64 // its rate
+	wideRate, wideCPU  float64 // its rate and CPU per message (µs)
 	ceiling            float64 // the rows' CPU ceiling: min(RTT 0 raw loop, wide raw loop)
 	rows               []matrixRow
 	failures           string
@@ -204,7 +206,7 @@ func measureRaw(ctx context.Context, b *bench, cfg benchConfig, rounds int) (*rt
 			return nil, fmt.Errorf("warm-up: %w", err)
 		}
 	}
-	var rates, calls []float64
+	var rates, calls, cpus []float64
 	for range rounds {
 		m, err := b.measureWith(ctx, rawLoop(), cfg.Messages, cfg)
 		if err != nil {
@@ -212,8 +214,9 @@ func measureRaw(ctx context.Context, b *bench, cfg benchConfig, rounds int) (*rt
 		}
 		rates = append(rates, m.rate())
 		calls = append(calls, m.callsPerMessage())
+		cpus = append(cpus, microseconds(m.cpuPerMessage()))
 	}
-	r.rawRate, r.rawCalls = median(rates), median(calls)
+	r.rawRate, r.rawCalls, r.rawCPU = median(rates), median(calls), median(cpus)
 	return r, nil
 }
 
@@ -242,7 +245,7 @@ func measureAtRTT(ctx context.Context, b *bench, cfg benchConfig, ceiling *float
 		if err != nil {
 			return nil, err
 		}
-		r.widePollers, r.wideRate = wide.Pollers, w.rawRate
+		r.widePollers, r.wideRate, r.wideCPU = wide.Pollers, w.rawRate, w.rawCPU
 		here = min(here, w.rawRate)
 	}
 	r.ceiling = here
@@ -265,15 +268,16 @@ func measureAtRTT(ctx context.Context, b *bench, cfg benchConfig, ceiling *float
 				}
 			}
 			for i, c := range contenders {
-				var rates, calls, busy []float64
+				var rates, calls, cpus, busy []float64
 				dup := 0
 				for _, m := range ms[i] {
 					rates = append(rates, m.rate())
 					calls = append(calls, m.callsPerMessage())
+					cpus = append(cpus, microseconds(m.cpuPerMessage()))
 					busy = append(busy, m.busy)
 					dup += m.redelivered
 				}
-				row.cells = append(row.cells, cell{rate: median(rates), calls: median(calls), busy: median(busy), duplicates: dup})
+				row.cells = append(row.cells, cell{rate: median(rates), calls: median(calls), cpu: median(cpus), busy: median(busy), duplicates: dup})
 				if dup > 0 {
 					r.duplicateNotes = append(r.duplicateNotes, fmt.Sprintf("handler %v, C=%d, %s: %d duplicate handler runs", h, row.concurrency, c.name, dup))
 				}
@@ -314,16 +318,17 @@ func (b *bench) measureRow(ctx context.Context, c rowContender, n int, w workloa
 }
 
 func reportRTT(out io.Writer, r *rttResult, cfg benchConfig) {
-	fmt.Fprintf(out, "RTT %v (%s): raw loop (%d pollers, no handler) %.0f msg/s, %.3f calls/msg\n",
-		r.rtt, r.where, cfg.Pollers, r.rawRate, r.rawCalls)
+	fmt.Fprintf(out, "RTT %v (%s): raw loop (%d pollers, no handler) %.0f msg/s, %.3f calls/msg, %.1f µs CPU/msg\n",
+		r.rtt, r.where, cfg.Pollers, r.rawRate, r.rawCalls, r.rawCPU)
 	if r.widePollers > 0 {
-		fmt.Fprintf(out, "  raw loop with %d pollers (enough to cover the round trips) %.0f msg/s: the CPU ceiling at this RTT is %.0f msg/s\n", r.widePollers, r.wideRate, r.ceiling)
+		fmt.Fprintf(out, "  raw loop with %d pollers (enough to cover the round trips) %.0f msg/s, %.1f µs CPU/msg: the CPU ceiling at this RTT is %.0f msg/s\n", r.widePollers, r.wideRate, r.wideCPU, r.ceiling)
 	}
+	fmt.Fprintln(out, "  CPU µs/msg is the process's CPU time per message (client, proxy and, in-process, the server): at the CPU ceiling a contender's rate is the raw loop's times the ratio of their CPU per message")
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(w, "RTT\thandler\ttakes\tC\tmsgs\tideal msg/s\t")
 	contenders := rowContenders()
 	for _, c := range contenders {
-		fmt.Fprintf(w, "%s msg/s\tx ideal\tcalls/msg\tbusy\t", c.name)
+		fmt.Fprintf(w, "%s msg/s\tx ideal\tcalls/msg\tCPU µs/msg\tbusy\t", c.name)
 	}
 	fmt.Fprintln(w)
 	for _, row := range r.rows {
@@ -333,7 +338,7 @@ func reportRTT(out io.Writer, r *rttResult, cfg benchConfig) {
 			if row.handler > 0 {
 				busy = fmt.Sprintf("%.2f", c.busy)
 			}
-			fmt.Fprintf(w, "%.0f\t%.2f\t%.3f\t%s\t", c.rate, c.rate/row.ideal, c.calls, busy)
+			fmt.Fprintf(w, "%.0f\t%.2f\t%.3f\t%.1f\t%s\t", c.rate, c.rate/row.ideal, c.calls, c.cpu, busy)
 		}
 		fmt.Fprintln(w)
 	}
@@ -440,6 +445,9 @@ func reportOverrun(out io.Writer, r *rttResult) {
 	tw.Flush()
 	fmt.Fprintln(out, "(a delete with a receipt handle that a later receive has superseded may delete nothing: SQS says it might not, sqstest never does; such a message stays in the queue)")
 }
+
+// microseconds is d in µs.
+func microseconds(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 func durations(ds []time.Duration) string {
 	s := make([]string, len(ds))

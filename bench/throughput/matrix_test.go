@@ -34,16 +34,17 @@ func TestMatrix(t *testing.T) {
 	for _, want := range []string{
 		"CPU ceiling (raw loop at RTT 0, 2 pollers, no handler)",
 		"RTT 0s (in-process sqstest", "RTT 2ms (in-process sqstest",
-		"sqsconsumer msg/s", "Go CDK msg/s", "naive msg/s", "x ideal", "calls/msg", "busy",
+		"sqsconsumer msg/s", "Go CDK msg/s", "naive msg/s", "x ideal", "calls/msg", "CPU µs/msg", "busy",
 	} {
 		require.Contains(t, s, want)
 	}
 	require.NotContains(t, s, "duplicate handler runs")
-	// Four rows (2 RTTs × 2 handlers), each stating its RTT.
+	// Four rows (2 RTTs × 2 handlers), each stating its RTT, with five
+	// figures per contender.
 	rows := 0
 	for _, line := range strings.Split(s, "\n") {
 		f := strings.Fields(line)
-		if len(f) == 6+3*4 && (f[0] == "0s" || f[0] == "2ms") {
+		if len(f) == 6+3*5 && (f[0] == "0s" || f[0] == "2ms") {
 			rows++
 			require.Equal(t, "200", f[4], "messages per row: "+line)
 		}
