@@ -739,6 +739,13 @@ func (b *batcher) runDirect(bt *hbatch) {
 	}
 }
 
+// runNext is runDirect for serve: runDirect itself sends the batches that
+// fall due while it runs, so it hands nothing back.
+func (b *batcher) runNext(bt *hbatch) (*hbatch, bool) {
+	b.runDirect(bt)
+	return nil, false
+}
+
 // settleMember settles a finished direct member, as Consumer.handle does
 // once its handler returned.
 func (b *batcher) settleMember(mb *member) {

@@ -631,14 +631,19 @@ func (c *Consumer) start(d *Lease) {
 	go serve(c, d, c.work, c.handle)
 }
 
-// serve is a worker goroutine: it runs do(first), then whatever arrives
-// on ch, until it has waited workerIdle for more or the Consumer quits.
-func serve[T any](c *Consumer, first T, ch <-chan T, do func(T)) {
+// serve is a worker goroutine: it runs do(first), then what do hands it
+// back (the next message, already holding the slot do freed), then
+// whatever arrives on ch, until it has waited workerIdle for more or the
+// Consumer quits.
+func serve[T any](c *Consumer, first T, ch <-chan T, do func(T) (T, bool)) {
 	defer c.workers.Done()
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
 	for v := first; ; {
-		do(v)
+		if next, ok := do(v); ok {
+			v = next
+			continue
+		}
 		idle.Reset(workerIdle)
 		select {
 		case v = <-ch:
@@ -659,7 +664,7 @@ func (c *Consumer) startBatch(bt *hbatch) {
 	default:
 	}
 	c.workers.Add(1)
-	go serve(c, bt, c.runs, c.batch.runDirect)
+	go serve(c, bt, c.runs, c.batch.runNext)
 }
 
 // goSettle runs settle, which may wait for SQS, on a worker goroutine of
@@ -676,10 +681,14 @@ func (c *Consumer) goSettle(settle func()) {
 // handle runs the handler for one delivery and settles it. A delivery
 // whose lease ended while it waited (lost or expired: another consumer may
 // hold the message by now) never reaches the handler.
-func (c *Consumer) handle(d *Lease) {
+//
+// When settling freed the slot for a ready message at once, handle
+// returns that message (it holds the slot) for the calling worker to run
+// next, saving a hand-over to another goroutine for every message.
+func (c *Consumer) handle(d *Lease) (next *Lease, ok bool) {
 	if c.stopping.Load() || d.Err() != nil {
 		c.settle(d, nil, false)
-		return
+		return nil, false
 	}
 	d.handlerStarted(time.Now())
 	c.observe(EventStarted, d.msg, nil)
@@ -692,7 +701,8 @@ func (c *Consumer) handle(d *Lease) {
 	d.inHandler.Store(true)
 	err := c.call(ctx, d.msg)
 	d.inHandler.Store(false)
-	c.settle(d, err, true)
+	next = c.settleTake(d, err, true)
+	return next, next != nil
 }
 
 // call runs the handler, turning a panic into a *PanicError.
@@ -760,6 +770,15 @@ func panicSite() string {
 // handler's delete is batched without the worker waiting for it: finish
 // runs when SQS has answered.
 func (c *Consumer) settle(l *Lease, err error, ran bool) {
+	if next := c.settleTake(l, err, ran); next != nil {
+		c.start(next)
+	}
+}
+
+// settleTake is settle, except that a ready message that took the slot
+// freed here (before the delete was confirmed) is returned for the caller
+// to run rather than handed to a worker: the caller must run it.
+func (c *Consumer) settleTake(l *Lease, err error, ran bool) (next *Lease) {
 	m := l.msg
 	// Settling uses its own context: the handler's may be cancelled. The
 	// lease's deadline bounds every call, and the hard stop bounds them
@@ -782,15 +801,14 @@ func (c *Consumer) settle(l *Lease, err error, ran bool) {
 		// is no good, and SQS hands the message out again by itself.
 		c.log(slog.LevelWarn, "sqsconsumer: a received message's lease ended before its handler could start; not starting it", "message_id", m.ID, "error", l.Err())
 		c.finish(l, true, false, l.Err())
-		return
+		return nil
 	case !ran:
 		if rerr := l.Release(ctx, 0); rerr != nil {
 			c.log(slog.LevelWarn, "sqsconsumer: could not release an unstarted message at shutdown", "message_id", m.ID, "error", rerr)
 		}
 	case err == nil:
 		c.observe(EventSucceeded, m, nil)
-		c.settleDelete(l, c.afterDelete)
-		return
+		return c.settleDelete(l, c.afterDelete)
 	default:
 		c.observe(EventFailed, m, err)
 		if l.Err() != nil {
@@ -800,8 +818,7 @@ func (c *Consumer) settle(l *Lease, err error, ran bool) {
 			// The copy is in the dead-letter queue: the source's message
 			// goes as a success's would (a FIFO group moves on). A rare
 			// path: the closure's allocation does not matter.
-			c.settleDelete(l, func(l *Lease, derr error) { c.movedDeleted(l, derr, err) })
-			return
+			return c.settleDelete(l, func(l *Lease, derr error) { c.movedDeleted(l, derr, err) })
 		}
 		after, ok := retryAfterOf(err)
 		if !ok {
@@ -824,21 +841,29 @@ func (c *Consumer) settle(l *Lease, err error, ran bool) {
 		c.log(slog.LevelDebug, "sqsconsumer: handler failed; message released", "message_id", m.ID, "error", err, "retry_after", after.String())
 	}
 	c.finish(l, failed, ran, err)
+	return nil
 }
 
 // settleDelete deletes the message of a delivery that is done with
 // (handled, or moved to the dead-letter queue) and calls after (which
 // finishes it) when SQS has answered. While SQS confirms the delete the
-// handler slot can take the next message: the lease keeps renewing until
-// then. At most concurrency + max read-ahead such messages are held at
-// once.
-func (c *Consumer) settleDelete(l *Lease, after func(*Lease, error)) {
+// handler slot can take the next message, which settleDelete returns for
+// the caller to run: the lease keeps renewing until then. At most
+// concurrency + max read-ahead such messages are held at once.
+func (c *Consumer) settleDelete(l *Lease, after func(*Lease, error)) (next *Lease) {
 	if l.slotEarly = c.takeSettleSlot(); l.slotEarly {
-		c.freeSlot(l, true)
+		next = c.fl.slotDone(l, true)
 	}
 	if !l.deleteAsync(after) {
+		// A call of the lease is in flight (a renewal): this delete
+		// waits for SQS, and the next message must not wait with it.
+		if next != nil {
+			c.start(next)
+			next = nil
+		}
 		after(l, l.Delete(c.settleCtx))
 	} // else after runs when SQS answers
+	return next
 }
 
 // deleted finishes a succeeded handler's message once its delete returned

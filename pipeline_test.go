@@ -391,3 +391,74 @@ func TestTwoConsumersShareSlowWork(t *testing.T) {
 		}
 	})
 }
+
+// renewalWatch is a latencyClient that closes renewing the first time a
+// renewal of any message is sent.
+type renewalWatch struct {
+	*latencyClient
+	once     sync.Once
+	renewing chan struct{}
+}
+
+func (c *renewalWatch) ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
+	c.once.Do(func() { close(c.renewing) })
+	return c.latencyClient.ChangeMessageVisibility(ctx, in, optFns...)
+}
+
+func (c *renewalWatch) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	c.once.Do(func() { close(c.renewing) })
+	return c.latencyClient.ChangeMessageVisibilityBatch(ctx, in, optFns...)
+}
+
+// TestNextMessageStartsWhileDeleteWaitsForRenewal: a handler that returns
+// while its lease's renewal is in flight cannot have its delete batched
+// (one call of a lease at a time), so the delete waits for SQS. The
+// message waiting for the freed slot must start at once all the same,
+// not a round trip later with the delete.
+func TestNextMessageStartsWhileDeleteWaitsForRenewal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		client := &renewalWatch{latencyClient: &latencyClient{Client: b.client, rtt: 200 * time.Millisecond}, renewing: make(chan struct{})}
+		// Quick messages first, so that the Consumer reads ahead, then one
+		// that holds its slot until a renewal is on its way.
+		for range 20 {
+			_, err := b.srv.Send(b.url, "quick")
+			require.NoError(t, err)
+		}
+		_, err := b.srv.Send(b.url, "slow")
+		require.NoError(t, err)
+		for range 5 {
+			_, err := b.srv.Send(b.url, "after")
+			require.NoError(t, err)
+		}
+		var mu sync.Mutex
+		var slowEnd, afterStart time.Time
+		con, err := New(client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			switch m.Body {
+			case "quick":
+				time.Sleep(10 * time.Millisecond)
+			case "slow":
+				<-client.renewing
+				mu.Lock()
+				slowEnd = time.Now()
+				mu.Unlock()
+			case "after":
+				mu.Lock()
+				if !slowEnd.IsZero() && afterStart.IsZero() {
+					afterStart = time.Now()
+				}
+				mu.Unlock()
+			}
+			return nil
+		}), WithVisibilityTimeout(3*time.Second), WithConcurrency(1), WithWaitTime(time.Second))
+		require.NoError(t, err)
+		stop := running(t, con)
+		time.Sleep(5 * time.Second)
+		require.NoError(t, stop())
+		mu.Lock()
+		defer mu.Unlock()
+		require.False(t, slowEnd.IsZero(), "the slow handler never saw a renewal")
+		require.False(t, afterStart.IsZero(), "no message started after the slow one")
+		require.Equal(t, slowEnd, afterStart, "the next message waited for the delete")
+	})
+}

@@ -1,0 +1,18 @@
+//go:build unix
+
+package sqsconsumer
+
+import (
+	"syscall"
+	"time"
+)
+
+// processCPU is the CPU time (user and system) the test process has used
+// so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
