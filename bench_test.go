@@ -111,17 +111,10 @@ type instantSQS struct {
 
 // wait is the call's round trip: rtt, or until ctx ends.
 func (f *instantSQS) wait(ctx context.Context) error {
-	if f.rtt <= 0 {
-		return nil
-	}
-	t := time.NewTimer(f.rtt)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
+	if f.rtt > 0 && !sleepCtx(ctx, f.rtt) {
 		return ctx.Err()
 	}
+	return nil
 }
 
 func (f *instantSQS) GetQueueAttributes(context.Context, *sqs.GetQueueAttributesInput, ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) {
@@ -140,14 +133,10 @@ func (f *instantSQS) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageI
 				return out, nil
 			}
 			// An empty long poll: it waits out its time.
-			t := time.NewTimer(time.Duration(in.WaitTimeSeconds) * time.Second)
-			defer t.Stop()
-			select {
-			case <-t.C:
-				return out, nil
-			case <-ctx.Done():
+			if !sleepCtx(ctx, time.Duration(in.WaitTimeSeconds)*time.Second) {
 				return nil, ctx.Err()
 			}
+			return out, nil
 		}
 		id := strconv.FormatInt(i, 10)
 		out.Messages = append(out.Messages, types.Message{MessageId: aws.String(id), ReceiptHandle: aws.String("h" + id), Body: aws.String("x"),
