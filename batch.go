@@ -693,57 +693,46 @@ func (b *batcher) join(d *Lease) {
 
 // runDirect sends bt, when direct, and settles its members: successes
 // here (their deletes are batched without waiting), failures each on a
-// goroutine of its own, since a release waits for SQS. Then it sends the
-// batches that fell due meanwhile (pending), typically the one its own
-// settling filled, so that a steady stream of batches needs no goroutine
-// hand-off at all.
-func (b *batcher) runDirect(bt *hbatch) {
-	for bt != nil {
+// goroutine of its own, since a release waits for SQS. Then it returns the
+// next batch that fell due meanwhile (pending), typically the one its own
+// settling filled, for its worker to send next (serve): a steady stream of
+// batches needs no goroutine hand-off at all.
+func (b *batcher) runDirect(bt *hbatch) (next *hbatch, ok bool) {
+	b.mu.Lock()
+	ctx, sent := b.sendLocked(bt)
+	w := b.takeLocked()
+	b.mu.Unlock()
+	b.handOff(w)
+	if sent {
+		b.run(bt, ctx, nil)
 		b.mu.Lock()
-		ctx, ok := b.sendLocked(bt)
-		w := b.takeLocked()
+		b.settlers++
 		b.mu.Unlock()
-		b.handOff(w)
-		if ok {
-			b.run(bt, ctx, nil)
-			b.mu.Lock()
-			b.settlers++
-			b.mu.Unlock()
-			for _, mb := range bt.members {
-				if mb.err == nil {
-					b.settleMember(mb)
-				} else {
-					b.c.goSettle(func() { b.settleMember(mb) })
-				}
+		for _, mb := range bt.members {
+			if mb.err == nil {
+				b.settleMember(mb)
+			} else {
+				b.c.goSettle(func() { b.settleMember(mb) })
 			}
-		} else {
-			b.mu.Lock()
-			b.settlers++
-			b.mu.Unlock()
 		}
 		b.mu.Lock()
 		b.settlers--
-		bt = nil
-		var rest []*hbatch
-		if len(b.pending) > 0 {
-			bt = b.pending[0]
-			b.pending = b.pending[1:]
-			if b.settlers == 0 {
-				rest, b.pending = b.pending, nil // nobody else will send them
-			}
-		}
-		b.mu.Unlock()
-		for _, r := range rest {
-			b.c.startBatch(r)
+	} else {
+		b.mu.Lock()
+	}
+	var rest []*hbatch
+	if len(b.pending) > 0 {
+		next = b.pending[0]
+		b.pending = b.pending[1:]
+		if b.settlers == 0 {
+			rest, b.pending = b.pending, nil // nobody else will send them
 		}
 	}
-}
-
-// runNext is runDirect for serve: runDirect itself sends the batches that
-// fall due while it runs, so it hands nothing back.
-func (b *batcher) runNext(bt *hbatch) (*hbatch, bool) {
-	b.runDirect(bt)
-	return nil, false
+	b.mu.Unlock()
+	for _, r := range rest {
+		b.c.startBatch(r)
+	}
+	return next, next != nil
 }
 
 // settleMember settles a finished direct member, as Consumer.handle does

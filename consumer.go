@@ -664,7 +664,7 @@ func (c *Consumer) startBatch(bt *hbatch) {
 	default:
 	}
 	c.workers.Add(1)
-	go serve(c, bt, c.runs, c.batch.runNext)
+	go serve(c, bt, c.runs, c.batch.runDirect)
 }
 
 // goSettle runs settle, which may wait for SQS, on a worker goroutine of
