@@ -24,6 +24,8 @@ type latencyClient struct {
 	recvs atomic.Int64 // ReceiveMessage calls
 	asked atomic.Int64 // messages they asked for
 	got   atomic.Int64 // messages they got
+	// renewing, if set, is called as each visibility change is sent.
+	renewing func()
 }
 
 func (c *latencyClient) trip() func() {
@@ -54,11 +56,17 @@ func (c *latencyClient) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMe
 }
 
 func (c *latencyClient) ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
+	if c.renewing != nil {
+		c.renewing()
+	}
 	defer c.trip()()
 	return c.Client.ChangeMessageVisibility(ctx, in, optFns...)
 }
 
 func (c *latencyClient) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	if c.renewing != nil {
+		c.renewing()
+	}
 	defer c.trip()()
 	return c.Client.ChangeMessageVisibilityBatch(ctx, in, optFns...)
 }
@@ -392,24 +400,6 @@ func TestTwoConsumersShareSlowWork(t *testing.T) {
 	})
 }
 
-// renewalWatch is a latencyClient that closes renewing the first time a
-// renewal of any message is sent.
-type renewalWatch struct {
-	*latencyClient
-	once     sync.Once
-	renewing chan struct{}
-}
-
-func (c *renewalWatch) ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
-	c.once.Do(func() { close(c.renewing) })
-	return c.latencyClient.ChangeMessageVisibility(ctx, in, optFns...)
-}
-
-func (c *renewalWatch) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
-	c.once.Do(func() { close(c.renewing) })
-	return c.latencyClient.ChangeMessageVisibilityBatch(ctx, in, optFns...)
-}
-
 // TestNextMessageStartsWhileDeleteWaitsForRenewal: a handler that returns
 // while its lease's renewal is in flight cannot have its delete batched
 // (one call of a lease at a time), so the delete waits for SQS. The
@@ -418,7 +408,10 @@ func (c *renewalWatch) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs
 func TestNextMessageStartsWhileDeleteWaitsForRenewal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, nil)
-		client := &renewalWatch{latencyClient: &latencyClient{Client: b.client, rtt: 200 * time.Millisecond}, renewing: make(chan struct{})}
+		renewing := make(chan struct{}) // closed when the first renewal is sent
+		var once sync.Once
+		client := &latencyClient{Client: b.client, rtt: 200 * time.Millisecond,
+			renewing: func() { once.Do(func() { close(renewing) }) }}
 		// Quick messages first, so that the Consumer reads ahead, then one
 		// that holds its slot until a renewal is on its way.
 		for range 20 {
@@ -438,7 +431,7 @@ func TestNextMessageStartsWhileDeleteWaitsForRenewal(t *testing.T) {
 			case "quick":
 				time.Sleep(10 * time.Millisecond)
 			case "slow":
-				<-client.renewing
+				<-renewing
 				mu.Lock()
 				slowEnd = time.Now()
 				mu.Unlock()
