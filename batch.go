@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -104,7 +103,7 @@ func Batch(h BatchHandler, size int, window time.Duration) (Handler, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	return &batcher{h: h, size: size, window: window, fifo: map[*Lease]*member{}, groups: map[string][]*member{}}, nil
+	return &batcher{h: h, size: size, window: window}, nil
 }
 
 const (
@@ -112,9 +111,10 @@ const (
 	maxBatchWindow      = 5 * time.Minute // Lambda's largest batching window
 )
 
-// errEarlierFailed is the error of a FIFO message that did not run because
-// an earlier message of its group failed: it is released at once.
-var errEarlierFailed = errors.New("sqsconsumer: an earlier message of its FIFO group failed; released without running to keep the group's order")
+// earlierFailed is the result of a batch member that must not count
+// because an earlier message of its FIFO group failed (errEarlierFailed):
+// it is released at once.
+var earlierFailed = RetryAfter(errEarlierFailed, 0)
 
 // errGatheringAtShutdown is the result of a message still gathering for a
 // batch when the Consumer's shutdown began: its batch handler never ran,
@@ -161,18 +161,23 @@ func (b *batcher) shutdown() {
 // the latest when the batch is sent, and at once after it has gathered for
 // watchGatheringAfter. Once sent, the call's context follows one member's
 // context at a time (watchLocked).
+//
+// On FIFO queues the Consumer's groupOrder keeps each group's order: a
+// member joins the forming batch only behind every earlier message of its
+// group (advanceLocked), and a member that leaves without running takes
+// the later members of its group along (finishLocked).
 type batcher struct {
 	h      BatchHandler
 	size   int
 	window time.Duration
 
-	owner    atomic.Pointer[Consumer] // set by New
-	c        *Consumer                // the owner, once attached
-	direct   bool                     // set by New: no middleware, see join
-	observer Observer
-	logger   *slog.Logger
-	queueURL string
+	owner  atomic.Pointer[Consumer] // set by New
+	c      *Consumer                // the owner, once attached
+	direct bool                     // set by New: no middleware, see join
 
+	// mu guards the fields below, the batches (hbatch) and the members
+	// (member, and delivery.bm). Lock order: mu before the groupOrder's
+	// and a Lease's locks.
 	mu sync.Mutex
 	// forming is the batch messages join: from its first member until it
 	// is sent or full. Once due (its window ran out, or there is none) it
@@ -181,10 +186,6 @@ type batcher struct {
 	// stopping is set when the Consumer's shutdown begins: no batch is
 	// formed or sent any more, and messages still gathering leave at once.
 	stopping bool
-	// FIFO: each held message of a group, in delivery order, from
-	// dispatch until its lease ends.
-	fifo   map[*Lease]*member
-	groups map[string][]*member
 	// Work found under mu and done once it is released (takeLocked,
 	// handOff), when direct: batches that fell due and need a runner, and
 	// members that finished without running and need settling.
@@ -226,13 +227,13 @@ type hbatch struct {
 	over      bool
 }
 
-// member is one message's place in the batcher.
+// member is one message's place in the batcher, from when it joins.
 type member struct {
-	m        *Message
-	ctx      context.Context // the handler's context, once joined
+	m        *Message        // the message as the batch handler gets it (its middleware's)
+	d        *delivery       // the Consumer's delivery of it; nil outside a Consumer
+	ctx      context.Context // the handler's context
 	joined   bool            // reached the batcher (its middleware ran)
 	b        *hbatch         // the batch it is in, nil while waiting
-	poisoned bool            // an earlier message of its group failed
 	running  bool            // its batch was sent
 	finished bool            // result set
 	err      error
@@ -252,76 +253,48 @@ func (b *batcher) attach(c *Consumer, direct bool) bool {
 		return false
 	}
 	b.c, b.direct = c, direct
-	b.observer, b.logger, b.queueURL = c.s.observer, c.s.logger, c.queueURL
 	return true
 }
 
-// enter records a FIFO message at dispatch, in delivery order. Its
-// member leaves the group when the lease ends (context cancelled).
-func (b *batcher) enter(l *Lease) {
-	mb := &member{m: l.msg}
+// poison fails the members among ds, later messages of a FIFO group whose
+// earlier one will not be done, with earlierFailed: at once when they
+// have joined and their batch was not sent; a member whose batch runs
+// gets it as its result (run), and one that has not joined yet when it
+// joins.
+func (b *batcher) poison(ds []*delivery) {
 	b.mu.Lock()
-	b.fifo[l] = mb
-	b.groups[l.msg.GroupID] = append(b.groups[l.msg.GroupID], mb)
-	b.mu.Unlock()
-	context.AfterFunc(l.ctx, func() { b.gone(l, mb) })
-}
-
-// gone removes a FIFO member whose lease ended. Unless its message was
-// deleted, the group's later members fail.
-func (b *batcher) gone(l *Lease, mb *member) {
-	l.mu.Lock()
-	deleted := l.state == leaseDeleted
-	l.mu.Unlock()
-	b.mu.Lock()
-	b.goneLocked(l, mb, deleted)
+	for _, d := range ds {
+		if mb := d.bm; mb != nil && mb.joined && !mb.running {
+			b.finishLocked(mb, earlierFailed)
+		}
+	}
 	w := b.takeLocked()
 	b.mu.Unlock()
 	b.handOff(w)
 }
 
-func (b *batcher) goneLocked(l *Lease, mb *member, deleted bool) {
-	delete(b.fifo, l)
-	g := mb.m.GroupID
-	q := b.groups[g]
-	i := slices.Index(q, mb)
-	if i < 0 {
-		return
-	}
-	if !mb.running {
-		b.finishLocked(mb, context.Cause(l.ctx))
-	}
-	if !deleted {
-		for _, later := range q[i+1:] {
-			b.poisonLocked(later)
-		}
-	}
-	q = slices.Delete(q, i, i+1)
-	if len(q) == 0 {
-		delete(b.groups, g)
-		return
-	}
-	b.groups[g] = q
-	b.advanceLocked(g)
-}
-
-// poisonLocked fails a member whose group's earlier message failed: at
-// once unless its batch runs (the result then says so).
-func (b *batcher) poisonLocked(mb *member) {
-	mb.poisoned = true
-	if !mb.running {
-		b.finishLocked(mb, RetryAfter(errEarlierFailed, 0))
-	}
+// advance lets the joined members of d's FIFO group into the forming
+// batch as far as their order allows (an earlier message of the group
+// left).
+func (b *batcher) advance(d *delivery) {
+	b.mu.Lock()
+	b.advanceLocked(d)
+	w := b.takeLocked()
+	b.mu.Unlock()
+	b.handOff(w)
 }
 
 // finishLocked sets the result of a member that is not running and takes
 // it out of its batch, and tells it: a waiting goroutine by its token, a
 // direct member that has joined by queueing it to be settled (one that
-// has not joined yet is settled when it joins).
+// has not joined yet is settled when it joins). Every result here is a
+// failure to run: on a FIFO queue the later members of its group that
+// have not run fail with it (earlierFailed).
 func (b *batcher) finishLocked(mb *member, err error) {
 	if mb.finished {
 		return
 	}
+	defer b.cascadeLocked(mb)
 	if bt := mb.b; bt != nil && !bt.sent {
 		bt.members = slices.DeleteFunc(bt.members, func(x *member) bool { return x == mb })
 		if len(bt.members) == 0 {
@@ -353,20 +326,34 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// advanceLocked admits a group's joined members to the forming batch, in
-// order, as far as every earlier member is in that batch too.
-func (b *batcher) advanceLocked(g string) {
-	for _, mb := range b.groups[g] {
-		if mb.poisoned && !mb.running {
-			continue // failed already, leaving
+// cascadeLocked fails the later members of mb's FIFO group with
+// earlierFailed, mb having failed without running: they are marked as
+// handed back in the group order, so that none of them runs, and those
+// that have joined and not run leave at once.
+func (b *batcher) cascadeLocked(mb *member) {
+	if mb.d == nil {
+		return
+	}
+	for _, later := range b.c.order.handBack(mb.d) {
+		if lb := later.bm; lb != nil && lb.joined && !lb.running {
+			b.finishLocked(lb, earlierFailed)
 		}
-		if !mb.joined || mb.running || mb.finished {
+	}
+}
+
+// advanceLocked admits the joined members of d's FIFO group to the
+// forming batch, in order, as far as every earlier member is in that batch
+// too.
+func (b *batcher) advanceLocked(d *delivery) {
+	for _, x := range b.c.order.group(d) {
+		mb := x.bm
+		if mb == nil || !mb.joined || mb.running || mb.finished {
 			return // an earlier member is not in the forming batch
 		}
 		if mb.b == nil {
 			b.admitLocked(mb)
 		}
-		if mb.b != b.forming {
+		if mb.b == nil || mb.b != b.forming {
 			return // its batch was sent or filled: later ones wait for it
 		}
 	}
@@ -606,24 +593,13 @@ func (b *batcher) ended(mb *member) {
 // HandleMessage joins m to a batch and returns its result in the batch.
 // It is the way in with middleware; see batcher.
 func (b *batcher) HandleMessage(ctx context.Context, m *Message) error {
+	var d *delivery
+	if m.Lease != nil {
+		d, _ = m.Lease.holder.(*delivery)
+	}
+	mb := &member{m: m, d: d, ctx: ctx, joined: true, wake: make(chan struct{}, 1)}
 	b.mu.Lock()
-	mb := b.fifo[m.Lease]
-	if mb == nil {
-		mb = &member{m: m}
-	}
-	if mb.finished { // poisoned before its middleware finished
-		b.mu.Unlock()
-		return mb.err
-	}
-	mb.ctx, mb.joined, mb.wake = ctx, true, make(chan struct{}, 1)
-	switch {
-	case b.stopping:
-		b.finishLocked(mb, errGatheringAtShutdown)
-	case b.fifo[m.Lease] == mb:
-		b.advanceLocked(m.GroupID)
-	default:
-		b.admitLocked(mb)
-	}
+	b.enterLocked(mb)
 	done := ctx.Done()
 	for {
 		if mb.finished {
@@ -652,40 +628,45 @@ func (b *batcher) HandleMessage(ctx context.Context, m *Message) error {
 	}
 }
 
+// enterLocked takes a member that has joined: into the forming batch, in
+// its FIFO group's order, or out at once when the shutdown has begun or
+// an earlier message of its group will not be done.
+func (b *batcher) enterLocked(mb *member) {
+	if mb.d != nil {
+		mb.d.bm = mb
+	}
+	switch {
+	case b.stopping:
+		b.finishLocked(mb, errGatheringAtShutdown)
+	case mb.d != nil && b.c.order.returning(mb.d):
+		b.finishLocked(mb, earlierFailed)
+	case mb.d != nil && b.c.order.ordered(mb.d):
+		b.advanceLocked(mb.d)
+	default:
+		b.admitLocked(mb)
+	}
+}
+
 // join starts d, which holds a handler slot, when direct (no middleware):
 // it joins a batch with no goroutine of its own. Like Consumer.handle it
 // marks the handler's start, and a Consumer that is stopping hands it
 // back instead.
-func (b *batcher) join(d *Lease) {
+func (b *batcher) join(d *delivery) {
 	c := b.c
 	if c.stopping.Load() {
-		c.goSettle(func() { c.settle(d, nil, false) })
+		c.goSettle(func() { c.settleAndStart(d, nil, false) })
 		return
 	}
-	d.handlerStarted(time.Now())
-	c.observe(EventStarted, d.msg, nil)
+	d.handlerStarts(time.Now())
+	c.observe(EventStarted, d, nil)
 	ctx := d.ctx
 	var cancel context.CancelFunc
 	if c.s.handlerTimeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, c.s.handlerTimeout)
 	}
-	d.inHandler.Store(true)
+	mb := &member{m: &d.msg, d: d, ctx: ctx, cancel: cancel, joined: true}
 	b.mu.Lock()
-	mb := b.fifo[d]
-	if mb == nil {
-		mb = &member{m: d.msg}
-	}
-	mb.ctx, mb.cancel, mb.joined = ctx, cancel, true
-	switch {
-	case mb.finished: // poisoned, or its lease ended, before it started
-		b.finished = append(b.finished, mb)
-	case b.stopping:
-		b.finishLocked(mb, errGatheringAtShutdown)
-	case b.fifo[d] == mb:
-		b.advanceLocked(d.msg.GroupID)
-	default:
-		b.admitLocked(mb)
-	}
+	b.enterLocked(mb)
 	w := b.takeLocked()
 	b.mu.Unlock()
 	b.handOff(w)
@@ -738,12 +719,12 @@ func (b *batcher) runDirect(bt *hbatch) (next *hbatch, ok bool) {
 // settleMember settles a finished direct member, as Consumer.handle does
 // once its handler returned.
 func (b *batcher) settleMember(mb *member) {
-	d := mb.m.Lease
+	d := mb.d
 	if mb.unwatch != nil {
 		mb.unwatch()
 	}
 	d.inHandler.Store(false)
-	b.c.settle(d, mb.err, true)
+	b.c.settleAndStart(d, mb.err, true)
 	if mb.cancel != nil {
 		mb.cancel()
 	}
@@ -760,30 +741,31 @@ func (b *batcher) run(bt *hbatch, ctx context.Context, self *member) {
 	begun := time.Now()
 	err := b.call(ctx, msgs)
 	results, err := b.results(members, err)
-	b.observe(msgs, begun, err)
+	b.c.ev.emitBatch(msgs, begun, err)
 
 	b.mu.Lock()
 	bt.over = true
 	if bt.stopWatch != nil {
 		bt.stopWatch()
 	}
-	var failedGroups map[string]bool
+	ds := make([]*delivery, len(members))
+	for i, mb := range members {
+		ds[i] = mb.d
+	}
+	// On a FIFO queue a member whose group's earlier member in this batch
+	// failed, lost its lease or was released by h itself (not done, for
+	// the group's order), or that was handed back meanwhile, does not
+	// count as done, whatever h said of it.
+	earlier := b.c.order.earlierFailed(ds, func(i int) bool {
+		return results != nil && results[i] != nil || ds[i].lease.undone()
+	})
 	for i, mb := range members {
 		var rerr error
 		if results != nil {
 			rerr = results[i]
 		}
-		if b.fifo[mb.m.Lease] == mb {
-			g := mb.m.GroupID
-			if failedGroups[g] || mb.poisoned {
-				rerr = RetryAfter(errEarlierFailed, 0)
-			}
-			if rerr != nil || mb.m.Lease.Err() != nil {
-				if failedGroups == nil {
-					failedGroups = map[string]bool{}
-				}
-				failedGroups[g] = true
-			}
+		if earlier[i] {
+			rerr = earlierFailed
 		}
 		mb.finished, mb.err = true, rerr
 		if mb.wake != nil && mb != self {
@@ -826,23 +808,11 @@ func (b *batcher) results(members []*member, err error) ([]error, error) {
 	return out, err
 }
 
-// call runs h, turning a panic into a *PanicError.
-func (b *batcher) call(ctx context.Context, msgs []*Message) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			pe := &PanicError{Value: v, Stack: debug.Stack()}
-			logSafely(b.logger, slog.LevelError, "sqsconsumer: batch handler panicked; the whole batch failed", "queue_url", b.queueURL, "messages", len(msgs), "panic", fmt.Sprint(v), "at", panicSite())
-			err = pe
-		}
-	}()
-	return b.h(ctx, msgs)
-}
-
-// observe tells the observer of a finished call of h.
-func (b *batcher) observe(msgs []*Message, begun time.Time, err error) {
-	if b.observer == nil {
-		return
+// call runs h, turning a panic into a *PanicError (protect).
+func (b *batcher) call(ctx context.Context, msgs []*Message) error {
+	err := protect(func() error { return b.h(ctx, msgs) })
+	if pe, ok := err.(*PanicError); ok && pe.recovered {
+		b.c.log(slog.LevelError, "sqsconsumer: batch handler panicked; the whole batch failed", "messages", len(msgs), "panic", fmt.Sprint(pe.Value), "at", pe.at)
 	}
-	now := time.Now()
-	observe(b.observer, b.logger, Event{Kind: EventBatch, QueueURL: b.queueURL, Time: now, Err: err, Batch: msgs, SinceStart: now.Sub(begun)})
+	return err
 }

@@ -33,15 +33,15 @@ func BenchmarkPlan(b *testing.B) {
 // thousands of leases do.
 func BenchmarkRenewalLibrary(b *testing.B) {
 	fake := &slowSQS{deadline: map[string]time.Time{}}
-	calls := newBatchedCalls(&fakeClient{s: fake}, "q", 0, nil)
+	calls := newCoalescedCalls(&fakeClient{s: fake}, "q", 0, nil)
 	defer calls.close()
 	cfg, _ := defaultSettingsWith(WithVisibilityTimeout(30 * time.Second)).leaseConfig(30 * time.Second)
-	cfg.calls, cfg.queueURL = calls, "q"
+	cfg.calls, cfg.events.queueURL = calls, "q"
 	b.ReportAllocs()
 	b.SetParallelism(64)
 	b.RunParallel(func(pb *testing.PB) {
 		now := time.Now()
-		l := newLease(types.Message{MessageId: aws.String("m"), ReceiptHandle: aws.String("h")}, now, now, &cfg)
+		l := &newDelivery(types.Message{MessageId: aws.String("m"), ReceiptHandle: aws.String("h")}, now, now, &cfg).lease
 		for pb.Next() {
 			now := time.Now()
 			if err := calls.changeVisibility(context.Background(), "h", 30); err != nil {
@@ -78,7 +78,7 @@ func BenchmarkRenewalSDK(b *testing.B) {
 			handles <- *m.ReceiptHandle
 		}
 	}
-	calls := newBatchedCalls(client, url, 0, nil)
+	calls := newCoalescedCalls(client, url, 0, nil)
 	defer calls.close()
 	srv.ResetCalls()
 	b.ReportAllocs()

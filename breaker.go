@@ -151,8 +151,9 @@ const (
 )
 
 // breaker is the state machine behind Breaker. Its methods are safe for
-// concurrent use; it calls the Consumer's hooks (onOpen, wake, probe)
-// without holding its lock.
+// concurrent use. Of the Consumer's hooks it calls, onOpen and runProbe
+// are called with its lock held (so that none starts after stop) and only
+// start a goroutine; wake and onClose are called without it.
 type breaker struct {
 	cfg Breaker
 
@@ -218,13 +219,6 @@ func (b *breaker) refusing() bool {
 	return b.state == breakerOpen
 }
 
-// closed reports whether the breaker is closed.
-func (b *breaker) isClosed() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.state == breakerClosed
-}
-
 // status returns the state, why it last opened and how often it opened.
 func (b *breaker) status() (state breakerState, reason string, opens int) {
 	b.mu.Lock()
@@ -232,13 +226,15 @@ func (b *breaker) status() (state breakerState, reason string, opens int) {
 	return b.state, b.reason, b.opens
 }
 
-// outcomeOf sorts a handler's result for the breaker: l's lease state and
-// whether the handler ran.
+// outcomeOf sorts a handler's result for the breaker, given why its lease
+// ended (nil while it lives) and whether the shutdown cancelled it. A
+// message failed without running because an earlier message of its FIFO
+// group failed says nothing of the downstream.
 func outcomeOf(err error, leaseErr error, shutdown bool) int {
 	switch {
 	case err == nil:
 		return outcomeSuccess
-	case IsPermanent(err), leaseErr != nil, shutdown, errors.Is(err, ErrShutdown):
+	case IsPermanent(err), leaseErr != nil, shutdown, errors.Is(err, ErrShutdown), errors.Is(err, errEarlierFailed):
 		return outcomeNeutral
 	}
 	return outcomeFailure
@@ -427,37 +423,36 @@ func (b *breaker) stop() {
 	}
 }
 
+// newBreaker makes the breaker of cfg wired to the Consumer and its flow.
+func (c *Consumer) newBreaker(cfg Breaker, fl *flow) *breaker {
+	b := newBreaker(cfg)
+	b.wake = fl.wake
+	b.onClose = c.breakerClosed
+	b.onOpen = func(reason string) {
+		c.aux.Add(1)
+		go c.breakerOpened(reason)
+	}
+	b.runProbe = func() {
+		c.aux.Add(1)
+		go c.probe()
+	}
+	return b
+}
+
 // breakerOpened hands back what the Consumer holds but has not started
-// when the breaker opens: the ready messages and the FIFO messages queued
-// behind their group's running one. It runs on its own goroutine (aux).
+// when the breaker opens (unstarted): the ready messages and the FIFO
+// messages waiting behind their group's running one. It runs on its own
+// goroutine (aux).
 func (c *Consumer) breakerOpened(reason string) {
 	defer c.aux.Done()
-	c.mu.Lock()
 	if c.stopping.Load() {
-		c.mu.Unlock()
 		return // the shutdown hands everything back itself
 	}
-	ready := c.fl.takeReady()
-	isReady := make(map[*Lease]bool, len(ready))
-	for _, l := range ready {
-		isReady[l] = true
-	}
-	var blocked []*Lease
-	for g, q := range c.groups {
-		blocked = append(blocked, q[1:]...)
-		if isReady[q[0]] {
-			delete(c.groups, g) // the whole group goes back
-		} else {
-			c.groups[g] = q[:1] // its running message stays
-		}
-	}
-	c.mu.Unlock()
-	c.fl.drop(len(blocked))
-	held := append(ready, blocked...)
+	unstarted := c.unstarted(c.fl.takeReady())
 	state, _, _ := c.br.status()
 	c.log(slog.LevelWarn, "sqsconsumer: circuit breaker open: receiving paused, unstarted messages handed back, running handlers go on",
-		"reason", reason, "state", state.String(), "released_unstarted", len(held))
-	c.settleAllUnstarted(held)
+		"reason", reason, "state", state.String(), "released_unstarted", len(unstarted))
+	c.handBack(unstarted)
 }
 
 // breakerClosed resumes receiving after the breaker closed.
@@ -473,14 +468,10 @@ func (c *Consumer) probe() {
 	defer c.aux.Done()
 	ctx, cancel := context.WithTimeout(c.probeCtx, c.br.cfg.Pause)
 	defer cancel()
-	err := func() (err error) {
-		defer func() {
-			if v := recover(); v != nil {
-				err = fmt.Errorf("sqsconsumer: Breaker.Probe panicked: %v", v)
-			}
-		}()
-		return c.br.cfg.Probe(ctx)
-	}()
+	err := protect(func() error { return c.br.cfg.Probe(ctx) })
+	if pe, ok := err.(*PanicError); ok && pe.recovered {
+		err = fmt.Errorf("sqsconsumer: Breaker.Probe panicked: %v", pe.Value)
+	}
 	if c.probeCtx.Err() != nil {
 		return // shutting down: the result says nothing
 	}

@@ -10,17 +10,21 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/sqskit/sqsconsumer/internal/batch"
+	"github.com/sqskit/sqsconsumer/internal/coalesce"
 )
 
-// batchWindow is how long a batcher waits for more entries before it sends
-// a partial batch. It is tiny next to the slack renewing at a third leaves
-// (a 30 s lease renews 20 s before its deadline).
-const batchWindow = 25 * time.Millisecond
+// coalesceWindow is how long the coalesced calls wait for more entries
+// before they send a partial call. It is tiny next to the slack renewing
+// at a third leaves (a 30 s lease renews 20 s before its deadline).
+const coalesceWindow = 25 * time.Millisecond
 
-// visibilityCall and deleteCall are how a lease reaches SQS: one request
-// per call (a standalone Lease) or coalesced into 10-entry batches (leases
-// of a Consumer).
+// maxEntries is the most entries SQS takes in one
+// ChangeMessageVisibilityBatch or DeleteMessageBatch call.
+const maxEntries = 10
+
+// sqsCalls is how a lease reaches SQS: one request per call (singleCalls,
+// a lease made with NewLease) or coalesced with other leases' into
+// 10-entry calls (coalescedCalls, a Consumer's leases).
 type sqsCalls interface {
 	changeVisibility(ctx context.Context, handle string, seconds int32) error
 	deleteMessage(ctx context.Context, handle string) error
@@ -54,27 +58,28 @@ type visEntry struct {
 	seconds int32
 }
 
-// batchedCalls coalesces visibility changes and deletes of many leases into
-// ChangeMessageVisibilityBatch and DeleteMessageBatch calls. It owns two
-// goroutines, ended by close.
-type batchedCalls struct {
-	vis *batch.Batcher[visEntry]
-	del *batch.Batcher[string]
+// coalescedCalls coalesces visibility changes and deletes of many leases
+// into ChangeMessageVisibilityBatch and DeleteMessageBatch calls: one
+// coalesce.Coalescer each, which runs each call on a goroutine of its own
+// while it is in flight; close waits for them.
+type coalescedCalls struct {
+	vis *coalesce.Coalescer[visEntry]
+	del *coalesce.Coalescer[string]
 	// report, when set, is told the result of every batch call as a
 	// whole (nil: SQS answered, whatever its entries' fates), of a
 	// delete or a visibility change. Set before the first call.
 	report func(deleting bool, err error)
 }
 
-// newBatchedCalls makes the batchers of a queue. The delete batcher has at
+// newCoalescedCalls makes the coalesced calls of a queue. Deletes have at
 // most maxDeletes calls in flight (0: no limit): deletes come no faster
 // than receives, and more calls at once would only open connections.
 // Renewals are not limited: their rate follows the number of leases held.
 // Cancelling base abandons every call in flight (nil: never).
-func newBatchedCalls(client Client, queueURL string, maxDeletes int, base context.Context) *batchedCalls {
-	var b *batchedCalls // the calls report through it
-	b = &batchedCalls{
-		vis: batch.New(maxBatchSize, batchWindow, 0, func(ctx context.Context, es []visEntry) []error {
+func newCoalescedCalls(client Client, queueURL string, maxDeletes int, base context.Context) *coalescedCalls {
+	var b *coalescedCalls // the calls report through it
+	b = &coalescedCalls{
+		vis: coalesce.New(maxEntries, coalesceWindow, 0, func(ctx context.Context, es []visEntry) []error {
 			ctx, done := within(ctx, base)
 			defer done()
 			entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(es))
@@ -95,7 +100,7 @@ func newBatchedCalls(client Client, queueURL string, maxDeletes int, base contex
 			}
 			return entryResults(len(es), "ChangeMessageVisibilityBatch", out.Successful, func(e types.ChangeMessageVisibilityBatchResultEntry) *string { return e.Id }, out.Failed)
 		}),
-		del: batch.New(maxBatchSize, batchWindow, maxDeletes, func(ctx context.Context, handles []string) []error {
+		del: coalesce.New(maxEntries, coalesceWindow, maxDeletes, func(ctx context.Context, handles []string) []error {
 			ctx, done := within(ctx, base)
 			defer done()
 			entries := make([]types.DeleteMessageBatchRequestEntry, len(handles))
@@ -116,7 +121,7 @@ func newBatchedCalls(client Client, queueURL string, maxDeletes int, base contex
 	return b
 }
 
-func (b *batchedCalls) reported(deleting bool, err error) {
+func (b *coalescedCalls) reported(deleting bool, err error) {
 	if b.report != nil {
 		b.report(deleting, err)
 	}
@@ -132,15 +137,15 @@ func within(ctx, base context.Context) (context.Context, func()) {
 	return ctx, func() { stop(); cancel() }
 }
 
-func (b *batchedCalls) changeVisibility(ctx context.Context, handle string, seconds int32) error {
+func (b *coalescedCalls) changeVisibility(ctx context.Context, handle string, seconds int32) error {
 	return b.vis.Do(ctx, visEntry{handle: handle, seconds: seconds})
 }
 
-func (b *batchedCalls) deleteMessage(ctx context.Context, handle string) error {
+func (b *coalescedCalls) deleteMessage(ctx context.Context, handle string) error {
 	return b.del.Do(ctx, handle)
 }
 
-func (b *batchedCalls) close() {
+func (b *coalescedCalls) close() {
 	b.vis.Close()
 	b.del.Close()
 }
@@ -155,19 +160,19 @@ func fill(n int, err error) []error {
 
 var errNoEntryResult = errors.New("sqsconsumer: SQS returned neither success nor failure for a batch entry")
 
-// entryResults maps a batch response back onto its n entries (Ids "0".."n-1",
-// n at most maxBatchSize): nil for an entry listed as successful, its
+// entryResults maps a batch call's response back onto its n entries (Ids
+// "0".."n-1", n at most maxEntries): nil for an entry listed as successful, its
 // *EntryError for a failed one, errNoEntryResult for one listed as neither.
 func entryResults[T any](n int, op string, successful []T, id func(T) *string, failed []types.BatchResultErrorEntry) []error {
-	var ok [maxBatchSize]bool
+	var ok [maxEntries]bool
 	for _, e := range successful {
-		if i, err := strconv.Atoi(aws.ToString(id(e))); err == nil && i >= 0 && i < n && i < maxBatchSize {
+		if i, err := strconv.Atoi(aws.ToString(id(e))); err == nil && i >= 0 && i < n && i < maxEntries {
 			ok[i] = true
 		}
 	}
 	errs := make([]error, n)
 	for i := range errs {
-		if i >= maxBatchSize || !ok[i] {
+		if i >= maxEntries || !ok[i] {
 			errs[i] = errNoEntryResult
 		}
 	}

@@ -92,7 +92,7 @@ func TestRunReadsQueueVisibilityTimeout(t *testing.T) {
 		require.NoError(t, stop())
 		st := b.state(t, ids[0])
 		require.Equal(t, 45*time.Second, st.Receives[0].VisibilityTimeout)
-		require.Equal(t, st.Receives[0].At.Add(15*time.Second+batchWindow), st.VisibilityChanges[0].At, "renewed at a third of the queue's 45 s (sent after one batch window)")
+		require.Equal(t, st.Receives[0].At.Add(15*time.Second+coalesceWindow), st.VisibilityChanges[0].At, "renewed at a third of the queue's 45 s (sent after one batch window)")
 		require.True(t, st.Deleted)
 	})
 }
@@ -381,7 +381,7 @@ func TestShutdownLetsHandlersFinish(t *testing.T) {
 		begin := time.Now()
 		receives := b.srv.CallCount("ReceiveMessage")
 		require.NoError(t, stop())
-		require.WithinRange(t, time.Now(), begin.Add(50*time.Second+batchWindow), begin.Add(50*time.Second+2*batchWindow),
+		require.WithinRange(t, time.Now(), begin.Add(50*time.Second+coalesceWindow), begin.Add(50*time.Second+2*coalesceWindow),
 			"Run returned when the handlers' deletes did (after a renewal due at the same instant)")
 		require.Equal(t, receives, b.srv.CallCount("ReceiveMessage"), "no receive after the cancel")
 		for _, id := range ids {
@@ -410,7 +410,7 @@ func TestShutdownCancelsHandlersAfterTimeout(t *testing.T) {
 		<-started
 		begin := time.Now()
 		require.NoError(t, stop())
-		require.Equal(t, begin.Add(45*time.Second+batchWindow), time.Now(), "cancelled at the shutdown timeout, then released")
+		require.Equal(t, begin.Add(45*time.Second+coalesceWindow), time.Now(), "cancelled at the shutdown timeout, then released")
 		require.ErrorIs(t, cause, ErrShutdown)
 		st := b.state(t, ids[0])
 		require.False(t, st.Deleted)
@@ -675,7 +675,7 @@ func TestObserverSeesTheLifeOfAMessage(t *testing.T) {
 		}
 		require.Equal(t, "received,started,renewed,renewed,succeeded,deleted,done", strings.Join(kinds, ","))
 		last := rec.events[len(rec.events)-1]
-		require.Equal(t, 25*time.Second+batchWindow, last.SinceReceive)
+		require.Equal(t, 25*time.Second+coalesceWindow, last.SinceReceive)
 	})
 }
 
@@ -955,11 +955,11 @@ func TestQuietQueueRenewsAtOnceWhenDueOnArrival(t *testing.T) {
 		id, err := b.srv.Send(b.url, "late")
 		require.NoError(t, err)
 		sentAt := time.Now()
-		time.Sleep(batchWindow)
+		time.Sleep(coalesceWindow)
 		synctest.Wait()
 		st := b.state(t, id)
 		require.NotEmpty(t, st.VisibilityChanges, "renewed at once")
-		require.Equal(t, sentAt, st.VisibilityChanges[0].At.Add(-batchWindow), "the first renewal left on arrival (plus the batch window)")
+		require.Equal(t, sentAt, st.VisibilityChanges[0].At.Add(-coalesceWindow), "the first renewal left on arrival (plus the batch window)")
 		close(release)
 		synctest.Wait()
 		require.NoError(t, stop())

@@ -99,10 +99,11 @@ type deadLetter struct {
 }
 
 // deadLetterFor works out the dead-letter queue from the option or the
-// source queue's attributes. It fails only for a configuration that can
-// never work (a FIFO source with a standard dead-letter queue or the
-// other way round, an unreadable RedrivePolicy ARN).
-func deadLetterFor(c Client, queueURL string, fifo bool, given string, attrs map[string]string) (deadLetter, error) {
+// source queue's attributes (attrErr: why they could not be read, nil
+// when they were). It fails only for a configuration that can never work
+// (a FIFO source with a standard dead-letter queue or the other way
+// round, an unreadable RedrivePolicy ARN).
+func deadLetterFor(c Client, queueURL string, fifo bool, given string, attrs map[string]string, attrErr error) (deadLetter, error) {
 	d := deadLetter{source: queueURL}
 	if arn := attrs[string(types.QueueAttributeNameQueueArn)]; arn != "" {
 		d.source = arn
@@ -123,6 +124,8 @@ func deadLetterFor(c Client, queueURL string, fifo bool, given string, attrs map
 			return d, err
 		}
 		d.url = u
+	case attrErr != nil:
+		d.why = fmt.Sprintf("the queue's RedrivePolicy could not be read (%v) and WithDeadLetterQueue was not given", attrErr)
 	default:
 		d.why = "the queue has no RedrivePolicy and WithDeadLetterQueue was not given"
 	}
@@ -249,8 +252,8 @@ func refusedContent(err error) bool {
 // error err to the dead-letter queue. It reports false, having done
 // nothing to the message, when the move could not be made: the caller
 // then settles it as an ordinary failure.
-func (c *Consumer) moveToDeadLetter(l *Lease, err error) bool {
-	m := l.msg
+func (c *Consumer) moveToDeadLetter(d *delivery, err error) bool {
+	m := &d.msg
 	if !c.dlq.ready() {
 		if c.dlqWarned.CompareAndSwap(false, true) {
 			c.log(slog.LevelWarn, "sqsconsumer: a handler returned a permanent error but there is no dead-letter queue to move it to; such messages are retried as ordinary failures (logged once)",
@@ -270,6 +273,6 @@ func (c *Consumer) moveToDeadLetter(l *Lease, err error) bool {
 	}
 	c.log(level, "sqsconsumer: moved a permanently failing message to the dead-letter queue",
 		"message_id", m.ID, "dead_letter_queue", c.dlq.url, "dead_letter_message_id", id, "error", err, "attributes_left_out", dropped)
-	c.observe(EventDeadLettered, m, err)
+	c.observe(EventDeadLettered, d, err)
 	return true
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -103,6 +105,51 @@ func (e *permanentError) Unwrap() error { return e.err }
 type PanicError struct {
 	Value any
 	Stack []byte
+
+	recovered bool   // made by protect (not a handler's own error value)
+	at        string // where it panicked, for the log (panicSite)
+}
+
+// protect runs f and turns a panic in it into a *PanicError with the
+// panicking goroutine's stack: the one place where a panic of the user's
+// code (a handler, a batch handler, a breaker probe) becomes an error.
+func protect(f func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack(), recovered: true, at: panicSite()}
+		}
+	}()
+	return f()
+}
+
+// panicSite names where a panic happened, called from a deferred recover:
+// of the frames below runtime.gopanic, the first in the user's code
+// (outside the runtime and this module's non-test files), else the first
+// outside the runtime. "" if none is found.
+func panicSite() string {
+	pcs := make([]uintptr, 64)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs)])
+	var fallback string
+	panicking := false
+	for {
+		f, more := frames.Next()
+		switch {
+		case f.Function == "runtime.gopanic":
+			panicking = true
+		case !panicking || strings.HasPrefix(f.Function, "runtime."):
+		default:
+			site := fmt.Sprintf("%s (%s:%d)", f.Function, f.File, f.Line)
+			if !strings.HasPrefix(f.Function, "github.com/sqskit/sqsconsumer.") || strings.HasSuffix(f.File, "_test.go") {
+				return site
+			}
+			if fallback == "" {
+				fallback = site
+			}
+		}
+		if !more {
+			return fallback
+		}
+	}
 }
 
 func (e *PanicError) Error() string { return fmt.Sprintf("sqsconsumer: handler panicked: %v", e.Value) }

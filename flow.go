@@ -10,14 +10,19 @@ import (
 )
 
 // flow decides when the Consumer receives and how many messages it asks
-// for, so that a handler slot that frees never waits for a round trip.
+// for, so that a handler slot that frees never waits for a round trip,
+// and it hands out the handler slots.
 //
 // A message is asked for (by a receive in flight), then waiting (received,
 // leased, not started: ready for a slot, or behind its FIFO group), then
-// running (it holds a handler slot). The flow keeps, beyond the free slots,
+// running (it holds a handler slot), and, once its handler succeeded,
+// may give its slot back while SQS confirms its delete (settling, at most
+// conc + maxAhead at once). The flow counts each; the Consumer's delivery
+// says where its message stands, and tells the flow when it leaves
+// (leave). The flow keeps, beyond the free slots,
 // a read-ahead of messages waiting or on their way: by Little's law, the
-// messages handlers finish during one receive round trip, plus at most one
-// batch so that receives stay full (see readAhead). A slot that frees then
+// messages handlers finish during one receive round trip, plus at most one full
+// receive so that receives stay full (see readAhead). A slot that frees then
 // finds a message waiting, while slow handlers (a low completion rate) hold
 // almost nothing beyond their slots and leave the queue to other processes.
 //
@@ -28,18 +33,19 @@ type flow struct {
 	mu sync.Mutex
 
 	conc       int // handler slots
-	batch      int // MaxNumberOfMessages of a full receive
+	size       int // MaxNumberOfMessages of a full receive (WithBatchSize)
 	maxAhead   int // hard bound on waiting + asked beyond the slots
 	maxPollers int
 
-	running int         // handler slots in use
-	starts  []time.Time // when each slot in use was taken, ascending
-	waiting int         // received and leased, not started
-	asked   int         // asked for by receives in flight
-	ready   []*Lease    // waiting messages free to start, oldest first
-	rate    rateMeter
-	rtt     time.Duration // smoothed round trip of receives answered at once
-	hold    time.Duration // smoothed time a message holds its handler slot
+	running  int         // handler slots in use
+	starts   []time.Time // when each slot in use was taken, ascending
+	waiting  int         // received and leased, not started
+	asked    int         // asked for by receives in flight
+	settling int         // succeeded messages whose slot was given back before their delete was confirmed
+	ready    []*delivery // waiting messages free to start, oldest first
+	rate     rateMeter
+	rtt      time.Duration // smoothed round trip of receives answered at once
+	hold     time.Duration // smoothed time a message holds its handler slot
 	// holdHigh follows the longest recent hold times: it jumps to a
 	// longer one and creeps back toward shorter ones. A handler is due
 	// to finish only once it is that old (less a round trip), so varied
@@ -50,7 +56,7 @@ type flow struct {
 	stopped  bool
 	// quiet is set while the queue looks empty (the latest receive got
 	// nothing, or none has answered yet): then one receive at a time
-	// waits in its long poll instead of one per batch of free slots. An
+	// waits in its long poll instead of one per receive's worth of free slots. An
 	// idle process costs one receive per wait time, and at a shutdown
 	// only one poll is in flight to bring back messages that must be
 	// released.
@@ -103,7 +109,7 @@ type flow struct {
 
 // receiveGather is how much work, in time at the current completion rate,
 // the read-ahead may hold beyond one round trip so that receives ask for
-// full batches (capped at one batch). Below saturation it trades a little
+// full receives of 10 (capped at one receive's size). Below saturation it trades a little
 // waiting in the process for calls: at 100 completions a second, receives
 // of 10 instead of 1.
 const receiveGather = 100 * time.Millisecond
@@ -111,8 +117,8 @@ const receiveGather = 100 * time.Millisecond
 // rateTau is the time constant of the completion-rate estimate.
 const rateTau = 250 * time.Millisecond
 
-func newFlow(conc, batch, maxAhead, maxPollers int, spawn func()) *flow {
-	return &flow{conc: conc, batch: batch, maxAhead: maxAhead, maxPollers: maxPollers, kick: make(chan struct{}, 1), spawn: spawn, quiet: true,
+func newFlow(conc, size, maxAhead, maxPollers int, spawn func()) *flow {
+	return &flow{conc: conc, size: size, maxAhead: maxAhead, maxPollers: maxPollers, kick: make(chan struct{}, 1), spawn: spawn, quiet: true,
 		rate: rateMeter{start: time.Now()}, full: true}
 }
 
@@ -120,7 +126,8 @@ func newFlow(conc, batch, maxAhead, maxPollers int, spawn func()) *flow {
 // beyond the free handler slots. cover is what the handlers finish during
 // one receive round trip (Little's law): with less than that waiting or
 // asked for, a slot will wait for a receive. ahead adds ceil(rate x
-// receiveGather), up to one batch, so that receives stay full. due is how
+// receiveGather), up to one full receive (size), so that receives stay
+// full. due is how
 // many running handlers are expected to finish within the round trip (from
 // their age and the longest recent handler times): handlers that started
 // together finish together, and an average rate would not see the burst
@@ -134,18 +141,18 @@ func newFlow(conc, batch, maxAhead, maxPollers int, spawn func()) *flow {
 // (or the CPU) are the limit; at capacity it is the handlers' own pace, so
 // slow handlers hold almost nothing beyond their slots. Both are capped at
 // limit. It is pure, for table tests.
-func readAhead(rate, capacity float64, due int, rtt time.Duration, batch, limit int) (cover, ahead int) {
+func readAhead(rate, capacity float64, due int, rtt time.Duration, size, limit int) (cover, ahead int) {
 	if rate <= 0 {
 		return 0, 0
 	}
 	c := max(math.Ceil(min(capacity, 2*rate)*rtt.Seconds()), float64(due))
-	a := c + min(float64(batch), math.Ceil(rate*receiveGather.Seconds()))
+	a := c + min(float64(size), math.Ceil(rate*receiveGather.Seconds()))
 	return int(min(c, float64(limit))), int(min(a, float64(limit)))
 }
 
 // flowCounts is the state receiveSize decides on.
 type flowCounts struct {
-	conc, batch      int
+	conc, size       int // slots, and the size of a full receive
 	running, waiting int
 	asked            int
 	cover, ahead     int  // from readAhead
@@ -154,7 +161,7 @@ type flowCounts struct {
 
 // receiveSize is how many messages the next receive should ask for, 0 for
 // none yet. The flow wants the free slots plus the read-ahead covered by
-// messages waiting or asked for. It asks for a full batch whenever that
+// messages waiting or asked for. It asks for a full receive whenever that
 // much is missing, and for less only when what is waiting or coming no
 // longer covers the free slots and one round trip of completions: so
 // receives stay full at saturation, and a slot never waits for a receive
@@ -170,8 +177,8 @@ func receiveSize(c flowCounts) int {
 	if want <= 0 {
 		return 0
 	}
-	if want >= c.batch || free+c.cover-have > 0 {
-		return min(c.batch, want)
+	if want >= c.size || free+c.cover-have > 0 {
+		return min(c.size, want)
 	}
 	return 0
 }
@@ -187,11 +194,11 @@ func (f *flow) countsLocked(now time.Time) flowCounts {
 		conc = min(conc, share)
 	}
 	c := flowCounts{
-		conc: conc, batch: f.batch,
+		conc: conc, size: f.size,
 		running: f.running, waiting: f.waiting, asked: f.asked,
 		quiet: f.quiet,
 	}
-	c.cover, c.ahead = readAhead(f.rate.value(now), f.capacity(), max(f.dueLocked(now), f.burst), f.rtt, f.batch, f.maxAhead)
+	c.cover, c.ahead = readAhead(f.rate.value(now), f.capacity(), max(f.dueLocked(now), f.burst), f.rtt, f.size, f.maxAhead)
 	return c
 }
 
@@ -222,24 +229,30 @@ func (f *flow) nextDueLocked(now time.Time) (time.Time, bool) {
 	return f.starts[i].Add(f.holdHigh - f.rtt), true
 }
 
-// takeSlotLocked counts l as running from now.
-func (f *flow) takeSlotLocked(l *Lease, now time.Time) {
-	f.running++
-	l.slotAt = now
-	f.starts = append(f.starts, now) // now is never before the last entry
+// slot is a handler slot the flow handed out: its holder keeps it and
+// gives it back to slotDone.
+type slot struct {
+	at time.Time // when it was taken
 }
 
-// giveSlotLocked counts l as no longer running and returns how long it
-// held its slot.
-func (f *flow) giveSlotLocked(l *Lease, now time.Time) time.Duration {
+// takeSlotLocked counts one more slot as running from now and returns it.
+func (f *flow) takeSlotLocked(now time.Time) slot {
+	f.running++
+	f.starts = append(f.starts, now) // now is never before the last entry
+	return slot{at: now}
+}
+
+// giveSlotLocked counts s as no longer running and returns how long it
+// was held.
+func (f *flow) giveSlotLocked(s slot, now time.Time) time.Duration {
 	f.running--
-	switch i := sort.Search(len(f.starts), func(i int) bool { return !f.starts[i].Before(l.slotAt) }); {
+	switch i := sort.Search(len(f.starts), func(i int) bool { return !f.starts[i].Before(s.at) }); {
 	case i == 0 && len(f.starts) > 0:
 		f.starts = f.starts[1:] // the oldest: most handlers finish in the order they started
 	case i < len(f.starts):
 		f.starts = append(f.starts[:i], f.starts[i+1:]...)
 	}
-	return now.Sub(l.slotAt)
+	return now.Sub(s.at)
 }
 
 // nextLocked is the size of the receive due now, 0 if none. When only
@@ -287,15 +300,17 @@ func (f *flow) wake() {
 	f.wakeLocked(time.Now())
 }
 
-// takeReady returns the ready messages, which will not start; they no
-// longer count as waiting. Receiving goes on.
-func (f *flow) takeReady() []*Lease {
+// takeReady returns the ready messages, which will not start (they still
+// count as waiting until they leave). Receiving goes on.
+func (f *flow) takeReady() []*delivery {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ready := f.ready
 	f.ready = nil
-	f.waiting -= len(ready)
-	f.wakeLocked(time.Now())
+	if f.member != nil {
+		f.member.SetWant(false)
+	}
+	f.tellLocked()
 	return ready
 }
 
@@ -481,8 +496,8 @@ func (f *flow) received(asked, got int, took time.Duration) {
 	f.wakeLocked(now)
 }
 
-// drop takes n waiting messages out: adopted by a running lease, handed
-// back, or released unstarted.
+// drop takes n waiting messages out that never became deliveries (adopted
+// by a running lease, invalid, handed back raw).
 func (f *flow) drop(n int) {
 	if n == 0 {
 		return
@@ -496,55 +511,79 @@ func (f *flow) drop(n int) {
 // What enqueue tells its caller to do with the message.
 const (
 	enqueued    = iota // it starts when a slot frees (slotDone)
-	startNow           // a slot was free and nothing older ready: start it
-	notStarting        // receiving has stopped: release it (it no longer counts as waiting)
+	startNow           // a slot was free and nothing older ready: start it in the slot returned
+	notStarting        // receiving has stopped or is paused: hand it back
 )
 
-// enqueue makes a waiting message ready to start.
-func (f *flow) enqueue(l *Lease) int {
+// enqueue makes a waiting message ready to start: it joins the ready
+// messages, or takes a free slot at once (startNow, with the slot).
+func (f *flow) enqueue(d *delivery) (int, slot) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
 	case f.stopped || f.paused:
-		f.waiting--
-		return notStarting
+		return notStarting, slot{}
 	case f.running < f.conc && len(f.ready) == 0 && (f.member == nil || f.member.Acquire()):
 		// In a fleet a slot of the shared budget too; without one, the
 		// member now waits for one (Acquire), granted through granted.
 		f.waiting--
-		f.takeSlotLocked(l, time.Now())
-		return startNow
+		return startNow, f.takeSlotLocked(time.Now())
 	}
-	f.ready = append(f.ready, l)
+	f.ready = append(f.ready, d)
 	f.tellLocked()
-	return enqueued
+	return enqueued, slot{}
 }
 
 // granted starts the oldest ready message in a slot of the fleet's budget
-// given to this flow, and returns it; nil (the slot goes back) if none can
-// start.
-func (f *flow) granted() *Lease {
+// given to this flow, and returns it with its slot; nil (the slot goes
+// back) if none can start.
+func (f *flow) granted() (*delivery, slot) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.stopped || f.paused || len(f.ready) == 0 || f.running >= f.conc {
 		f.member.SetWant(false)
-		return nil
+		return nil, slot{}
 	}
 	next := f.popReadyLocked()
-	f.takeSlotLocked(next, time.Now())
+	s := f.takeSlotLocked(time.Now())
 	if len(f.ready) == 0 || f.running >= f.conc {
 		f.member.SetWant(false)
 	}
 	f.wakeLocked(time.Now())
-	return next
+	return next, s
 }
 
-func (f *flow) popReadyLocked() *Lease {
+func (f *flow) popReadyLocked() *delivery {
 	next := f.ready[0]
 	f.ready[0] = nil
 	f.ready = f.ready[1:]
 	f.waiting--
 	return next
+}
+
+// takeSettling reserves room for one more message that gives its handler
+// slot back before its delete is confirmed; false when conc + maxAhead
+// already do (the slot then stays taken until SQS answers).
+func (f *flow) takeSettling() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.settling >= f.conc+f.maxAhead {
+		return false
+	}
+	f.settling++
+	return true
+}
+
+// leaveWaiting takes out a waiting message that leaves without starting
+// (handed back, or its lease ended while it waited).
+func (f *flow) leaveWaiting() { f.drop(1) }
+
+// leaveSettling takes out a message that gave its slot back early
+// (takeSettling), once SQS answered its delete.
+func (f *flow) leaveSettling() {
+	f.mu.Lock()
+	f.settling--
+	f.mu.Unlock()
 }
 
 // capacity is how many messages a second the handler slots could finish
@@ -557,24 +596,25 @@ func (f *flow) capacity() float64 {
 	return float64(f.conc) / f.hold.Seconds()
 }
 
-// slotDone gives back l's handler slot, whose handler returned (done; it
-// counts in the completion rate and the mean hold time), and returns the
-// next ready message to start in it, if any.
-func (f *flow) slotDone(l *Lease, done bool) *Lease {
+// slotDone gives back s, a handler slot whose handler returned (done; it
+// counts in the completion rate and the mean hold time) or that is given
+// up without a handler (a message that leaves unstarted), and returns the
+// next ready message to start in the slot it takes instead, if any.
+func (f *flow) slotDone(s slot, done bool) (*delivery, slot) {
 	f.mu.Lock()
-	next := f.slotDoneLocked(l, done)
+	next, ns := f.slotDoneLocked(s, done)
 	f.mu.Unlock()
 	if f.member != nil {
 		// The fleet's budget decides who gets the slot, this flow or
 		// another (through granted).
 		f.member.Release()
 	}
-	return next
+	return next, ns
 }
 
-func (f *flow) slotDoneLocked(l *Lease, done bool) *Lease {
+func (f *flow) slotDoneLocked(s slot, done bool) (*delivery, slot) {
 	now := time.Now()
-	held := f.giveSlotLocked(l, now)
+	held := f.giveSlotLocked(s, now)
 	if done {
 		f.rate.add(now)
 		if f.hold == 0 {
@@ -589,17 +629,18 @@ func (f *flow) slotDoneLocked(l *Lease, done bool) *Lease {
 			f.holdHigh += (held - f.holdHigh) / 64
 		}
 	}
-	var next *Lease
+	var next *delivery
+	var ns slot
 	switch {
 	case len(f.ready) == 0 || f.stopped || f.paused:
 	case f.member != nil:
 		f.member.SetWant(true) // Release follows
 	default:
 		next = f.popReadyLocked()
-		f.takeSlotLocked(next, now)
+		ns = f.takeSlotLocked(now)
 	}
 	f.wakeLocked(now)
-	return next
+	return next, ns
 }
 
 // begin starts the first poller; it starts the others as they are due.
@@ -610,40 +651,25 @@ func (f *flow) begin() {
 }
 
 // stop ends receiving and returns the ready messages, which will not
-// start; they, and the blocked messages (FIFO messages behind their group,
-// which the caller releases too), no longer count as waiting.
-func (f *flow) stop(blocked int) []*Lease {
+// start (they count as waiting until they leave).
+func (f *flow) stop() []*delivery {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.stopped = true
 	if f.timer != nil {
 		f.timer.Stop()
 	}
-	return f.unreadyLocked(blocked)
-}
-
-// unreadyLocked takes the ready messages out (returned, to be released)
-// and the blocked ones (FIFO messages behind their group, which the
-// caller releases).
-func (f *flow) unreadyLocked(blocked int) []*Lease {
-	ready := f.ready
-	f.ready = nil
-	f.waiting -= len(ready) + blocked
-	if f.member != nil {
-		f.member.SetWant(false)
-		f.tellLocked()
-	}
-	return ready
+	f.mu.Unlock()
+	return f.takeReady()
 }
 
 // pause stops receiving and starting messages until resume, and returns
-// the ready messages, which will not start; they and the blocked ones
-// (see unreadyLocked) no longer count as waiting.
-func (f *flow) pause(blocked int) []*Lease {
+// the ready messages, which will not start (they count as waiting until
+// they leave).
+func (f *flow) pause() []*delivery {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.paused = true
-	return f.unreadyLocked(blocked)
+	f.mu.Unlock()
+	return f.takeReady()
 }
 
 // resume ends a pause.

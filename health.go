@@ -172,8 +172,9 @@ func (c *Consumer) Health() Health {
 		h.Breaker = state.String()
 		closed = state == breakerClosed
 	}
+	var nearCeiling []string
 	if stage >= runRunning && stage < runStopped {
-		h.Running, h.LongestHandler = c.handlerAges(now)
+		h.Running, h.LongestHandler, nearCeiling = c.runningHandlers(now)
 	}
 	if stage != runRunning {
 		h.Healthy = len(h.Problems) == 0
@@ -191,21 +192,23 @@ func (c *Consumer) Health() Health {
 	if lim := c.handlerLimit(); lim > 0 && h.LongestHandler > lim {
 		h.Problems = append(h.Problems, fmt.Sprintf("a handler has run for %v (limit %v)", h.LongestHandler.Round(time.Second), lim))
 	}
-	if ids := c.nearCeiling(now); len(ids) > 0 {
-		h.Problems = append(h.Problems, fmt.Sprintf("%d running handler(s) near the lease ceiling, their messages about to be delivered again: %v", len(ids), ids))
+	if len(nearCeiling) > 0 {
+		h.Problems = append(h.Problems, fmt.Sprintf("%d running handler(s) near the lease ceiling, their messages about to be delivered again: %v", len(nearCeiling), nearCeiling))
 	}
 	h.Healthy = len(h.Problems) == 0
 	return h
 }
 
-// stallLimit is WithHealthLimits' stall limit, or its default.
+// stallLimit is WithHealthLimits' stall limit, or its default: at least
+// twice the heartbeat interval, since a Consumer busy with long handlers
+// may only renew.
 func (c *Consumer) stallLimit() time.Duration {
 	if c.s.stallLimit > 0 {
 		return c.s.stallLimit
 	}
 	interval := c.cfg.interval
 	if c.s.adaptiveMax > 0 {
-		interval = max(interval, c.s.adaptiveMax/3)
+		interval = max(interval, heartbeatInterval(c.s.adaptiveMax, 0))
 	}
 	return max(defaultStallLimit, 2*interval)
 }
@@ -222,46 +225,25 @@ func (c *Consumer) handlerLimit() time.Duration {
 	return 0
 }
 
-// handlerAges counts the running handlers and returns the age of the
-// oldest.
-func (c *Consumer) handlerAges(now time.Time) (running int, longest time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.fl.mu.Lock() // for slotAt; the flow never takes c.mu
-	defer c.fl.mu.Unlock()
-	for _, l := range c.inflight {
-		if !l.inHandler.Load() || l.slotAt.IsZero() {
+// runningHandlers looks at the deliveries whose handler runs now: how
+// many, how long the oldest has run, and the IDs of those whose lease is
+// within its ceiling grace of the maximum lease duration, sorted.
+func (c *Consumer) runningHandlers(now time.Time) (running int, longest time.Duration, nearCeiling []string) {
+	for _, d := range c.held.all() {
+		since, ok := d.running()
+		if !ok {
 			continue
 		}
 		running++
-		longest = max(longest, now.Sub(l.slotAt))
-	}
-	return running, longest
-}
-
-// nearCeiling returns the IDs of the messages whose handler runs within
-// the ceiling grace of their lease's maximum duration, sorted.
-func (c *Consumer) nearCeiling(now time.Time) []string {
-	c.mu.Lock()
-	held := make([]*Lease, 0, len(c.inflight))
-	for _, l := range c.inflight {
-		if l.inHandler.Load() {
-			held = append(held, l)
+		if !since.IsZero() {
+			longest = max(longest, now.Sub(since))
+		}
+		if d.lease.nearCeiling(now) {
+			nearCeiling = append(nearCeiling, d.msg.ID)
 		}
 	}
-	c.mu.Unlock()
-	var ids []string
-	for _, l := range held {
-		l.mu.Lock()
-		left := l.receivedAt.Add(l.cfg.maxLease).Sub(now)
-		fired := l.ceilingFired
-		l.mu.Unlock()
-		if fired || left <= l.cfg.grace {
-			ids = append(ids, l.msg.ID)
-		}
-	}
-	sort.Strings(ids)
-	return ids
+	sort.Strings(nearCeiling)
+	return running, longest, nearCeiling
 }
 
 // HealthHandler returns an http.Handler for liveness and health checks

@@ -7,6 +7,27 @@ import (
 	"time"
 )
 
+// heartbeatInterval is the rule for how often a lease renews: every
+// configured interval (WithHeartbeatInterval), else a third of the lease,
+// which leaves two thirds of the lease for a renewal, its retries and a
+// stalled process before the deadline.
+func heartbeatInterval(lease, configured time.Duration) time.Duration {
+	if configured > 0 {
+		return configured
+	}
+	return lease / 3
+}
+
+// ceilingGrace is how long before the maximum lease duration a handler is
+// told to stop (ErrLeaseCeiling): WithCeilingGrace when it was given,
+// else one heartbeat interval.
+func ceilingGrace(interval, configured time.Duration, set bool) time.Duration {
+	if set {
+		return configured
+	}
+	return interval
+}
+
 // heartbeat is the lease's goroutine, started by a timer when it first has
 // something to do (usually the first renewal, a third into the lease), so a
 // message settled sooner never costs a goroutine. It renews visibility to the lease
@@ -128,8 +149,10 @@ func (l *Lease) next(now time.Time) (p step, h heldHandle, ok bool) {
 	return plan(now, l.schedLocked()), heldHandle{l.handle, l.handleGen}, true
 }
 
-// renew sends one renewal planned at now and judges its answer; the caller
-// holds the call token (acquireCall). It reports whether the heartbeat should end.
+// renew sends one renewal planned at now and judges its answer. The caller
+// took the call token with acquireRenewal, or, while a delete of the lease
+// is pending, renews beside it without the token. It reports whether the
+// heartbeat should end.
 func (l *Lease) renew(bg context.Context, now time.Time, p step, h heldHandle, failures *int) (ended bool) {
 	// The call gets half the time left (at most 10 s), so a hung request
 	// leaves room for retries before the deadline.

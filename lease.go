@@ -8,7 +8,6 @@ import (
 	"math"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -57,22 +56,17 @@ type leaseConfig struct {
 	interval time.Duration // renew when lease-interval remains... i.e. every interval
 	maxLease time.Duration // ceiling, from the latest receive
 	grace    time.Duration // cancel the handler this long before the ceiling
-	observer Observer
-	stats    *statsRecorder // a Consumer's: counts every event
-	calls    sqsCalls       // how the leases reach SQS
-	queueURL string
+	events   eventSink     // where the leases' events go (a Consumer's counts them too)
+	calls    sqsCalls      // how the leases reach SQS
 	// settleCtx bounds the calls a lease makes on its own after an
 	// asynchronous delete's first attempt (a Consumer cancels it at its
 	// hard stop); nil means context.Background.
 	settleCtx context.Context
-	logger    *slog.Logger
 }
 
 func (s *settings) leaseConfig(lease time.Duration) (leaseConfig, error) {
-	c := leaseConfig{lease: lease, interval: s.heartbeat, maxLease: s.maxLease, grace: s.ceilingGrace, observer: s.observer, stats: s.stats, logger: s.logger}
-	if c.interval == 0 {
-		c.interval = lease / 3
-	}
+	c := leaseConfig{lease: lease, interval: heartbeatInterval(lease, s.heartbeat), maxLease: s.maxLease,
+		events: eventSink{observer: s.observer, logger: s.logger, stats: s.stats}}
 	var errs []error
 	if 2*c.interval >= lease {
 		errs = append(errs, fmt.Errorf("%w: WithHeartbeatInterval(%v) must be less than half the lease (%v)", ErrInvalidOption, c.interval, lease))
@@ -80,9 +74,7 @@ func (s *settings) leaseConfig(lease time.Duration) (leaseConfig, error) {
 	if lease > c.maxLease {
 		errs = append(errs, fmt.Errorf("%w: WithVisibilityTimeout(%v) exceeds WithMaxLeaseDuration(%v)", ErrInvalidOption, lease, c.maxLease))
 	}
-	if !s.ceilingGraceSet {
-		c.grace = c.interval
-	}
+	c.grace = ceilingGrace(c.interval, s.ceilingGrace, s.ceilingGraceSet)
 	if c.grace >= c.maxLease {
 		errs = append(errs, fmt.Errorf("%w: WithCeilingGrace(%v) must be less than WithMaxLeaseDuration(%v)", ErrInvalidOption, c.grace, c.maxLease))
 	}
@@ -126,19 +118,15 @@ type Lease struct {
 	// this process: events and statistics count from it (the best
 	// estimate of the hand-over, where msg.ReceivedAt is the safe one).
 	arrived time.Time
+	// holder, when set, is what holds the lease beyond its own state (a
+	// Consumer's delivery): it tells when the work under the lease began,
+	// for the SinceStart of the lease's events. Set before Start; nil for
+	// a lease made with NewLease.
+	holder leaseHolder
 
 	// hbWG counts the heartbeat while its timer is armed or its goroutine
 	// runs; Stop waits for it.
 	hbWG sync.WaitGroup
-
-	// slotEarly is the Consumer's: the handler slot was freed when the
-	// handler succeeded, before the delete was confirmed.
-	slotEarly bool
-	// inHandler is the Consumer's: set while the handler runs.
-	inHandler atomic.Bool
-	// slotAt is the Consumer's flow's, guarded by its mutex: when the
-	// message took its handler slot.
-	slotAt time.Time
 
 	mu sync.Mutex // guards the fields below
 	// calling is the call token, set while an SQS call of this lease is
@@ -159,7 +147,6 @@ type Lease struct {
 	started      bool
 	stopped      bool
 	hbRunning    bool      // the heartbeat goroutine has begun
-	handlerStart time.Time // when a Consumer called the handler (zero before)
 	receivedAt   time.Time // latest receive's hand-over estimate: the ceiling counts from it
 	deadline     time.Time // confirmed (or, before any call, estimated) end of visibility
 	// asked is set once a visibility call or delete was sent since the
@@ -216,8 +203,8 @@ func NewLease(c Client, queueURL string, m types.Message, opts ...LeaseOption) (
 	// The lease, its message, its configuration and its calls in one
 	// allocation: a Lambda invocation makes a lease per record.
 	own := &ownLease{cfg: cfg, calls: singleCalls{client: c, queueURL: queueURL}}
-	own.cfg.calls, own.cfg.queueURL = &own.calls, queueURL
-	initLease(&own.leasedMessage, m, at, now, &own.cfg)
+	own.cfg.calls, own.cfg.events.queueURL = &own.calls, queueURL
+	initLease(&own.lease, &own.msg, m, at, now, &own.cfg)
 	return &own.lease, nil
 }
 
@@ -234,21 +221,21 @@ type ownLease struct {
 	calls singleCalls
 }
 
-// newLease makes a lease and its Message from raw. receivedAt is the
-// conservative estimate of when SQS handed the message over (see
-// HandoverTime): the lease clock starts there. arrived is when the answer
-// reached this process: statistics and events count from it. cfg must not
-// change afterwards (leases share it).
-func newLease(raw types.Message, receivedAt, arrived time.Time, cfg *leaseConfig) *Lease {
-	lm := &leasedMessage{}
-	initLease(lm, raw, receivedAt, arrived, cfg)
-	return &lm.lease
+// leaseHolder is what holds a lease beyond its own state: a Consumer's
+// delivery.
+type leaseHolder interface {
+	// workStarted is when the work on the message began (a Consumer's
+	// handler was called); zero before.
+	workStarted() time.Time
 }
 
-// initLease is newLease into lm, which must be zero.
-func initLease(lm *leasedMessage, raw types.Message, receivedAt, arrived time.Time, cfg *leaseConfig) {
+// initLease makes l, the lease of raw, and m, its Message; both must be
+// zero. receivedAt is the conservative estimate of when SQS handed the
+// message over (see HandoverTime): the lease clock starts there. arrived
+// is when the answer reached this process: statistics and events count
+// from it. cfg must not change afterwards (leases share it).
+func initLease(l *Lease, m *Message, raw types.Message, receivedAt, arrived time.Time, cfg *leaseConfig) {
 	count, _ := strconv.ParseInt(raw.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)], 10, 32)
-	l, m := &lm.lease, &lm.msg
 	*m = Message{
 		ID:                aws.ToString(raw.MessageId),
 		Body:              aws.ToString(raw.Body),
@@ -509,7 +496,8 @@ func (l *Lease) wake() {
 	}
 }
 
-// visibilityFor clips a visibility request made at now to the ceiling.
+// visibilityForLocked clips a visibility request made at now to the ceiling;
+// the caller holds l.mu.
 // It returns 0 when no visibility at all fits.
 func (l *Lease) visibilityForLocked(now time.Time, want time.Duration) time.Duration {
 	left := l.receivedAt.Add(l.cfg.maxLease).Sub(now) - ceilingMargin
@@ -556,7 +544,7 @@ func (l *Lease) deleteCall(ctx context.Context, handle string) error {
 // done nothing, when the lease does not batch, another call of the lease
 // is in flight or the lease cannot be deleted: the caller then uses Delete.
 func (l *Lease) deleteAsync(done func(*Lease, error)) bool {
-	bc, ok := l.cfg.calls.(*batchedCalls)
+	bc, ok := l.cfg.calls.(*coalescedCalls)
 	if !ok {
 		return false
 	}
@@ -903,59 +891,60 @@ func (l *Lease) expire(deadline time.Time) {
 	l.log(slog.LevelWarn, "sqsconsumer: lease expired before a renewal was confirmed; the message may be delivered again")
 }
 
+// emit tells the lease's event sink of kind.
 func (l *Lease) emit(kind EventKind, vis time.Duration, err error) {
+	var started time.Time
+	if l.holder != nil {
+		started = l.holder.workStarted()
+	}
+	l.cfg.events.emit(kind, l.msg, l.count(), l.arrived, started, vis, err)
+}
+
+// arrivedAt is when the first answer that delivered the message reached
+// this process. It never changes.
+func (l *Lease) arrivedAt() time.Time { return l.arrived }
+
+// count is the message's receive count at its latest receive.
+func (l *Lease) count() int {
 	l.mu.Lock()
-	count := int(l.receiveCount)
-	handlerStart := l.handlerStart
-	l.mu.Unlock()
-	if l.cfg.stats != nil {
-		l.cfg.stats.countKind(kind, count)
-	}
-	if l.cfg.observer == nil {
-		return
-	}
-	now := time.Now()
-	observe(l.cfg.observer, l.cfg.logger, Event{
-		Kind:         kind,
-		QueueURL:     l.cfg.queueURL,
-		MessageID:    l.msg.ID,
-		ReceiveCount: count,
-		GroupID:      l.msg.GroupID,
-		Time:         now,
-		SinceReceive: now.Sub(l.arrived),
-		SinceStart:   since(now, handlerStart),
-		Visibility:   vis,
-		Err:          err,
-		Message:      l.msg,
-	})
+	defer l.mu.Unlock()
+	return int(l.receiveCount)
 }
 
 func (l *Lease) log(level slog.Level, msg string, args ...any) {
-	if l.cfg.logger == nil {
+	if l.cfg.events.logger == nil {
 		return
 	}
-	logSafely(l.cfg.logger, level, msg, append([]any{"message_id", l.msg.ID, "queue_url", l.cfg.queueURL}, args...)...)
+	logSafely(l.cfg.events.logger, level, msg, append([]any{"message_id", l.msg.ID, "queue_url", l.cfg.events.queueURL}, args...)...)
 }
 
-// since is now − t, 0 when t is zero (not happened).
-func since(now, t time.Time) time.Duration {
-	if t.IsZero() {
-		return 0
-	}
-	return now.Sub(t)
-}
-
-// handlerStarted records when the Consumer called the handler, for the
-// events' SinceStart.
-func (l *Lease) handlerStarted(t time.Time) {
-	l.mu.Lock()
-	l.handlerStart = t
-	l.mu.Unlock()
-}
-
-// sinceHandlerStart is now − the handler's start, 0 if it has not started.
-func (l *Lease) sinceHandlerStart(now time.Time) time.Duration {
+// nearCeiling reports whether the lease is within its ceiling grace of the
+// maximum lease duration at now (its holder's context is, or is about to
+// be, cancelled with ErrLeaseCeiling).
+func (l *Lease) nearCeiling(now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return since(now, l.handlerStart)
+	return l.ceilingFired || l.receivedAt.Add(l.cfg.maxLease).Sub(now) <= l.cfg.grace
+}
+
+// deleted reports whether SQS confirmed the message's delete.
+func (l *Lease) deleted() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state == leaseDeleted
+}
+
+// undone reports whether the message can no longer be deleted under this
+// lease: it was released, or the lease was lost or expired.
+func (l *Lease) undone() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state == leaseReleased || l.state == leaseLost || l.state == leaseExpired
+}
+
+// context is the context Start returned, nil before Start.
+func (l *Lease) context() context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ctx
 }

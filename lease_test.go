@@ -343,7 +343,7 @@ func TestAsyncDeleteRepeatsWithAdoptedHandle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, nil)
 		msg, sent := b.receive(t, "x", 30*time.Second)
-		calls := newBatchedCalls(b.client, b.url, 0, nil)
+		calls := newCoalescedCalls(b.client, b.url, 0, nil)
 		defer calls.close()
 		cfg, err := (&settings{maxLease: MaxVisibilityTimeout}).leaseConfig(30 * time.Second)
 		require.NoError(t, err)
@@ -378,7 +378,7 @@ func TestAsyncDeleteDeclines(t *testing.T) {
 		standalone := b.lease(t, msg, sent)
 		require.False(t, standalone.deleteAsync(func(*Lease, error) { t.Error("called") }))
 
-		calls := newBatchedCalls(b.client, b.url, 0, nil)
+		calls := newCoalescedCalls(b.client, b.url, 0, nil)
 		defer calls.close()
 		cfg, err := (&settings{maxLease: MaxVisibilityTimeout}).leaseConfig(30 * time.Second)
 		require.NoError(t, err)
@@ -392,14 +392,14 @@ func TestAsyncDeleteDeclines(t *testing.T) {
 	})
 }
 
-// newTestLease is newLease for a test's own calls and queue. It writes
+// newTestLease makes a Consumer's kind of lease (a delivery's) for a test's own calls and queue. It writes
 // them into cfg only when they differ, which is at the first call, before
 // any lease sharing cfg runs; later calls only read it.
 func newTestLease(calls sqsCalls, queueURL string, m types.Message, at time.Time, cfg *leaseConfig) *Lease {
-	if cfg.calls != calls || cfg.queueURL != queueURL {
-		cfg.calls, cfg.queueURL = calls, queueURL
+	if cfg.calls != calls || cfg.events.queueURL != queueURL {
+		cfg.calls, cfg.events.queueURL = calls, queueURL
 	}
-	return newLease(m, at, at, cfg)
+	return &newDelivery(m, at, at, cfg).lease
 }
 
 // A lease whose estimated deadline passed before SQS was ever asked asks

@@ -128,6 +128,58 @@ func Observers(obs ...Observer) Observer {
 	})
 }
 
+// eventSink is where the events of one queue's messages go: a Consumer's
+// statistics (counted for every event) and the Observer, if any. Its
+// methods are the one place an Event is built. It holds no state of its
+// own; safe for concurrent use.
+type eventSink struct {
+	observer Observer
+	logger   *slog.Logger   // where an Observer's panic is logged
+	stats    *statsRecorder // a Consumer's; nil for a lease made with NewLease
+	queueURL string
+}
+
+// emit tells of one event of message m, received count times: arrived
+// is when the answer that delivered it reached this process, started when
+// its handler was called (zero: not yet), vis the visibility SQS accepted
+// (EventRenewed, EventReleased).
+func (s *eventSink) emit(kind EventKind, m *Message, count int, arrived, started time.Time, vis time.Duration, err error) {
+	if s.stats != nil {
+		s.stats.countKind(kind, count)
+	}
+	if s.observer == nil {
+		return
+	}
+	now := time.Now()
+	var sinceStart time.Duration
+	if !started.IsZero() {
+		sinceStart = now.Sub(started)
+	}
+	observe(s.observer, s.logger, Event{
+		Kind:         kind,
+		QueueURL:     s.queueURL,
+		MessageID:    m.ID,
+		ReceiveCount: count,
+		GroupID:      m.GroupID,
+		Time:         now,
+		SinceReceive: now.Sub(arrived),
+		SinceStart:   sinceStart,
+		Visibility:   vis,
+		Err:          err,
+		Message:      m,
+	})
+}
+
+// emitBatch tells of a BatchHandler's call over msgs, begun at begun,
+// that returned err.
+func (s *eventSink) emitBatch(msgs []*Message, begun time.Time, err error) {
+	if s.observer == nil {
+		return
+	}
+	now := time.Now()
+	observe(s.observer, s.logger, Event{Kind: EventBatch, QueueURL: s.queueURL, Time: now, Err: err, Batch: msgs, SinceStart: now.Sub(begun)})
+}
+
 // observe calls o with e, recovering a panic: the library's goroutines
 // (heartbeats, pollers, workers) must not end the process for a bug in an
 // observer. The panic is logged to logger, if any.

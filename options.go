@@ -28,9 +28,10 @@ const (
 	defaultWaitTime = 20 * time.Second
 	// maxWaitTime is SQS's longest long poll.
 	maxWaitTime = 20 * time.Second
-	// defaultBatchSize and maxBatchSize bound MaxNumberOfMessages.
-	defaultBatchSize = 10
-	maxBatchSize     = 10
+	// defaultReceiveSize and maxReceiveSize bound MaxNumberOfMessages
+	// (WithBatchSize).
+	defaultReceiveSize = 10
+	maxReceiveSize     = 10
 	// defaultConcurrency is the default number of handlers running at once.
 	defaultConcurrency = 10
 	// defaultShutdownTimeout is how long running handlers may finish after
@@ -48,12 +49,12 @@ const (
 // defaults, apply the options, then validate.
 type settings struct {
 	visibility      time.Duration // 0 = queue's (Consumer) / defaultVisibilityTimeout (Lease)
-	heartbeat       time.Duration // 0 = visibility/3
+	heartbeat       time.Duration // 0 = heartbeatInterval's rule
 	maxLease        time.Duration
 	ceilingGrace    time.Duration // 0 = one heartbeat interval
 	ceilingGraceSet bool
 	concurrency     int
-	batchSize       int
+	receiveSize     int // MaxNumberOfMessages of a full receive (WithBatchSize)
 	waitTime        time.Duration
 	pollers         int // 0 = derived from concurrency and maxAhead
 	maxAhead        int // read-ahead bound
@@ -81,7 +82,7 @@ func defaultSettings() settings {
 	return settings{
 		maxLease:        defaultMaxLeaseDuration,
 		concurrency:     defaultConcurrency,
-		batchSize:       defaultBatchSize,
+		receiveSize:     defaultReceiveSize,
 		waitTime:        defaultWaitTime,
 		maxAhead:        defaultMaxReadAhead,
 		shutdownTimeout: defaultShutdownTimeout,
@@ -323,16 +324,17 @@ func WithConcurrency(n int) Option {
 	})
 }
 
-// WithBatchSize sets MaxNumberOfMessages for each ReceiveMessage call,
-// 1 to 10; default 10. A receive asks for fewer only when a free handler
-// slot would otherwise have nothing coming.
+// WithBatchSize sets the receive size: MaxNumberOfMessages of each
+// ReceiveMessage call, 1 to 10; default 10. A receive asks for fewer only
+// when a free handler slot would otherwise have nothing coming. (It has
+// nothing to do with Batch handlers, whose size Batch takes.)
 func WithBatchSize(n int) Option {
 	return option(func(s *settings) {
-		if n < 1 || n > maxBatchSize {
-			s.fail("WithBatchSize(%d): must be from 1 to %d", n, maxBatchSize)
+		if n < 1 || n > maxReceiveSize {
+			s.fail("WithBatchSize(%d): must be from 1 to %d", n, maxReceiveSize)
 			return
 		}
-		s.batchSize = n
+		s.receiveSize = n
 	})
 }
 
@@ -354,8 +356,8 @@ func WithWaitTime(d time.Duration) Option {
 
 // WithPollers sets the most ReceiveMessage calls a Consumer has in flight
 // at once, 1 to 1000. Default: enough to ask for every handler slot and
-// the whole read-ahead in full batches, (concurrency + max read-ahead) /
-// batch size + 1. Pollers start as the flow needs them.
+// the whole read-ahead in full receives, (concurrency + max read-ahead) /
+// receive size (WithBatchSize) + 1. Pollers start as the flow needs them.
 func WithPollers(n int) Option {
 	return option(func(s *settings) {
 		if n < 1 || n > 1000 {

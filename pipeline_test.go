@@ -202,7 +202,7 @@ func measureCell(t *testing.T, c cell, warm, span time.Duration) cellResult {
 // renewalCalls is what heartbeats add per message in a cell: a renewal
 // every 20 s of the minute-long lease, batched 10 to a call at best.
 func renewalCalls(c cell) float64 {
-	return math.Floor(c.handler.Seconds()/20) / float64(min(c.conc, maxBatchSize))
+	return math.Floor(c.handler.Seconds()/20) / float64(min(c.conc, maxReceiveSize))
 }
 
 // tableServerLimit is the highest ideal rate (messages per virtual second)
@@ -249,10 +249,10 @@ func TestPipelineTable(t *testing.T) {
 					if c.handler >= time.Second {
 						// Slow handlers hold at most one round trip of
 						// completions plus one batch unstarted.
-						bound := int(math.Ceil(float64(c.conc)/c.handler.Seconds()*c.rtt.Seconds())) + maxBatchSize
+						bound := int(math.Ceil(float64(c.conc)/c.handler.Seconds()*c.rtt.Seconds())) + maxReceiveSize
 						require.LessOrEqual(t, r.peakHeld, bound, "unstarted messages held")
 					}
-					if got >= 10/batchWindow.Seconds() {
+					if got >= 10/coalesceWindow.Seconds() {
 						// Fast enough that every batch call can fill (10
 						// deletes within one batch window): 0.2 calls a
 						// message, plus renewals of long handlers.
@@ -286,7 +286,7 @@ func TestReadAhead(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cover, ahead := readAhead(tt.rate, tt.capacity, tt.due, tt.rtt, maxBatchSize, tt.limit)
+			cover, ahead := readAhead(tt.rate, tt.capacity, tt.due, tt.rtt, maxReceiveSize, tt.limit)
 			require.Equal(t, tt.wantCover, cover, "cover")
 			require.Equal(t, tt.wantAhed, ahead, "ahead")
 		})
@@ -295,7 +295,7 @@ func TestReadAhead(t *testing.T) {
 
 func TestReceiveSize(t *testing.T) {
 	t.Parallel()
-	base := flowCounts{conc: 20, batch: 10}
+	base := flowCounts{conc: 20, size: 10}
 	with := func(f func(*flowCounts)) flowCounts { c := base; f(&c); return c }
 	tests := []struct {
 		name string
@@ -392,7 +392,7 @@ func TestTwoConsumersShareSlowWork(t *testing.T) {
 		// One round trip of completions (10 / 30 s x 10 ms, rounded up)
 		// plus one batch.
 		for i := range 2 {
-			require.LessOrEqual(t, peak[i], 1+maxBatchSize, "consumer %d held unstarted", i)
+			require.LessOrEqual(t, peak[i], 1+maxReceiveSize, "consumer %d held unstarted", i)
 		}
 		for i := range 2 {
 			require.InDelta(t, 50, count[i], 5, "consumer %d's share of the work (%v)", i, count)

@@ -22,7 +22,7 @@ func TestRenewalsCoalesce(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		b := setup(t, nil)
-		calls := newBatchedCalls(b.client, b.url, 0, nil)
+		calls := newCoalescedCalls(b.client, b.url, 0, nil)
 		defer calls.close()
 		cfg, err := defaultSettingsWith(WithVisibilityTimeout(30 * time.Second)).leaseConfig(30 * time.Second)
 		require.NoError(t, err)
@@ -131,8 +131,8 @@ func TestManyLeasesRenewOnTime(t *testing.T) {
 }
 
 // newFakeBatcher coalesces like a Consumer's leases but answers from s.
-func newFakeBatcher(s *slowSQS) *batchedCalls {
-	return newBatchedCalls(&fakeClient{s: s}, "q", 0, nil)
+func newFakeBatcher(s *slowSQS) *coalescedCalls {
+	return newCoalescedCalls(&fakeClient{s: s}, "q", 0, nil)
 }
 
 // fakeClient answers ChangeMessageVisibilityBatch after s.latency, checking

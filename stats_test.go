@@ -135,7 +135,7 @@ func TestConsumerStatsMeasureEachMessageOnce(t *testing.T) {
 		require.EqualValues(t, 1, st.Processed)
 		require.EqualValues(t, 1, st.Deleted)
 		require.GreaterOrEqual(t, st.Max, 4*time.Second)
-		require.LessOrEqual(t, st.Max, 4*time.Second+2*batchWindow, "arrival to delete: the work and the delete")
+		require.LessOrEqual(t, st.Max, 4*time.Second+2*coalesceWindow, "arrival to delete: the work and the delete")
 
 		// A failure: recorded at its release, once; its second delivery
 		// (after the 5 s backoff) succeeds at once and is one more.

@@ -1,14 +1,14 @@
-// Package batch coalesces single requests into batch calls of at most a
+// Package coalesce coalesces single requests into batch calls of at most a
 // fixed number of entries, each entry's result routed back to its caller.
 //
 // SQS charges and throttles per call, and its batch calls take ten entries.
-// A Batcher collects entries for a short window (or until a batch is full),
+// A Coalescer collects entries for a short window (or until a batch is full),
 // makes one call, and answers every caller with its own entry's error.
 //
 // Adding an entry takes a mutex, never a goroutine hand-off; each batch
 // call runs on a goroutine of its own. Submit does not wait at all: its
 // callback runs on that goroutine when the call returns.
-package batch
+package coalesce
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 )
 
 // ErrClosed is returned by Do and Submit after Close.
-var ErrClosed = errors.New("batch: batcher closed")
+var ErrClosed = errors.New("coalesce: batcher closed")
 
 // Flush makes one batch call for entries and returns one error per entry,
 // in order (nil for an entry that succeeded). It must return a slice of the
@@ -32,10 +32,10 @@ type request[E any] struct {
 	done     func(err error)
 }
 
-// Batcher coalesces entries into calls of at most max entries. The zero
+// Coalescer coalesces entries into calls of at most max entries. The zero
 // value is not usable; make one with New. Do, Submit and Close are safe for
 // concurrent use.
-type Batcher[E any] struct {
+type Coalescer[E any] struct {
 	max      int
 	window   time.Duration
 	maxCalls int // batch calls in flight at once; 0: no limit
@@ -53,12 +53,12 @@ type Batcher[E any] struct {
 	flushers sync.WaitGroup // flusher goroutines
 }
 
-// New makes a Batcher. A batch is sent when it holds size entries, or window
+// New makes a Coalescer. A batch is sent when it holds size entries, or window
 // after its first entry arrived; at most maxCalls batch calls are in flight
 // at once (0: no limit), later batches wait their turn in order. Its
 // goroutines run only while batch calls do; Close waits for them.
-func New[E any](size int, window time.Duration, maxCalls int, flush Flush[E]) *Batcher[E] {
-	return &Batcher[E]{
+func New[E any](size int, window time.Duration, maxCalls int, flush Flush[E]) *Coalescer[E] {
+	return &Coalescer[E]{
 		max:      max(size, 1),
 		window:   window,
 		maxCalls: max(maxCalls, 0),
@@ -70,7 +70,7 @@ func New[E any](size int, window time.Duration, maxCalls int, flush Flush[E]) *B
 // Do returns ctx's error; the entry may still have been sent. The batch
 // call's deadline is the earliest deadline of its entries' contexts, and an
 // entry whose context has ended by the time its batch is sent is left out.
-func (b *Batcher[E]) Do(ctx context.Context, e E) error {
+func (b *Coalescer[E]) Do(ctx context.Context, e E) error {
 	res := make(chan error, 1)
 	deadline, _ := ctx.Deadline()
 	if err := b.submit(request[E]{entry: e, ctx: ctx, deadline: deadline, done: func(err error) { res <- err }}); err != nil {
@@ -90,11 +90,11 @@ func (b *Batcher[E]) Do(ctx context.Context, e E) error {
 // done must not block for long: it delays the other entries' callbacks.
 // deadline (zero for none) bounds the batch call like a Do context's
 // deadline.
-func (b *Batcher[E]) Submit(e E, deadline time.Time, done func(err error)) error {
+func (b *Coalescer[E]) Submit(e E, deadline time.Time, done func(err error)) error {
 	return b.submit(request[E]{entry: e, deadline: deadline, done: done})
 }
 
-func (b *Batcher[E]) submit(r request[E]) error {
+func (b *Coalescer[E]) submit(r request[E]) error {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -125,7 +125,7 @@ func (b *Batcher[E]) submit(r request[E]) error {
 
 // cutLocked takes the pending batch, counts it as work and disarms its
 // window timer.
-func (b *Batcher[E]) cutLocked() []request[E] {
+func (b *Coalescer[E]) cutLocked() []request[E] {
 	batch := b.pending
 	b.pending = nil
 	b.gen++
@@ -140,7 +140,7 @@ func (b *Batcher[E]) cutLocked() []request[E] {
 }
 
 // fire sends the partial batch of generation gen when its window ends.
-func (b *Batcher[E]) fire(gen uint64) {
+func (b *Coalescer[E]) fire(gen uint64) {
 	b.mu.Lock()
 	if b.gen != gen || len(b.pending) == 0 {
 		b.mu.Unlock()
@@ -154,7 +154,7 @@ func (b *Batcher[E]) fire(gen uint64) {
 
 // dispatch starts a flusher for a cut batch, or queues the batch when
 // maxCalls are in flight.
-func (b *Batcher[E]) dispatch(batch []request[E]) {
+func (b *Coalescer[E]) dispatch(batch []request[E]) {
 	b.mu.Lock()
 	if b.maxCalls > 0 && b.busy >= b.maxCalls {
 		b.queued = append(b.queued, batch)
@@ -168,7 +168,7 @@ func (b *Batcher[E]) dispatch(batch []request[E]) {
 }
 
 // flusher sends batch, then any batches queued meanwhile, and exits.
-func (b *Batcher[E]) flusher(batch []request[E]) {
+func (b *Coalescer[E]) flusher(batch []request[E]) {
 	defer b.flushers.Done()
 	for {
 		b.run(batch)
@@ -189,7 +189,7 @@ func (b *Batcher[E]) flusher(batch []request[E]) {
 // Close sends what is pending and waits for every batch call and callback
 // to return and their goroutines to end. Later calls to Do and Submit
 // return ErrClosed.
-func (b *Batcher[E]) Close() {
+func (b *Coalescer[E]) Close() {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -212,7 +212,7 @@ func (b *Batcher[E]) Close() {
 	b.flushers.Wait()
 }
 
-func (b *Batcher[E]) run(batch []request[E]) {
+func (b *Coalescer[E]) run(batch []request[E]) {
 	live := batch[:0]
 	var deadline time.Time
 	for _, r := range batch {
@@ -244,7 +244,7 @@ func (b *Batcher[E]) run(batch []request[E]) {
 		if i < len(errs) {
 			err = errs[i]
 		} else {
-			err = errors.New("batch: flush returned no result for this entry")
+			err = errors.New("coalesce: flush returned no result for this entry")
 		}
 		r.done(err)
 	}

@@ -1,0 +1,138 @@
+package sqsconsumer
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+)
+
+// A delivery is one message a Consumer holds, from the receive that
+// brought it to its settlement: the Consumer's one record of it. It owns
+// the message's Lease and Message (one allocation for the three), its
+// handler slot and times, and its place in the flow; the Consumer's
+// groupOrder keeps its place in its FIFO group, and the batcher its place
+// in a batch (bm).
+//
+// A delivery moves forward through the Consumer's files, one goroutine
+// holding it at a time: received and dispatched by a poller
+// (receive.go), started by a worker (worker.go) or joined to a batch
+// (batch.go), settled through the one door (settle.go). It passes between
+// goroutines only through a lock (the flow's, the order's, the
+// batcher's) or a channel, so its plain fields need no lock of their own:
+// each is written only by the goroutine that holds the delivery. What
+// other goroutines read at any time (Health, the lease's events) is
+// atomic.
+type delivery struct {
+	lease Lease
+	msg   Message
+	// ctx is the handler's context: the lease's, from Start at dispatch.
+	ctx context.Context
+
+	place place // where it stands in the flow
+	slot  slot  // its handler slot, while place is placeSlot
+
+	// started is when its handler was called (unix nanoseconds; 0
+	// before); inHandler is set while the handler (or its batch) runs.
+	started   atomic.Int64
+	inHandler atomic.Bool
+
+	// bm is its place in the batcher (Batch handlers), nil otherwise;
+	// guarded by the batcher's mu.
+	bm *member
+}
+
+// place is where a delivery stands in the flow's counts.
+type place uint8
+
+const (
+	placeWaiting  place = iota // received, not started: counted as waiting
+	placeSlot                  // holds a handler slot
+	placeSettling              // gave its slot back before its delete was confirmed
+	placeOut                   // counted nowhere any more
+)
+
+// newDelivery makes the delivery of raw with its lease and message, in one
+// allocation: handedOver is the receive's conservative hand-over estimate
+// (the lease clock), arrived when its answer came; cfg is shared by the
+// leases of the receive and must not change.
+func newDelivery(raw types.Message, handedOver, arrived time.Time, cfg *leaseConfig) *delivery {
+	d := &delivery{}
+	initLease(&d.lease, &d.msg, raw, handedOver, arrived, cfg)
+	d.lease.holder = d
+	return d
+}
+
+// workStarted is when the handler was called, zero before (the lease's
+// events' SinceStart).
+func (d *delivery) workStarted() time.Time {
+	if n := d.started.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
+// handlerStarts marks the call of its handler at now.
+func (d *delivery) handlerStarts(now time.Time) {
+	d.started.Store(now.UnixNano())
+	d.inHandler.Store(true)
+}
+
+// running reports whether its handler runs, and since when.
+func (d *delivery) running() (since time.Time, ok bool) {
+	if !d.inHandler.Load() {
+		return time.Time{}, false
+	}
+	return d.workStarted(), true
+}
+
+// held is a Consumer's index of the deliveries it holds, by message ID,
+// from dispatch to the end of their settlement. Safe for concurrent use.
+type held struct {
+	mu   sync.Mutex // guards byID; a leaf: nothing else is locked under it
+	byID map[string]*delivery
+}
+
+func newHeld() *held { return &held{byID: make(map[string]*delivery)} }
+
+// get returns the delivery of message id, nil if none is held.
+func (h *held) get(id string) *delivery {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.byID[id]
+}
+
+// put indexes d in place of old (nil: none), and reports false, doing
+// nothing, when the message's entry is no longer old (another receive of
+// it was dispatched meanwhile).
+func (h *held) put(d, old *delivery) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.byID[d.msg.ID] != old {
+		return false
+	}
+	h.byID[d.msg.ID] = d
+	return true
+}
+
+// remove takes d out, unless a newer delivery of its message replaced it.
+func (h *held) remove(d *delivery) {
+	h.mu.Lock()
+	if h.byID[d.msg.ID] == d {
+		delete(h.byID, d.msg.ID)
+	}
+	h.mu.Unlock()
+}
+
+// all returns the deliveries held now.
+func (h *held) all() []*delivery {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*delivery, 0, len(h.byID))
+	for _, d := range h.byID {
+		out = append(out, d)
+	}
+	return out
+}

@@ -1,0 +1,332 @@
+package sqsconsumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sqskit/sqsconsumer/sqstest"
+)
+
+// The FIFO order tests: on a FIFO queue the messages of a group run one at
+// a time, in order, whatever else happens. Each test below drives one way
+// a group used to run out of order, or a rule of group order that a path
+// of its own got wrong.
+
+// fifoBundle is a FIFO queue with content-based deduplication.
+func fifoBundle(t *testing.T) bundle {
+	t.Helper()
+	return setup(t, map[string]string{"FifoQueue": "true", "ContentBasedDeduplication": "true"})
+}
+
+// sendGroup sends bodies to group g in one SendMessageBatch call, so that
+// they are enqueued together (a long poll waiting on the queue returns
+// them in one answer) and in order.
+func sendGroup(t *testing.T, b bundle, g string, bodies ...string) []string {
+	t.Helper()
+	var ids []string
+	for chunk := range slices.Chunk(bodies, 10) {
+		in := &sqs.SendMessageBatchInput{QueueUrl: aws.String(b.url)}
+		for i, body := range chunk {
+			in.Entries = append(in.Entries, types.SendMessageBatchRequestEntry{
+				Id: aws.String(fmt.Sprint(i)), MessageBody: aws.String(body), MessageGroupId: aws.String(g)})
+		}
+		out, err := b.client.SendMessageBatch(context.Background(), in)
+		require.NoError(t, err)
+		require.Empty(t, out.Failed)
+		for _, e := range out.Successful {
+			ids = append(ids, aws.ToString(e.MessageId))
+		}
+	}
+	return ids
+}
+
+// bodies returns "prefix00" .. "prefix(n-1)".
+func bodies(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%02d", prefix, i)
+	}
+	return out
+}
+
+// handledLog records the bodies handlers were called with, in order.
+type handledLog struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (h *handledLog) add(body ...string) {
+	h.mu.Lock()
+	h.seen = append(h.seen, body...)
+	h.mu.Unlock()
+}
+
+func (h *handledLog) get() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.seen)
+}
+
+// A receive in flight when Pause is called brings a group's messages
+// back while the Consumer takes no work; they are handed back one call at
+// a time, and Resume lands while that goes on. None of the group may run
+// before the earlier ones that are being handed back: the group runs in
+// order from its first message.
+func TestFIFOOrderPauseResumeDuringHandBack(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := fifoBundle(t)
+		lc := &latencyClient{Client: b.client, rtt: 20 * time.Millisecond}
+		var log handledLog
+		c, err := New(lc, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			log.add(m.Body)
+			return nil
+		}), WithVisibilityTimeout(30*time.Second), WithConcurrency(10))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(5 * time.Second)
+		synctest.Wait() // one long poll waits on the empty queue
+		c.Pause()       // nothing held: returns at once; the poll goes on
+		ids := sendGroup(t, b, "g", bodies("m", 10)...)
+		time.Sleep(100 * time.Millisecond)
+		c.Resume() // lands while the poll's messages are handed back
+		time.Sleep(2 * time.Minute)
+
+		m, _ := b.srv.Message(b.url, ids[0])
+		require.GreaterOrEqual(t, len(m.Receives), 2, "m00 was not brought back by the poll in flight at the pause: the test needs it")
+		require.Equal(t, bodies("m", 10), log.get(), "the group ran out of order")
+		for _, id := range ids {
+			m, _ := b.srv.Message(b.url, id)
+			require.True(t, m.Deleted, "message %s", m.Body)
+		}
+		require.NoError(t, stop())
+	})
+}
+
+// The breaker opens while a long poll is in flight, whose messages (one
+// group) are handed back while it is open; it turns half-open while that
+// goes on. The half-open breaker's probe must not be a later message of
+// the group than one being handed back.
+func TestFIFOOrderBreakerHalfOpenDuringHandBack(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := fifoBundle(t)
+		lc := &latencyClient{Client: b.client, rtt: 200 * time.Millisecond}
+		var log handledLog
+		c, err := New(lc, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			if m.Body == "fail" {
+				return errors.New("downstream down")
+			}
+			log.add(m.Body)
+			return nil
+		}), WithVisibilityTimeout(30*time.Second), WithConcurrency(10),
+			WithBreaker(Breaker{Failures: 1, Pause: time.Second, MaxPause: time.Second}))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		sendGroup(t, b, "a", "fail")
+		for c.Health().Breaker != "open" {
+			time.Sleep(10 * time.Millisecond)
+		}
+		ids := sendGroup(t, b, "b", bodies("b", 10)...)
+		time.Sleep(3 * time.Minute)
+
+		m, _ := b.srv.Message(b.url, ids[0])
+		require.GreaterOrEqual(t, len(m.Receives), 2, "b00 was not brought back while the breaker was open: the test needs it")
+		require.Equal(t, bodies("b", 10), log.get(), "the group ran out of order")
+		require.NoError(t, stop())
+	})
+}
+
+// Pausing and resuming at random while batch handlers run on a FIFO
+// queue keeps every group's order and loses nothing.
+func TestFIFOOrderBatchPauseResumeChurn(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := fifoBundle(t)
+		lc := &latencyClient{Client: b.client, rtt: 20 * time.Millisecond}
+		const groups, per = 4, 30
+		var mu sync.Mutex
+		last := map[string]string{}
+		done := map[string]bool{}
+		var disorder []string // never require in a handler: it would end a worker
+		h, err := Batch(func(ctx context.Context, msgs []*Message) error {
+			defer time.Sleep(50 * time.Millisecond) // after the unlock: a goroutine blocked on a mutex stops the bubble's clock
+			mu.Lock()
+			defer mu.Unlock()
+			for _, m := range msgs {
+				if m.Body < last[m.GroupID] {
+					disorder = append(disorder, fmt.Sprintf("%s after %s", m.Body, last[m.GroupID]))
+				}
+				last[m.GroupID] = m.Body
+				done[m.Body] = true
+			}
+			return nil
+		}, 5, 200*time.Millisecond)
+		require.NoError(t, err)
+		c, err := New(lc, b.url, h, WithVisibilityTimeout(30*time.Second), WithConcurrency(10))
+		require.NoError(t, err)
+		stop := running(t, c)
+		for g := range groups {
+			sendGroup(t, b, fmt.Sprint(g), bodies(fmt.Sprintf("%d/", g), per)...)
+		}
+		r := rand.New(rand.NewPCG(1, 2))
+		for i := range 60 {
+			time.Sleep(time.Duration(r.IntN(300)+10) * time.Millisecond)
+			if i%2 == 0 {
+				c.Pause()
+			} else {
+				c.Resume()
+			}
+		}
+		c.Resume()
+		time.Sleep(5 * time.Minute)
+		require.NoError(t, stopWithin(t, stop, time.Minute))
+		mu.Lock()
+		require.Empty(t, disorder, "groups ran out of order")
+		require.Len(t, done, groups*per, "messages handled")
+		mu.Unlock()
+		for _, m := range b.srv.Messages(b.url) {
+			require.True(t, m.Deleted, "message %s", m.Body)
+		}
+	})
+}
+
+// A batch fails only the first message of a group; the group's later
+// messages in the batch are failed without running (an earlier one
+// failed). They are not handler failures: the breaker does not count
+// them, and they are handed back at once, not held for the breaker's
+// pause.
+func TestFIFOOrderEarlierFailedIsNotABreakerFailure(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := fifoBundle(t)
+		var log handledLog
+		var once sync.Once
+		h, err := Batch(func(ctx context.Context, msgs []*Message) error {
+			for _, m := range msgs {
+				log.add(m.Body)
+			}
+			var fail BatchFailures
+			once.Do(func() { fail = BatchFailures{msgs[0].ID: errors.New("a0 cannot be handled yet")} })
+			if fail != nil {
+				return fail
+			}
+			return nil
+		}, 10, time.Second)
+		require.NoError(t, err)
+		c, err := New(b.client, b.url, h, WithVisibilityTimeout(30*time.Second), WithConcurrency(10),
+			WithBreaker(Breaker{Failures: 3, MaxPause: 5 * time.Minute}))
+		require.NoError(t, err)
+		ids := sendGroup(t, b, "a", bodies("a", 4)...)
+		stop := running(t, c)
+		time.Sleep(3 * time.Second)
+		require.Equal(t, "closed", c.Health().Breaker, "one real failure opened the breaker")
+		for _, id := range ids[1:] {
+			m, _ := b.srv.Message(b.url, id)
+			require.NotEmpty(t, m.VisibilityChanges, "message %s", m.Body)
+			require.Zero(t, m.VisibilityChanges[len(m.VisibilityChanges)-1].Timeout, "message %s was not handed back at once", m.Body)
+		}
+		time.Sleep(time.Minute) // a0's backoff (about 5 s) passes; the group runs again
+		for _, id := range ids {
+			m, _ := b.srv.Message(b.url, id)
+			require.True(t, m.Deleted, "message %s", m.Body)
+		}
+		require.Equal(t, []string{"a00", "a01", "a02", "a03", "a00", "a01", "a02", "a03"}, log.get())
+		require.Equal(t, "closed", c.Health().Breaker)
+		require.NoError(t, stop())
+	})
+}
+
+// A handler that releases its own message (and does not delete it) has
+// not finished it, for group order: the rest of the group waits for it,
+// in single and batch mode alike.
+func TestFIFOOrderHandlerReleasedItsMessage(t *testing.T) {
+	t.Parallel()
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batch=%v", batch), func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				b := fifoBundle(t)
+				var log handledLog
+				var once sync.Once
+				release := func(ctx context.Context, m *Message) {
+					if m.Body == "b0" {
+						once.Do(func() { require.NoError(t, m.Lease.Release(ctx, 20*time.Second)) })
+					}
+				}
+				var h Handler = HandlerFunc(func(ctx context.Context, m *Message) error {
+					log.add(m.Body)
+					release(ctx, m)
+					return nil
+				})
+				if batch {
+					var err error
+					h, err = Batch(func(ctx context.Context, msgs []*Message) error {
+						for _, m := range msgs {
+							log.add(m.Body)
+							release(ctx, m)
+						}
+						return nil
+					}, 10, 100*time.Millisecond)
+					require.NoError(t, err)
+				}
+				c, err := New(b.client, b.url, h, WithVisibilityTimeout(30*time.Second), WithConcurrency(10))
+				require.NoError(t, err)
+				sendGroup(t, b, "b", "b0", "b1", "b2")
+				start := time.Now()
+				stop := running(t, c)
+				time.Sleep(time.Minute)
+				// b0's release hands the group back: b1 and b2 are never
+				// deleted before b0, which comes back after 20 s.
+				var at [3]time.Time
+				for _, m := range b.srv.Messages(b.url) {
+					require.True(t, m.Deleted, "message %s", m.Body)
+					at[m.Body[1]-'0'] = m.DeletedAt
+				}
+				require.True(t, !at[1].Before(at[0]) && !at[2].Before(at[1]), "deleted out of order: b0 %v, b1 %v, b2 %v", at[0], at[1], at[2])
+				require.GreaterOrEqual(t, at[1].Sub(start), 20*time.Second, "b1 was deleted before b0 came back")
+				got := log.get()
+				require.Equal(t, "b0", got[0])
+				if !batch {
+					require.Equal(t, []string{"b0", "b0", "b1", "b2"}, got, "the group ran ahead of the released b0")
+				}
+				for _, m := range b.srv.Messages(b.url) {
+					require.True(t, m.Deleted, "message %s", m.Body)
+				}
+				require.NoError(t, stop())
+			})
+		})
+	}
+}
+
+// stopWithin is stop (from running), failing the test if Run has not
+// returned within d of virtual time: a delivery stuck in the Consumer
+// keeps its lease renewing, so Run would wait, and the clock run, forever.
+func stopWithin(t *testing.T, stop func() error, d time.Duration) error {
+	t.Helper()
+	res := make(chan error, 1)
+	go func() { res <- stop() }()
+	select {
+	case err := <-res:
+		return err
+	case <-time.After(d):
+		t.Fatalf("Run did not return within %v of its context's end", d)
+		return nil
+	}
+}
+
+var _ = sqstest.WithGroupID // the helpers above send through the client
