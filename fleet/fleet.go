@@ -177,7 +177,10 @@ func (f *Fleet) Add(c *sqsconsumer.Consumer, opts ...QueueOption) error {
 // exist, access is denied), the fleet shuts the others down the same way:
 // a process that silently stopped serving one of its queues is worse than
 // one that stops. Run returns after every Consumer's Run has returned: nil
-// after a clean shutdown, else their errors joined, each naming its queue.
+// after a clean shutdown, else the failed queues' errors joined, each
+// naming its queue. A queue the fleet stopped because another failed is not
+// listed, even if it was still starting and its call to SQS ended with
+// "context canceled".
 func (f *Fleet) Run(ctx context.Context) error {
 	if ctx == nil {
 		return errors.New("fleet: Run(nil): a context is required")
@@ -193,18 +196,32 @@ func (f *Fleet) Run(ctx context.Context) error {
 	if len(queues) == 0 {
 		return errors.New("fleet: Run: no Consumer was added")
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	errs := make([]error, len(queues))
 	var wg sync.WaitGroup
 	for i, c := range queues {
 		wg.Go(func() {
 			if err := c.Run(ctx); err != nil {
-				errs[i] = fmt.Errorf("fleet: queue %s: %w", c.QueueURL(), err)
-				cancel()
+				errs[i] = err
+				cancel(errQueueFailed)
 			}
 		})
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	// If the fleet stopped the queues (before ctx was cancelled), a queue
+	// whose Run ended with the cancellation was stopped, not failed.
+	stopped := context.Cause(ctx) == errQueueFailed
+	var out []error
+	for i, err := range errs {
+		if err == nil || stopped && errors.Is(err, context.Canceled) {
+			continue
+		}
+		out = append(out, fmt.Errorf("fleet: queue %s: %w", queues[i].QueueURL(), err))
+	}
+	return errors.Join(out...)
 }
+
+// errQueueFailed is the cause with which Run stops the queues when one
+// failed.
+var errQueueFailed = errors.New("fleet: another queue's Consumer failed")

@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,6 +37,11 @@ func (c *latency) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInpu
 	c.recvs.Add(1)
 	defer func() { c.lastEnd.Store(time.Now().UnixNano()) }()
 	return c.Client.ReceiveMessage(ctx, in, optFns...)
+}
+
+func (c *latency) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, optFns ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) {
+	defer c.trip()()
+	return c.Client.GetQueueAttributes(ctx, in, optFns...)
 }
 
 func (c *latency) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, optFns ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
@@ -364,6 +370,56 @@ func TestRunStopsOnAQueueError(t *testing.T) {
 		require.ErrorContains(t, err, "queue "+missing)
 		require.ErrorContains(t, err, "does not exist")
 	})
+}
+
+// When a queue's Consumer fails, the fleet's error names that queue only:
+// the queues the fleet stopped because of it are not failures, even one
+// stopped while it was still reading its queue's attributes (its call then
+// ends with "context canceled").
+func TestRunNamesOnlyTheFailedQueue(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name                 string
+		healthyRTT, firstRTT time.Duration // the healthy queue's, and the missing queues'
+		missing              int
+	}{
+		{"the healthy queue still starting", 200 * time.Millisecond, 10 * time.Millisecond, 1},
+		{"the healthy queue running", 10 * time.Millisecond, 2 * time.Second, 1},
+		{"two queues missing", 200 * time.Millisecond, 10 * time.Millisecond, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				b := newBed(t, tc.healthyRTT, "healthy")
+				b.fill(t, 0, 10)
+				f, err := fleet.New(4)
+				require.NoError(t, err)
+				h := b.handler(0, time.Second)
+				healthy, err := sqsconsumer.New(b.clients[0], b.urls[0], h) // reads its VisibilityTimeout at Run
+				require.NoError(t, err)
+				require.NoError(t, f.Add(healthy))
+				var missing []string
+				for i := range tc.missing {
+					url := fmt.Sprintf("%s-missing%d", b.urls[0], i)
+					missing = append(missing, url)
+					cl := &latency{Client: b.srv.Client(func(o *sqs.Options) { o.Retryer = aws.NopRetryer{} }), rtt: tc.firstRTT}
+					c, err := sqsconsumer.New(cl, url, h)
+					require.NoError(t, err)
+					require.NoError(t, f.Add(c))
+				}
+				err = f.Run(context.Background())
+				require.Error(t, err)
+				t.Logf("fleet.Run: %v", err)
+				for _, url := range missing {
+					require.ErrorContains(t, err, "queue "+url+": ")
+				}
+				require.ErrorContains(t, err, "does not exist")
+				require.NotContains(t, err.Error(), "queue "+b.urls[0]+": ", "the healthy queue is listed")
+				require.NotErrorIs(t, err, context.Canceled)
+				require.Len(t, strings.Split(err.Error(), "\n"), tc.missing, "one line per failed queue")
+			})
+		})
+	}
 }
 
 func TestValidation(t *testing.T) {
