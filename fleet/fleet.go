@@ -60,6 +60,10 @@ type Fleet struct {
 	mu      sync.Mutex // guards the fields below
 	queues  []*sqsconsumer.Consumer
 	started bool
+	// stoppedByFleet[i] is set when queues[i]'s Run ended with the
+	// cancellation of a fleet stopped because another queue failed.
+	stoppedByFleet []bool
+	runErr         error // what Run returned
 }
 
 // Option configures a Fleet.
@@ -198,28 +202,36 @@ func (f *Fleet) Run(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	f.mu.Lock()
+	f.stoppedByFleet = make([]bool, len(queues))
+	f.mu.Unlock()
 	errs := make([]error, len(queues))
 	var wg sync.WaitGroup
 	for i, c := range queues {
 		wg.Go(func() {
-			if err := c.Run(ctx); err != nil {
-				errs[i] = err
-				cancel(errQueueFailed)
+			err := c.Run(ctx)
+			if err == nil {
+				return
 			}
+			// If the fleet stopped the queues (before ctx was cancelled), a
+			// queue whose Run ended with the cancellation was stopped, not
+			// failed.
+			if context.Cause(ctx) == errQueueFailed && errors.Is(err, context.Canceled) {
+				f.mu.Lock()
+				f.stoppedByFleet[i] = true
+				f.mu.Unlock()
+				return
+			}
+			errs[i] = fmt.Errorf("fleet: queue %s: %w", c.QueueURL(), err)
+			cancel(errQueueFailed)
 		})
 	}
 	wg.Wait()
-	// If the fleet stopped the queues (before ctx was cancelled), a queue
-	// whose Run ended with the cancellation was stopped, not failed.
-	stopped := context.Cause(ctx) == errQueueFailed
-	var out []error
-	for i, err := range errs {
-		if err == nil || stopped && errors.Is(err, context.Canceled) {
-			continue
-		}
-		out = append(out, fmt.Errorf("fleet: queue %s: %w", queues[i].QueueURL(), err))
-	}
-	return errors.Join(out...)
+	err := errors.Join(errs...)
+	f.mu.Lock()
+	f.runErr = err
+	f.mu.Unlock()
+	return err
 }
 
 // errQueueFailed is the cause with which Run stops the queues when one

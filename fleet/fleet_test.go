@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -19,12 +20,14 @@ import (
 	"github.com/sqskit/sqsconsumer/sqstest"
 )
 
-// latency adds a network round trip to every call and counts receives.
+// latency adds a network round trip to every call and counts receives;
+// while down is set, every receive fails after its round trip.
 type latency struct {
 	sqsconsumer.Client
 	rtt     time.Duration
 	recvs   atomic.Int64
 	lastEnd atomic.Int64 // when the latest receive returned, in Unix nanoseconds
+	down    atomic.Bool
 }
 
 func (c *latency) trip() func() {
@@ -36,6 +39,9 @@ func (c *latency) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInpu
 	defer c.trip()()
 	c.recvs.Add(1)
 	defer func() { c.lastEnd.Store(time.Now().UnixNano()) }()
+	if c.down.Load() {
+		return nil, errors.New("dial tcp 10.0.0.1:443: connect: connection refused")
+	}
 	return c.Client.ReceiveMessage(ctx, in, optFns...)
 }
 
