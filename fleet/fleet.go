@@ -23,7 +23,9 @@
 //
 // Pause and Resume each Consumer on its own (sqsconsumer.Consumer.Pause);
 // a paused queue gives its share to the others. Run runs them all and
-// shuts them down together, each as gracefully as on its own.
+// shuts them down together, each as gracefully as on its own. Health and
+// HealthHandler report on them together, in the JSON shape of a
+// Consumer's health, naming the unhealthy queues.
 package fleet
 
 import (
