@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"context"
 	"log"
+	"net/http"
 	"time"
 
 	"github.com/sqskit/sqsconsumer"
@@ -47,6 +48,8 @@ func Example() {
 		}
 	}
 	// emails.Pause() and emails.Resume() at any time, from any goroutine.
+	// 200 while every queue is healthy, else 503 naming the queue:
+	http.Handle("/healthz", f.HealthHandler())
 	if err := f.Run(ctx); err != nil {
 		log.Fatal(err)
 	}

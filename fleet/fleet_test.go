@@ -2,7 +2,9 @@ package fleet_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,12 +20,15 @@ import (
 	"github.com/sqskit/sqsconsumer/sqstest"
 )
 
-// latency adds a network round trip to every call and counts receives.
+// latency adds a network round trip to every call and counts receives;
+// while down is set, every receive fails after its round trip.
 type latency struct {
 	sqsconsumer.Client
-	rtt     time.Duration
-	recvs   atomic.Int64
-	lastEnd atomic.Int64 // when the latest receive returned, in Unix nanoseconds
+	rtt      time.Duration
+	recvs    atomic.Int64
+	lastEnd  atomic.Int64 // when the latest receive returned, in Unix nanoseconds
+	inFlight atomic.Int64 // receives in flight now
+	down     atomic.Bool
 }
 
 func (c *latency) trip() func() {
@@ -32,10 +37,20 @@ func (c *latency) trip() func() {
 }
 
 func (c *latency) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, optFns ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	c.inFlight.Add(1)
+	defer c.inFlight.Add(-1)
 	defer c.trip()()
 	c.recvs.Add(1)
 	defer func() { c.lastEnd.Store(time.Now().UnixNano()) }()
+	if c.down.Load() {
+		return nil, errors.New("dial tcp 10.0.0.1:443: connect: connection refused")
+	}
 	return c.Client.ReceiveMessage(ctx, in, optFns...)
+}
+
+func (c *latency) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, optFns ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) {
+	defer c.trip()()
+	return c.Client.GetQueueAttributes(ctx, in, optFns...)
 }
 
 func (c *latency) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, optFns ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
@@ -239,18 +254,52 @@ func TestPauseGivesShareAway(t *testing.T) {
 	})
 }
 
-// An idle queue costs 60 s / (20 s long poll + 20 s idle pause) = 1.5
-// receives a minute; a message sent at the worst moment (just after an
-// empty long poll) is received within one idle pause, and once traffic
-// flows the pauses stop.
-func TestIdleQueueCost(t *testing.T) {
+// With the default (no idle pause) an idle queue in a fleet costs what a
+// Consumer alone costs, 3 receives a minute with 20 s long polls, and a
+// first message is received within a round trip or two: the figures
+// WithIdlePause's documentation and the README state, exact in virtual
+// time.
+func TestIdleQueueCostByDefault(t *testing.T) {
+	t.Parallel()
+	fig := measureIdle(t, 2, nil)
+	t.Logf("default: %.2f receives/min per idle queue (%.1f for the fleet); first message: worst %v, mean %v", fig.perMinute, fig.fleetMinute, fig.worst, fig.mean)
+	require.Equal(t, 3.0, fig.perMinute, "receives a minute per idle queue")
+	require.Equal(t, 6.0, fig.fleetMinute, "receives a minute by a fleet of two idle queues")
+	// The latencies are exact to a few milliseconds: which of two
+	// goroutines due at the same virtual instant runs first varies.
+	require.GreaterOrEqual(t, fig.worst, idleRTT, "first message sent just after an empty receive: a round trip at least")
+	require.LessOrEqual(t, fig.worst, 2*idleRTT, "first message sent just after an empty receive: two round trips at most")
+	require.LessOrEqual(t, fig.mean, idleRTT, "first message, mean over the idle cycle")
+
+	alone := 0.0
+	synctest.Test(t, func(t *testing.T) {
+		b := newBed(t, idleRTT, "alone")
+		c := b.consumer(t, 0, b.handler(0, time.Second))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+		time.Sleep(time.Minute)
+		before := b.clients[0].recvs.Load()
+		time.Sleep(10 * time.Minute)
+		alone = float64(b.clients[0].recvs.Load()-before) / 10
+		cancel()
+		require.NoError(t, <-done)
+	})
+	require.Equal(t, alone, fig.perMinute, "an idle queue costs a fleet what it costs a Consumer alone")
+}
+
+// With an idle pause, an idle queue costs 60 s / (20 s long poll + pause)
+// receives a minute, a message sent at the worst moment (just after an
+// empty long poll) is received within one pause, and once traffic flows
+// the pauses stop.
+func TestIdlePauseEndsWithTraffic(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		const rtt = 10 * time.Millisecond
+		const rtt, pause = 10 * time.Millisecond, 20 * time.Second
 		b := newBed(t, rtt, "idle")
 		var mu sync.Mutex
 		got := map[string]time.Time{}
-		f, err := fleet.New(4)
+		f, err := fleet.New(4, fleet.WithIdlePause(pause))
 		require.NoError(t, err)
 		require.NoError(t, f.Add(b.consumer(t, 0, sqsconsumer.HandlerFunc(func(ctx context.Context, m *sqsconsumer.Message) error {
 			mu.Lock()
@@ -283,8 +332,8 @@ func TestIdleQueueCost(t *testing.T) {
 		wait := got["late"].Sub(sent)
 		mu.Unlock()
 		t.Logf("a message sent to the idle queue just after an empty long poll waited %v", wait)
-		require.Greater(t, wait, fleet.DefaultIdlePause-time.Second, "the test meant to send in an idle pause")
-		require.LessOrEqual(t, wait, fleet.DefaultIdlePause+2*rtt, "a message on an idle queue waits at most one idle pause")
+		require.Greater(t, wait, pause-time.Second, "the test meant to send in an idle pause")
+		require.LessOrEqual(t, wait, pause+2*rtt, "a message on an idle queue waits at most one idle pause")
 
 		// Traffic: a message every 5 s is received at once (every receive
 		// gets one, so none comes back empty and no pause follows).
@@ -366,6 +415,56 @@ func TestRunStopsOnAQueueError(t *testing.T) {
 	})
 }
 
+// When a queue's Consumer fails, the fleet's error names that queue only:
+// the queues the fleet stopped because of it are not failures, even one
+// stopped while it was still reading its queue's attributes (its call then
+// ends with "context canceled").
+func TestRunNamesOnlyTheFailedQueue(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name                 string
+		healthyRTT, firstRTT time.Duration // the healthy queue's, and the missing queues'
+		missing              int
+	}{
+		{"the healthy queue still starting", 200 * time.Millisecond, 10 * time.Millisecond, 1},
+		{"the healthy queue running", 10 * time.Millisecond, 2 * time.Second, 1},
+		{"two queues missing", 200 * time.Millisecond, 10 * time.Millisecond, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				b := newBed(t, tc.healthyRTT, "healthy")
+				b.fill(t, 0, 10)
+				f, err := fleet.New(4)
+				require.NoError(t, err)
+				h := b.handler(0, time.Second)
+				healthy, err := sqsconsumer.New(b.clients[0], b.urls[0], h) // reads its VisibilityTimeout at Run
+				require.NoError(t, err)
+				require.NoError(t, f.Add(healthy))
+				var missing []string
+				for i := range tc.missing {
+					url := fmt.Sprintf("%s-missing%d", b.urls[0], i)
+					missing = append(missing, url)
+					cl := &latency{Client: b.srv.Client(func(o *sqs.Options) { o.Retryer = aws.NopRetryer{} }), rtt: tc.firstRTT}
+					c, err := sqsconsumer.New(cl, url, h)
+					require.NoError(t, err)
+					require.NoError(t, f.Add(c))
+				}
+				err = f.Run(context.Background())
+				require.Error(t, err)
+				t.Logf("fleet.Run: %v", err)
+				for _, url := range missing {
+					require.ErrorContains(t, err, "queue "+url+": ")
+				}
+				require.ErrorContains(t, err, "does not exist")
+				require.NotContains(t, err.Error(), "queue "+b.urls[0]+": ", "the healthy queue is listed")
+				require.NotErrorIs(t, err, context.Canceled)
+				require.Len(t, strings.Split(err.Error(), "\n"), tc.missing, "one line per failed queue")
+			})
+		})
+	}
+}
+
 func TestValidation(t *testing.T) {
 	t.Parallel()
 	_, err := fleet.New(0)
@@ -438,7 +537,7 @@ func TestIdleQueueEarnsNoCredit(t *testing.T) {
 		require.Greater(t, busy[0].Seconds(), 0.95*budget*120, "the busy queue takes the whole budget while the other is idle")
 
 		b.fill(t, 1, 2000)
-		time.Sleep(fleet.DefaultIdlePause + time.Second) // the quiet queue's next long poll
+		time.Sleep(time.Second) // the quiet queue's long poll, waiting, takes them at once
 		busy = b.measure(20 * time.Second)
 		t.Logf("both busy: busy %v, quiet %v", busy[0], busy[1])
 		require.InEpsilon(t, 1.0, busy[0].Seconds()/busy[1].Seconds(), 0.05, "equal weights share equally after an idle spell")

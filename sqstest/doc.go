@@ -62,15 +62,17 @@
 // messages whose answer never reaches the client stay in flight until their
 // visibility timeout ends. A client that loses an answer and retries therefore sees
 // the first answer's messages only after that timeout. aws-sdk-go-v2 can do this on
-// its own over a socket (seen with smithy-go v1.28.9 and Go 1.26): smithy-go closes
-// its request body as soon as the response arrives, and the closed body's WriteTo
-// returns io.EOF; net/http's connection writer reads the body once more after sending
-// it (to check for extra bytes), and if that happens only now it takes the io.EOF for
-// a write error and closes the connection under the response being read; the SDK
-// retries the "use of closed network connection" silently. It needs the answer to
-// arrive before that writer has finished, a window of microseconds (wider on a busy
-// machine), so it shows against cmd/sqstest on loopback under load and never through
-// [Server.Transport], which has no connection.
+// its own over a socket, HTTP or HTTPS (seen with smithy-go v1.28.9 and Go 1.26):
+// smithy-go closes its request body as soon as the response arrives, and the closed
+// body's WriteTo returns io.EOF; net/http's connection writer reads the body once more
+// after sending it (to check for extra bytes), and if that happens only now it takes
+// the io.EOF for a write error and closes the connection under the response being
+// read; the SDK retries the "use of closed network connection" silently. It needs the
+// answer to arrive before that writer has finished, a window of microseconds (wider on
+// a busy machine), so it shows against cmd/sqstest on loopback under load and never
+// through [Server.Transport], which has no connection. Against SQS itself the round
+// trip is longer and the loss rarer, but it is the same code: production clients need
+// the fix too, from package github.com/sqskit/sqsconsumer/sqsclient.
 //
 // [RebufferingTransport] avoids it: wrap the HTTP client's transport with it, and
 // net/http gets a private in-memory copy of each request body that nothing closes
@@ -79,7 +81,8 @@
 //	HTTPClient: &http.Client{Transport: sqstest.RebufferingTransport(nil)},
 //
 // TestRebufferingTransportOverLoopback in this package replays the race step by step
-// over loopback, with and without it.
+// over loopback, with and without it; sqsclient's TestLostAnswerOverTLS does it over
+// TLS with the SDK's own HTTP client.
 //
 // # Actions
 //

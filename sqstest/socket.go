@@ -9,10 +9,10 @@ import (
 
 // RebufferingTransport returns an [http.RoundTripper] that reads each request body
 // into memory, closes it, and hands base a copy of the request with a private body
-// (ContentLength and GetBody set). Use it in the HTTP client of an aws-sdk-go-v2
-// client that reaches a server over a real socket ([Server.Handler] behind a
-// listener, cmd/sqstest, or any SQS endpoint), so that a receive's answer is never
-// lost to the race described in the package documentation ("Over a real socket"):
+// (ContentLength and GetBody set). Use it in the *http.Client of an aws-sdk-go-v2
+// client that reaches a server over a real socket in tests and tools ([Server.Handler]
+// behind a listener, cmd/sqstest), so that a receive's answer is never lost to the
+// race described in the package documentation ("Over a real socket"):
 //
 //	c := sqs.New(sqs.Options{
 //		Region:       "us-east-1",
@@ -20,6 +20,12 @@ import (
 //		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
 //		HTTPClient:   &http.Client{Transport: sqstest.RebufferingTransport(nil)},
 //	})
+//
+// Production clients have the same race against SQS and need the same copy, but not
+// from a test package and not through an *http.Client, which config.LoadDefaultConfig
+// rejects while AWS_CA_BUNDLE is set: make them with package
+// github.com/sqskit/sqsconsumer/sqsclient, which wraps the SDK's own HTTP client the
+// same way. sqsclient.New works against a [Server] behind a listener too.
 //
 // base nil means [http.DefaultTransport]; pass a clone of it to tune connection
 // pooling. [Server.Client] does not need it: [Server.Transport] has no connection.

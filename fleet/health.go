@@ -1,0 +1,148 @@
+package fleet
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+
+	"github.com/sqskit/sqsconsumer"
+)
+
+// Health is a fleet's health, for a liveness or health check (Fleet.Health
+// returns it, Fleet.HealthHandler serves it): its own verdict in the JSON
+// shape of sqsconsumer.Health ("healthy", "status", "problems", "error"),
+// and each queue's sqsconsumer.Health under "queues".
+//
+// The fleet is healthy when every queue is (see sqsconsumer.Health for
+// what makes one unhealthy: a stall, a handler over its limit, a lease near
+// its ceiling, Run failed or not called). Each problem is a queue's, prefixed
+// with its URL, so a probe's log names the unhealthy queue:
+//
+//	{"healthy":false,"status":"running","problems":["queue https://sqs.us-east-1.amazonaws.com/123456789012/orders: no ReceiveMessage, visibility change or delete was answered by SQS for 2m10s (limit 2m0s); the latest receive failed: ..."],"queues":[...]}
+type Health struct {
+	// Healthy is false when Problems is not empty.
+	Healthy bool `json:"healthy"`
+	// Status is the queues' least advanced status, in this order: "failed"
+	// (a queue's Run returned an error: the fleet stops them all), "not
+	// started" (fleet.Run was not called), any status a queue reports that
+	// is not listed here, "starting", "draining", "running", "stopped" (all
+	// returned nil). A queue the fleet stopped because another failed
+	// counts as "stopped", as in Run's error.
+	Status string `json:"status"`
+	// Problems says, one sentence each, why Healthy is false; each
+	// queue's problems start with "queue URL: ".
+	Problems []string `json:"problems,omitempty"`
+	// Queues holds each queue's own Health, in the order they were added.
+	Queues []QueueHealth `json:"queues"`
+	// Err is the error Run returned, if any.
+	Err error `json:"-"`
+}
+
+// QueueHealth is one queue's Health within a fleet's.
+type QueueHealth struct {
+	// Queue is the queue's URL (sqsconsumer.Consumer.QueueURL).
+	Queue string `json:"queue"`
+	// Health is the queue's Consumer's own report, unchanged: a queue the
+	// fleet stopped while it was still starting reports "failed" here,
+	// though the fleet counts it as stopped.
+	Health sqsconsumer.Health `json:"health"`
+}
+
+// MarshalJSON writes h with Err as its text, under "error".
+func (h Health) MarshalJSON() ([]byte, error) {
+	type plain Health
+	out := struct {
+		plain
+		Err string `json:"error,omitempty"`
+	}{plain: plain(h)}
+	if h.Err != nil {
+		out.Err = h.Err.Error()
+	}
+	return json.Marshal(out)
+}
+
+// statusOrder ranks the queues' statuses for the fleet's: the fleet reports
+// the first any queue has. A status not listed ranks just after "not
+// started".
+var statusOrder = []string{"failed", "not started", "starting", "draining", "running", "stopped"}
+
+func statusRank(s string) float64 {
+	if i := slices.Index(statusOrder, s); i >= 0 {
+		return float64(i)
+	}
+	return 1.5
+}
+
+// Health reports the fleet's health now (see Health), from each queue's
+// sqsconsumer.Consumer.Health. Safe to call at any time, from any
+// goroutine; like the Consumers' it takes locks they take for every
+// message, so call it every few seconds, not in a loop.
+func (f *Fleet) Health() Health {
+	f.mu.Lock()
+	queues := slices.Clone(f.queues)
+	started, runErr := f.started, f.runErr
+	stopped := slices.Clone(f.stoppedByFleet)
+	f.mu.Unlock()
+
+	h := Health{Status: "not started", Queues: make([]QueueHealth, 0, len(queues)), Err: runErr}
+	switch {
+	case len(queues) == 0:
+		h.Problems = append(h.Problems, "no Consumer was added to the fleet")
+	case !started:
+		h.Problems = append(h.Problems, "fleet.Run has not been called")
+	}
+	for i, c := range queues {
+		qh := c.Health()
+		h.Queues = append(h.Queues, QueueHealth{Queue: c.QueueURL(), Health: qh})
+		status, problems := qh.Status, qh.Problems
+		if i < len(stopped) && stopped[i] {
+			status, problems = "stopped", nil
+		}
+		if i == 0 || statusRank(status) < statusRank(h.Status) {
+			h.Status = status
+		}
+		if !started {
+			continue // the fleet's own problem says it
+		}
+		for _, p := range problems {
+			h.Problems = append(h.Problems, fmt.Sprintf("queue %s: %s", c.QueueURL(), p))
+		}
+	}
+	h.Healthy = len(h.Problems) == 0
+	return h
+}
+
+// HealthHandler returns an http.Handler for the fleet's liveness and health
+// checks, as sqsconsumer.Consumer.HealthHandler does for one queue: it
+// answers GET and HEAD with 200 when Health is healthy and 503 when not,
+// with Health as a JSON body (for GET), and 405 to other methods. So it
+// answers 503 before Run, while any queue is unhealthy (each problem names
+// its queue), and once any queue's Run failed; 200 while every queue runs
+// or drains healthily, and after Run returned nil. Mount it where the
+// orchestrator looks, e.g. mux.Handle("/healthz", f.HealthHandler()).
+func (f *Fleet) HealthHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		h := f.Health()
+		body, err := json.Marshal(h)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		if h.Healthy {
+			w.WriteHeader(http.StatusOK)
+		} else {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		if r.Method == http.MethodGet {
+			_, _ = w.Write(append(body, '\n'))
+		}
+	})
+}
