@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -47,6 +48,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqskit/sqsconsumer/doctor"
+	"github.com/sqskit/sqsconsumer/sqstest"
 )
 
 // Exit codes.
@@ -429,6 +431,12 @@ func newClient(ctx context.Context, endpoint, region string) (doctor.Client, err
 			Region:       region,
 			BaseEndpoint: aws.String(endpoint),
 			Credentials:  credentials.NewStaticCredentialsProvider(id, secret, token),
+			// Over a socket the Go SDK can lose a ReceiveMessage answer to a
+			// race of its own and retry, leaving the first answer's messages
+			// hidden (package sqstest, "Over a real socket"): a dlq scan would
+			// stop short and replay would miss messages. The rebuffering
+			// transport closes that window.
+			HTTPClient: &http.Client{Transport: sqstest.RebufferingTransport(nil)},
 		}), nil
 	}
 	var opts []func(*config.LoadOptions) error
