@@ -117,7 +117,7 @@ const selfRedriveMoves = false
 
 // A FIFO SendMessageBatch with an entry that has no MessageGroupId, or no
 // MessageDeduplicationId on a queue without content-based deduplication, fails as a
-// whole (recorded; see checkFIFOBatch). Whether the other entries were enqueued
+// whole (recorded; see checkFIFOBatchEntry). Whether the other entries were enqueued
 // before AWS refused the call is UNCONFIRMED: the call's answer names none of them,
 // so we enqueue none.
 
@@ -125,8 +125,8 @@ const selfRedriveMoves = false
 // empty Failed list too, by analogy with SendMessageBatch, where AWS's answer omits it
 // (recorded, see batchResult); for these two it is UNCONFIRMED.
 
-// traceHeaderFromHTTP: AWS sets the AWSTraceHeader system attribute from the sender's
-// X-Amzn-Trace-Id HTTP header (recorded, see actSendMessage). Whether the send's
+// AWS sets the AWSTraceHeader system attribute from the sender's X-Amzn-Trace-Id HTTP
+// header (recorded, see sendLocked). Whether the send's
 // answer then carries an MD5OfMessageSystemAttributes is UNCONFIRMED; we give one
 // only for system attributes sent in the body, as the client can only check those.
 
