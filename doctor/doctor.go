@@ -16,6 +16,20 @@
 //     with the work's whole distribution (percentiles, the share of
 //     messages above a duration, redeliveries), and a recommended lease.
 //
+// For what is already in a dead-letter queue there are three operations,
+// which the command sqsdoctor runs as "sqsdoctor dlq inspect|redrive|replay":
+//
+//   - InspectDLQ counts and peeks: ages, the reasons sqsconsumer recorded
+//     (the sqsconsumer.error attribute) and the source queues, and says what
+//     peeking cost (one receive per message).
+//   - Redrive starts an SQS message move task back to the sources (or to a
+//     queue), follows it, and cancels it when its context ends.
+//   - Replay sends the messages a Filter selects to their sources itself, at a
+//     rate, deleting each from the DLQ only after its send succeeded, with one
+//     AuditRecord per message; it also handles messages SQS cannot move back
+//     (those sqsconsumer sent to the DLQ, which name their source in
+//     sqsconsumer.source).
+//
 // Comparative words in findings follow the figures they describe: "far
 // below" means under a quarter, "far above" over four times, and every
 // comparison of two durations prints their ratio. Each [Finding] also

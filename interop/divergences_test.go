@@ -116,8 +116,8 @@ var divergences = []divergence{
 	// FIFO.
 	{test: "TestFIFOGroupsAndDedup", steps: []string{"receive Max=2: the group's first two, in order", "next receive skips the locked group", "after deleting the in-flight messages the group flows again"},
 		fauxqs: "returns at most one message per message group per receive", aws: "as many messages of a group as possible, in order (Max=2 gives g1-m1,g1-m2)", fact: "FIFO group lock (recorded)"},
-	{test: "TestFIFOGroupsAndDedup", steps: []string{"batch entry without MessageGroupId fails alone"},
-		fauxqs: "fails a batch entry without MessageGroupId with MissingParameter", aws: "InvalidParameterValue in a batch (MissingParameter only for the single send)", fact: "FIFO send rules (recorded)"},
+	{test: "TestFIFOGroupsAndDedup", steps: []string{"batch with an entry lacking MessageGroupId fails as a whole", "batch entry without MessageGroupId: message", "batch entries in request order"},
+		fauxqs: "answers 200, enqueues the valid entries and fails the one without MessageGroupId with MissingParameter", aws: "fails the whole call: 400 InvalidParameterValue", fact: "FIFO send rules (recorded)"},
 	{test: "TestFIFOSendRules", steps: []string{"MessageGroupId with a control character"},
 		fauxqs: "accepts a MessageGroupId containing a space and U+0001", aws: "alphanumeric and punctuation only (sqstest: InvalidParameterValue)", fact: "SDK api_op_SendMessage.go; MessageGroupId text (recorded)"},
 	{test: "TestFIFOSendRules", steps: []string{"MessageGroupId of 129 characters"},

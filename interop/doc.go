@@ -3,9 +3,10 @@
 // fauxqs, an independent SQS emulator, each through a real *sqs.Client over
 // real loopback sockets, and compares what the client observes.
 //
-// The suite runs only when SQSCONSUMER_FAUXQS_ENDPOINT holds fauxqs's
-// endpoint; .ci/setup.d/10-fauxqs.sh installs and starts fauxqs and sets it.
-// Without it every test skips:
+// The differential tests run only when SQSCONSUMER_FAUXQS_ENDPOINT holds
+// fauxqs's endpoint; .ci/setup.d/10-fauxqs.sh installs and starts fauxqs and
+// sets it. Without it they skip, and TestRecordedAnswers, the table of answers
+// recorded from real AWS (recorded_test.go), runs against sqstest alone:
 //
 //	source .ci/setup.d/10-fauxqs.sh && go test -race ./interop/
 //

@@ -89,33 +89,53 @@
 // Implemented: CreateQueue, GetQueueUrl, GetQueueAttributes, SetQueueAttributes,
 // ListQueues, DeleteQueue, PurgeQueue, TagQueue, UntagQueue, ListQueueTags,
 // SendMessage, SendMessageBatch, ReceiveMessage, DeleteMessage, DeleteMessageBatch,
-// ChangeMessageVisibility, ChangeMessageVisibilityBatch.
+// ChangeMessageVisibility, ChangeMessageVisibilityBatch, ListDeadLetterSourceQueues,
+// StartMessageMoveTask, CancelMessageMoveTask, ListMessageMoveTasks.
 //
-// AddPermission, RemovePermission, ListDeadLetterSourceQueues, StartMessageMoveTask,
-// CancelMessageMoveTask and ListMessageMoveTasks answer UnsupportedOperation; any other
-// target answers UnknownOperationException.
+// AddPermission and RemovePermission answer UnsupportedOperation; any other target
+// answers UnknownOperationException.
 //
 // Modelled: long polling (WaitTimeSeconds 0–20, the queue's
 // ReceiveMessageWaitTimeSeconds when omitted, early return); MaxNumberOfMessages
 // 1–10; the receive VisibilityTimeout override; system attributes (All,
 // ApproximateReceiveCount, ApproximateFirstReceiveTimestamp, SentTimestamp, SenderId,
-// MessageGroupId, MessageDeduplicationId, SequenceNumber, AWSTraceHeader,
-// DeadLetterQueueSourceArn) and MessageAttributeNames filtering (All, *, .*, prefix.*);
-// a fresh opaque receipt handle per receive; visibility expiry and
+// MessageGroupId, also on standard queues, MessageDeduplicationId, SequenceNumber,
+// AWSTraceHeader, from MessageSystemAttributes or the sender's X-Amzn-Trace-Id HTTP
+// header, DeadLetterQueueSourceArn) and MessageAttributeNames filtering (All, *, .*,
+// prefix.*); a fresh opaque receipt handle per receive; visibility expiry and
 // ChangeMessageVisibility from now, 0 releasing at once; the 12-hour ceiling counted
 // from the receive that issued the handle; stale handles as SQS answers them
 // (never issued → ReceiptHandleIsInvalid; superseded → delete is a no-op, visibility
 // change fails; deleted → delete succeeds, visibility change fails; expired and not
 // received again → standard deletes, FIFO fails "The receipt handle has expired");
-// per-entry failures in batch results; redrive on the receive that would exceed
-// maxReceiveCount with the count continuing in the DLQ; retention (a standard DLQ keeps
-// the original enqueue time, a FIFO DLQ restarts it); queue and per-message delays;
-// FIFO group locking, in-group order, same-group batching, 5-minute deduplication
-// (explicit or content-based, queue or message-group scope), sequence numbers;
-// QueueDeletedRecently for 60 s after DeleteQueue; one PurgeQueue per 60 s; queue
-// attribute validation; every limit with AWS's error (batch size and ids, 1 MiB
-// messages and batches, attribute rules, parameter ranges, missing parameters,
+// per-entry failures in batch results (an empty Failed list left out), and the FIFO
+// entry errors that fail a whole SendMessageBatch; redrive on the receive that would
+// exceed maxReceiveCount with the count continuing in the DLQ (a FIFO DLQ copy takes
+// the MessageId as its deduplication id); retention (a standard DLQ keeps the
+// original enqueue time, a FIFO DLQ restarts it); queue and per-message delays (a
+// FIFO queue accepts DelaySeconds 0); FIFO group locking, in-group order, same-group
+// batching, 5-minute deduplication (explicit or content-based, queue or
+// message-group scope), sequence numbers; QueueDeletedRecently for 60 s after
+// DeleteQueue; one PurgeQueue per 60 s; queue attribute validation ("True" and
+// "False" accepted, FifoQueue=true accepted again on a FIFO queue, the FIFO-only
+// attributes refused on standard queues, a RedrivePolicy that names a missing queue
+// refused, SqsManagedSseEnabled and the KMS attributes reported as AWS reports them);
+// a bare queue name as QueueUrl; every limit with AWS's error (batch size and ids,
+// 1 MiB messages and batches, attribute rules, parameter ranges, missing parameters,
 // unknown queues). Malformed requests get AWS-shaped errors.
+//
+// Message move tasks follow AWS's documentation and its recorded answers: the source
+// must be a dead-letter queue of some queue; without DestinationArn each message goes
+// back to its DeadLetterQueueSourceArn; one active task per source; the task handle
+// is base64 JSON of the task id and source ARN; MaxNumberOfMessagesPerSecond sets
+// the pace (the first message moves at once); statuses RUNNING, COMPLETED,
+// CANCELLING, CANCELLED and FAILED (with FailureReason, e.g. when the destination is
+// deleted); ApproximateNumberOfMessagesMoved and ToMove; moved messages arrive as new
+// messages (new MessageId, receive count 0, retention from the move). A task has no
+// goroutine: its steps run on the server's clock, so under testing/synctest they take
+// virtual time, and a long poll on the destination returns when a message arrives.
+// [Server.MoveTasks] lists a queue's tasks; [MessageState] says which messages a
+// task moved (Redriven, RedriveOf).
 //
 // # Known divergences from AWS
 //
@@ -128,15 +148,20 @@
 //   - ReceiveRequestAttemptId is accepted and ignored (no FIFO receive retry).
 //   - Signatures and credentials are not checked; SenderId is a fixed value.
 //   - PurgeQueue, attribute changes and the Approximate* counters take effect at once
-//     and exactly; AWS takes up to 60 s (15 min for retention) and approximates.
+//     and exactly; AWS takes up to 60 s (15 min for retention) and approximates. (AWS
+//     kept deduplicating across message groups right after DeduplicationScope was
+//     changed to messageGroup, in LocalStack's AWS-validated
+//     test_fifo_change_to_high_throughput_after_creation; sqstest applies the new
+//     scope at once.)
 //   - Receipt handles have no lifetime of their own beyond the rules above; AWS has
 //     been reported to expire very old standard-queue handles (~55,000 s). Under
 //     [WithHistoryLimit], the handles of a message that fell out of the history answer
 //     as never issued; so do a deleted queue's handles used on a re-created queue of
 //     the same name.
-//   - Policy, RedriveAllowPolicy and KMS attributes are stored, not enforced. A
-//     RedrivePolicy naming a queue that does not exist is accepted; until it exists,
-//     messages are not moved. A moved message does not get the DLQ's DelaySeconds.
+//   - Policy, RedriveAllowPolicy and KMS keys are stored, not enforced. The
+//     [Server.CreateQueue] helper (not the action) accepts a RedrivePolicy naming a
+//     queue that does not exist; until it exists, messages are not moved. A message
+//     moved by a redrive policy does not get the DLQ's DelaySeconds.
 //   - Number attribute values are checked for presence only, not for range.
 //   - The host of a QueueUrl is ignored: the account and name in its path route it.
 //   - [Server.CreateQueue] (the helper, not the action) treats a ".fifo" name as
@@ -159,7 +184,21 @@
 //   - A deduplicated FIFO send returns the original message's MessageId and
 //     SequenceNumber.
 //   - RedrivePolicy reads back normalised, maxReceiveCount as a JSON number.
-//   - MessageGroupId sent to a standard queue is returned as a system attribute.
+//   - A RedrivePolicy naming a missing queue gets the answer users report from AWS
+//     ("Reason: Dead letter target does not exist."); no recording shows it.
+//   - A queue that is its own dead-letter queue keeps (and delivers) a message past
+//     maxReceiveCount.
+//   - A FIFO SendMessageBatch refused as a whole enqueues none of its entries.
+//   - DeleteMessageBatch and ChangeMessageVisibilityBatch leave an empty Failed out,
+//     as SendMessageBatch does.
+//   - Booleans in other letter cases than "true"/"True"/"false"/"False" are accepted
+//     too; KmsDataKeyReusePeriodSeconds reads 300 while a key is set and no period
+//     was.
+//   - Move tasks: the rate without MaxNumberOfMessagesPerSecond (500 per second);
+//     which messages a task moves (those present at its start, passing over those
+//     in flight); CANCELLING lasting until the next step; a message without
+//     DeadLetterQueueSourceArn failing a task that has no destination; what the
+//     moved copy keeps; the texts of errors AWS was not recorded giving.
 //   - Malformed bodies get SerializationException and unknown targets
 //     UnknownOperationException (__type in com.amazon.coral.service, no query code).
 //   - The texts of EmptyBatchRequest, BatchEntryIdsNotDistinct, several attribute

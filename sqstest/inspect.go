@@ -46,6 +46,16 @@ type MessageState struct {
 	ExpiredAt time.Time
 	// Purged: removed by PurgeQueue, or its queue was deleted.
 	Purged bool
+	// Redriven: a message move task (StartMessageMoveTask) moved the message at
+	// RedrivenAt to the queue RedrivenTo (a URL), where it is the new message
+	// RedrivenAs.
+	Redriven   bool
+	RedrivenTo string
+	RedrivenAt time.Time
+	RedrivenAs string
+	// RedriveOf is set on a message a move task made: the MessageId, in the
+	// task's source queue, of the message it was moved from.
+	RedriveOf string
 }
 
 // Receive is one delivery of a message.
@@ -79,6 +89,7 @@ func (m *message) state(now time.Time) MessageState {
 		InFlight:            m.inFlight(now),
 		VisibleAt:           m.availableAt,
 		DeadLetterSourceARN: m.dlqSource,
+		RedriveOf:           m.redriveOf,
 	}
 	if m.visibleAt.After(st.VisibleAt) {
 		st.VisibleAt = m.visibleAt
@@ -92,6 +103,8 @@ func (m *message) state(now time.Time) MessageState {
 		st.Expired, st.ExpiredAt = true, m.goneAt
 	case gonePurged, goneQueueDeleted:
 		st.Purged = true
+	case goneRedriven:
+		st.Redriven, st.RedrivenTo, st.RedrivenAt, st.RedrivenAs = true, m.movedTo, m.goneAt, m.redrivenAs
 	}
 	return st
 }
@@ -102,11 +115,12 @@ func (m *message) state(now time.Time) MessageState {
 func (s *Server) Messages(queueURL string) []MessageState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := time.Now()
+	s.advanceTasksLocked(now)
 	q, err := s.queueLocked(queueURL)
 	if err != nil {
 		return nil
 	}
-	now := time.Now()
 	s.advanceLocked(q, now)
 	out := make([]MessageState, 0, len(q.msgs))
 	for _, m := range q.msgs {
@@ -121,11 +135,12 @@ func (s *Server) Messages(queueURL string) []MessageState {
 func (s *Server) Message(queueURL, messageID string) (MessageState, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := time.Now()
+	s.advanceTasksLocked(now)
 	q, err := s.queueLocked(queueURL)
 	if err != nil {
 		return MessageState{}, false
 	}
-	now := time.Now()
 	s.advanceLocked(q, now)
 	if m := q.byID[messageID]; m != nil {
 		return m.state(now), true
@@ -139,11 +154,12 @@ func (s *Server) Message(queueURL, messageID string) (MessageState, bool) {
 func (s *Server) Expire(queueURL, messageID string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := time.Now()
+	s.advanceTasksLocked(now)
 	q, err := s.queueLocked(queueURL)
 	if err != nil {
 		return err
 	}
-	now := time.Now()
 	s.advanceLocked(q, now)
 	m := q.byID[messageID]
 	if m == nil {
@@ -170,7 +186,10 @@ func (s *Server) QueueURL(name string) (string, bool) {
 
 // CreateQueue creates a queue (or returns the existing one's URL) with the same rules
 // as the CreateQueue action, except that a name ending in ".fifo" implies
-// FifoQueue=true. It is not counted in [Server.Calls].
+// FifoQueue=true, and that a RedrivePolicy may name a dead-letter queue that does not
+// exist (yet), so that a test can build its queues in any order or check what a
+// consumer does with a missing DLQ; until that queue exists, messages are not moved.
+// The action refuses such a policy, as AWS does. It is not counted in [Server.Calls].
 func (s *Server) CreateQueue(name string, attrs map[string]string) (url string, err error) {
 	a := maps.Clone(attrs)
 	if a == nil {
@@ -181,7 +200,7 @@ func (s *Server) CreateQueue(name string, attrs map[string]string) (url string, 
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	q, err := s.createQueueLocked(name, a, nil, time.Now())
+	q, err := s.createQueueLocked(name, a, nil, true, time.Now())
 	if err != nil {
 		return "", err
 	}
@@ -223,6 +242,8 @@ func (s *Server) Send(queueURL, body string, opts ...SendOption) (messageID stri
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := time.Now()
+	s.advanceTasksLocked(now)
 	q, err := s.queueLocked(queueURL)
 	if err != nil {
 		return "", err
@@ -230,7 +251,6 @@ func (s *Server) Send(queueURL, body string, opts ...SendOption) (messageID stri
 	if q.fifo && in.delay != nil {
 		return "", invalidValue(in.delay.Seconds(), "DelaySeconds", "The request include parameter that is not valid for this queue type.")
 	}
-	now := time.Now()
 	s.advanceLocked(q, now)
 	r, err := s.sendLocked(q, in, false, now)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"regexp"
 	"strings"
 	"time"
@@ -25,6 +26,7 @@ const (
 	goneExpired
 	gonePurged
 	goneQueueDeleted
+	goneRedriven // moved out by a message move task
 )
 
 // message is one message in one queue. A message moved to a dead-letter queue is a
@@ -53,7 +55,10 @@ type message struct {
 
 	gone    goneReason
 	goneAt  time.Time
-	movedTo string // DLQ URL when gone == goneMoved
+	movedTo string // DLQ URL when gone == goneMoved, destination URL when goneRedriven
+	// redrivenAs is the MessageId of the copy a move task made (goneRedriven);
+	// redriveOf, on that copy, the MessageId it was made from.
+	redrivenAs, redriveOf string
 
 	// Index state (index.go), as of the queue's last advanceLocked.
 	order                      uint64    // arrival position in q
@@ -185,6 +190,8 @@ type sendInput struct {
 	MessageGroupID          *string              `json:"MessageGroupId"`
 	// delay is set by the Send helper for sub-second delays; it overrides DelaySeconds.
 	delay *time.Duration
+	// traceHeader is the request's X-Amzn-Trace-Id HTTP header, if any.
+	traceHeader string
 }
 
 type sendResult struct {
@@ -256,6 +263,11 @@ func checkSystemAttributes(attrs map[string]attrValue) error {
 	return nil
 }
 
+// textNoDeduplication is AWS's answer to a FIFO send with neither a deduplication id
+// nor content-based deduplication (recorded in LocalStack's AWS-validated
+// test_posting_to_fifo_requires_deduplicationid_group_id[sqs]).
+const textNoDeduplication = "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided explicitly"
+
 // sendLocked validates and enqueues one message. batch selects the wording AWS uses
 // inside SendMessageBatch where it differs.
 func (s *Server) sendLocked(q *queue, in sendInput, batch bool, now time.Time) (sendResult, error) {
@@ -286,8 +298,12 @@ func (s *Server) sendLocked(q *queue, in sendInput, batch bool, now time.Time) (
 		return sendResult{}, errInvalidParameter.withMessage("One or more parameters are invalid. Reason: Message must be shorter than %d bytes.", max)
 	}
 	delay := time.Duration(q.intAttr("DelaySeconds")) * time.Second
-	if in.DelaySeconds != nil {
-		d := *in.DelaySeconds
+	// On a FIFO queue a per-message DelaySeconds of 0 is accepted and the queue's
+	// delay applies; any other value is refused (LocalStack's AWS-validated
+	// test_fifo_queue_send_message_with_zero_delay_defaults_to_queue_delay[sqs],
+	// recorded 2025-07-31, and test_fifo_queue_send_message_with_delay_seconds_fails[sqs]).
+	if d := in.DelaySeconds; d != nil && !(q.fifo && *d == 0) {
+		d := *d
 		if q.fifo {
 			return sendResult{}, invalidValue(d, "DelaySeconds", "The request include parameter that is not valid for this queue type.")
 		}
@@ -320,6 +336,19 @@ func (s *Server) sendLocked(q *queue, in sendInput, batch bool, now time.Time) (
 		MD5OfMessageAttributes:       md5OfAttributes(in.MessageAttributes),
 		MD5OfMessageSystemAttributes: md5OfAttributes(in.MessageSystemAttributes),
 	}
+	sysAttrs := in.MessageSystemAttributes
+	if _, given := sysAttrs["AWSTraceHeader"]; !given && in.traceHeader != "" {
+		// AWS takes AWSTraceHeader from the sender's X-Amzn-Trace-Id header
+		// (LocalStack's AWS-validated test_aws_trace_header_propagation[sqs],
+		// recorded 2025-06-27); the system attribute wins when both are given
+		// (AWS X-Ray Developer Guide, "Amazon SQS and AWS X-Ray").
+		sysAttrs = maps.Clone(sysAttrs)
+		if sysAttrs == nil {
+			sysAttrs = map[string]attrValue{}
+		}
+		th := in.traceHeader
+		sysAttrs["AWSTraceHeader"] = attrValue{DataType: "String", StringValue: &th}
+	}
 	var dedupKey string
 	if q.fifo {
 		if group == "" {
@@ -330,7 +359,7 @@ func (s *Server) sendLocked(q *queue, in sendInput, batch bool, now time.Time) (
 		}
 		if dedup == "" {
 			if q.attrs["ContentBasedDeduplication"] != "true" {
-				return sendResult{}, errInvalidParameter.withMessage("The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided explicitly")
+				return sendResult{}, errInvalidParameter.withMessage(textNoDeduplication)
 			}
 			sum := sha256.Sum256([]byte(body))
 			dedup = hex.EncodeToString(sum[:])
@@ -349,7 +378,7 @@ func (s *Server) sendLocked(q *queue, in sendInput, batch bool, now time.Time) (
 		id:          newUUID(),
 		body:        body,
 		attrs:       in.MessageAttributes,
-		sysAttrs:    in.MessageSystemAttributes,
+		sysAttrs:    sysAttrs,
 		groupID:     group,
 		dedupID:     dedup,
 		senderID:    defaultSenderID,
@@ -445,7 +474,7 @@ func (s *Server) redriveLocked(q *queue, m *message, now time.Time) bool {
 		return false
 	}
 	dlq := s.queueByARNLocked(q.redrive.TargetARN)
-	if dlq == nil || dlq == q {
+	if dlq == nil || (dlq == q && !selfRedriveMoves) {
 		return false
 	}
 	nm := &message{
@@ -466,6 +495,11 @@ func (s *Server) redriveLocked(q *queue, m *message, now time.Time) bool {
 	if dlq.fifo {
 		nm.enqueuedAt = now
 		nm.seq = dlq.nextSeq()
+		// "When a message is moved from a FIFO queue to a FIFO DLQ, the original
+		// message's deduplication ID will be replaced with the original message's
+		// ID" (Amazon SQS Developer Guide, "Learn how to configure a dead-letter
+		// queue redrive in Amazon SQS").
+		nm.dedupID = m.id
 	}
 	m.movedTo = dlq.url
 	s.goneLocked(q, m, goneMoved, now)
@@ -490,9 +524,10 @@ func (m *message) systemAttributes(want map[string]bool) map[string]string {
 	add("SentTimestamp", itoa(m.sentAt.UnixMilli()))
 	add("ApproximateReceiveCount", itoa(int64(m.receiveCount)))
 	add("ApproximateFirstReceiveTimestamp", itoa(m.firstReceive.UnixMilli()))
-	if m.q.fifo || groupIDOnStandardReturned {
-		add("MessageGroupId", m.groupID)
-	}
+	// A standard queue returns the MessageGroupId it was sent with (fair queues): AWS
+	// listed it among the system attributes in LocalStack's AWS-validated
+	// test_fair_queue_with_message_group_id[sqs] (recorded 2025-08-18).
+	add("MessageGroupId", m.groupID)
 	add("MessageDeduplicationId", m.dedupID)
 	add("SequenceNumber", m.seq)
 	add("DeadLetterQueueSourceArn", m.dlqSource)

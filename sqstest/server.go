@@ -89,7 +89,9 @@ type Server struct {
 	// waiters are the long polls blocked right now, each with its own channel (made
 	// by the waiting goroutine, so it belongs to the caller's synctest bubble).
 	waiters map[chan struct{}]struct{}
-	closed  bool
+	// tasks are the active message move tasks (movetask.go).
+	tasks  []*moveTask
+	closed bool
 }
 
 // NewServer returns a Server with no queues.
@@ -166,7 +168,7 @@ func (t transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		body = b
 	}
-	ans := t.s.serve(req.Context(), req.Header.Get("X-Amz-Target"), body)
+	ans := t.s.serve(req.Context(), req.Header, body)
 	if ans.aborted != nil {
 		return nil, ans.aborted
 	}
@@ -188,7 +190,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, req *http.Request) {
 	if err != nil {
 		return
 	}
-	ans := s.serve(req.Context(), req.Header.Get("X-Amz-Target"), body)
+	ans := s.serve(req.Context(), req.Header, body)
 	if ans.aborted != nil {
 		return
 	}
@@ -212,8 +214,13 @@ type answer struct {
 const targetPrefix = "AmazonSQS."
 
 // serve runs one request: count it, apply injected delays and faults, decode the
-// body, run the action.
-func (s *Server) serve(ctx context.Context, target string, body []byte) answer {
+// body, run the action. Of the request's HTTP headers it reads X-Amz-Target and
+// X-Amzn-Trace-Id.
+func (s *Server) serve(ctx context.Context, hdr http.Header, body []byte) answer {
+	target := hdr.Get("X-Amz-Target")
+	if th := hdr.Get("X-Amzn-Trace-Id"); th != "" {
+		ctx = context.WithValue(ctx, traceHeaderKey{}, th)
+	}
 	action, ok := strings.CutPrefix(target, targetPrefix)
 	if !ok || action == "" {
 		return errorAnswer(errUnknownOperation.withMessage("Unknown operation %q.", target))
@@ -260,6 +267,15 @@ func (s *Server) serve(ctx context.Context, target string, body []byte) answer {
 		return errorAnswer(FaultInternalError.withMessage("%v", err))
 	}
 	return jsonAnswer(http.StatusOK, out)
+}
+
+// traceHeaderKey is the context key of a request's X-Amzn-Trace-Id header.
+type traceHeaderKey struct{}
+
+// traceHeader returns the X-Amzn-Trace-Id header of the request ctx belongs to.
+func traceHeader(ctx context.Context) string {
+	v, _ := ctx.Value(traceHeaderKey{}).(string)
+	return v
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

@@ -3,6 +3,7 @@ package sqstest
 import (
 	"encoding/json"
 	"net/http"
+	"time"
 )
 
 // This file holds every behaviour of the fake that is not established for real AWS:
@@ -97,13 +98,100 @@ func normaliseRedrivePolicy(p *redrivePolicy) string {
 	return string(b)
 }
 
-// groupIDOnStandardReturned: a standard queue accepts MessageGroupId (Amazon SQS
-// Developer Guide, "Amazon SQS fair queues"). Whether receive returns it as the
-// MessageGroupId system attribute is UNCONFIRMED; we return it.
-const groupIDOnStandardReturned = true
+// deadLetterTargetMissing answers a RedrivePolicy whose deadLetterTargetArn names no
+// existing queue. No AWS-validated recording shows it; users quote this answer from
+// real AWS (serverless/serverless#5215, a CloudFormation stack creating a queue
+// before its DLQ; the same text appears in Terraform users' logs): 400
+// InvalidParameterValue "Value <policy> for parameter RedrivePolicy is invalid.
+// Reason: Dead letter target does not exist.", with the policy as sent. We give that
+// answer at CreateQueue and SetQueueAttributes; it rests on reports only.
+func deadLetterTargetMissing(policy string) Fault {
+	return invalidValue(policy, "RedrivePolicy", "Dead letter target does not exist.")
+}
+
+// A queue whose RedrivePolicy names the queue itself is accepted (recorded, see
+// parseRedrivePolicyLocked). What AWS then does with a message past maxReceiveCount is
+// UNCONFIRMED; we choose that it stays where it is and is delivered as usual, the
+// outcome that loses nothing (redriveLocked).
+const selfRedriveMoves = false
+
+// A FIFO SendMessageBatch with an entry that has no MessageGroupId, or no
+// MessageDeduplicationId on a queue without content-based deduplication, fails as a
+// whole (recorded; see checkFIFOBatchEntry). Whether the other entries were enqueued
+// before AWS refused the call is UNCONFIRMED: the call's answer names none of them,
+// so we enqueue none.
+
+// The other batch actions (DeleteMessageBatch, ChangeMessageVisibilityBatch) omit an
+// empty Failed list too, by analogy with SendMessageBatch, where AWS's answer omits it
+// (recorded, see batchResult); for these two it is UNCONFIRMED.
+
+// AWS sets the AWSTraceHeader system attribute from the sender's X-Amzn-Trace-Id HTTP
+// header (recorded, see sendLocked). Whether the send's
+// answer then carries an MD5OfMessageSystemAttributes is UNCONFIRMED; we give one
+// only for system attributes sent in the body, as the client can only check those.
 
 // defaultSenderID is the SenderId system attribute of messages sent through this
 // server. Real SQS reports the sender's IAM user or role id (aws-sdk-go-v2
 // service/sqs api_op_ReceiveMessage.go, SenderId); the fake
 // does not know it (it does not check signatures), so it uses this fixed value.
 const defaultSenderID = "AIDASQSTESTSENDER0000"
+
+// Message move tasks (movetask.go). AWS documents the actions and LocalStack's
+// AWS-validated tests (tests/aws/services/sqs/test_sqs_move_task.snapshot.json)
+// recorded their errors and the shape of their answers; these choices are not
+// established:
+//
+//   - Without MaxNumberOfMessagesPerSecond AWS picks the rate itself; we move
+//     defaultMoveRate messages per second, the documented maximum.
+//   - A task moves the messages present in the source when it starts
+//     (ApproximateNumberOfMessagesToMove counts them), oldest first, one per step;
+//     messages arriving later stay. A message in flight or delayed when its turn
+//     comes is passed over, and when none of them is receivable the task completes.
+//   - Cancelling makes the task CANCELLING until its next step, when it becomes
+//     CANCELLED without moving more (AWS was seen to keep moving for a while).
+//   - A message with no DeadLetterQueueSourceArn (sent to the DLQ directly, as
+//     sqsconsumer's Permanent path does) fails a task started without
+//     DestinationArn, with the FailureReason of a missing queue; so does a deleted
+//     source queue.
+//   - StartMessageMoveTask and ListMessageMoveTasks with a SourceArn that names no
+//     queue answer like CancelMessageMoveTask (recorded): ResourceNotFoundException.
+//   - Cancelling a task that is not RUNNING, a MaxNumberOfMessagesPerSecond outside
+//     1-500, MaxResults outside 1-10, and a destination of the other queue type are
+//     refused with InvalidParameterValue in our wording (below).
+//   - StartedTimestamp is in epoch milliseconds, like the message timestamps.
+const (
+	defaultMoveRate      = maxMoveRate
+	textMoveRateRange    = "Must be between 1 and 500."
+	textListTasksRange   = "Must be between 1 and 10."
+	textMoveQueueTypes   = "The source queue and the destination queue must be of the same queue type."
+	textCancelNotRunning = "Only a task with status RUNNING can be cancelled; this task is %s."
+)
+
+func startedTimestamp(t time.Time) int64 { return t.UnixMilli() }
+
+// redriveCopy is the new message a move task makes of m in dst. UNCONFIRMED beyond
+// the documented new MessageId, new enqueue time and (so) fresh retention and
+// receive count: the copy's SentTimestamp is the move; it keeps body, message
+// attributes, AWSTraceHeader, SenderId and MessageGroupId, and on a FIFO destination
+// the deduplication id, without being checked against (or recorded in) dst's
+// deduplication window; dst's DelaySeconds applies, as to any new message; it has
+// no DeadLetterQueueSourceArn.
+func redriveCopy(m *message, dst *queue, at time.Time) *message {
+	nm := &message{
+		id:          newUUID(),
+		body:        m.body,
+		attrs:       m.attrs,
+		sysAttrs:    m.sysAttrs,
+		groupID:     m.groupID,
+		senderID:    m.senderID,
+		sentAt:      at,
+		enqueuedAt:  at,
+		availableAt: at.Add(time.Duration(dst.intAttr("DelaySeconds")) * time.Second),
+		redriveOf:   m.id,
+	}
+	if dst.fifo {
+		nm.dedupID = m.dedupID
+		nm.seq = dst.nextSeq()
+	}
+	return nm
+}

@@ -8,6 +8,15 @@
 //	sqsdoctor -queue-url URL [-endpoint URL] [-region R] [-json] [-p99 D]
 //	          [-lambda-timeout D] [-batching-window D] [-shutdown D]
 //	          [-heartbeat] [-strict] [-timeout D]
+//	sqsdoctor dlq inspect -queue-url DLQ_URL [-max N] [-visibility D] [-json]
+//	sqsdoctor dlq redrive -queue-url DLQ_URL [-to URL] [-rate N] [-json]
+//	sqsdoctor dlq replay  -queue-url DLQ_URL (-filter EXPR ... | -all) [-to URL]
+//	          [-rate R] [-dry-run] [-lease D] [-max N] [-audit FILE] [-json]
+//
+// The dlq actions act on what is in a dead-letter queue: inspect counts and
+// peeks (saying what peeking costs), redrive runs an SQS message move task
+// (Ctrl-C cancels it), replay sends filtered messages back with an audit line
+// each. Their logic lives in package doctor (InspectDLQ, Redrive, Replay).
 //
 // Run sqsdoctor -help for the checks, the JSON schema and the exit codes.
 // The checks themselves live in package doctor, for use from Go tests; its
@@ -22,12 +31,15 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
+	"os/signal"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -36,6 +48,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqskit/sqsconsumer/doctor"
+	"github.com/sqskit/sqsconsumer/sqstest"
 )
 
 // Exit codes.
@@ -47,6 +60,8 @@ const (
 )
 
 const usageText = `Usage: sqsdoctor -queue-url URL [flags]
+       sqsdoctor dlq inspect|redrive|replay -queue-url DLQ_URL [flags]
+                 (acts on what is in a dead-letter queue: sqsdoctor dlq -help)
 
 Checks an SQS queue's settings and its dead-letter queue's (found through
 RedrivePolicy) and prints findings, most severe first, each with a
@@ -147,13 +162,31 @@ Exit codes:
 type newClientFunc func(ctx context.Context, endpoint, region string) (doctor.Client, error)
 
 func main() {
-	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr, newClient))
+	// Ctrl-C (or SIGTERM) cancels the context: "dlq redrive" then cancels its
+	// move task, "dlq replay" finishes the message in hand. A second Ctrl-C
+	// kills the process.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	context.AfterFunc(ctx, stop)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, newClient)
+	stop()
+	os.Exit(code)
+}
+
+// subcommands are the commands named by sqsdoctor's first argument; without one,
+// sqsdoctor checks a queue's settings. Each gets the arguments after its name.
+var subcommands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer, mk newClientFunc) int{
+	"dlq": runDLQ,
 }
 
 // run is the whole command minus the process: it parses args, checks the
 // queue, writes the report to stdout (problems to stderr) and returns the
 // exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, mk newClientFunc) int {
+	if len(args) > 0 {
+		if sub, ok := subcommands[args[0]]; ok {
+			return sub(ctx, args[1:], stdout, stderr, mk)
+		}
+	}
 	fs := flag.NewFlagSet("sqsdoctor", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
@@ -398,6 +431,12 @@ func newClient(ctx context.Context, endpoint, region string) (doctor.Client, err
 			Region:       region,
 			BaseEndpoint: aws.String(endpoint),
 			Credentials:  credentials.NewStaticCredentialsProvider(id, secret, token),
+			// Over a socket the Go SDK can lose a ReceiveMessage answer to a
+			// race of its own and retry, leaving the first answer's messages
+			// hidden (package sqstest, "Over a real socket"): a dlq scan would
+			// stop short and replay would miss messages. The rebuffering
+			// transport closes that window.
+			HTTPClient: &http.Client{Transport: sqstest.RebufferingTransport(nil)},
 		}), nil
 	}
 	var opts []func(*config.LoadOptions) error
