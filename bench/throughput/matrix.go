@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -21,7 +20,7 @@ import (
 
 // rowTarget is about how long a row's drain takes at the ideal rate
 // (-row): a row's queue holds ideal × rowTarget messages, within
-// [200, -n]. A row of 1 s is mostly the start (pollers spawning, the
+// [200, -n]; 0 makes every row drain -n. A row of 1 s is mostly the start (pollers spawning, the
 // completion rate and round trip being learned); 5 s shows the steady pace.
 var rowTarget = time.Second
 
@@ -64,16 +63,34 @@ func slotTime(d time.Duration, concurrency int) time.Duration {
 
 // rowMessages is how many messages a row drains.
 func rowMessages(idealRate float64, most int) int {
+	if rowTarget <= 0 {
+		return most
+	}
 	least := min(200, most)
 	return max(least, min(most, int(idealRate*rowTarget.Seconds())))
 }
 
-// cell is one contender's figures in one row (medians over the rounds).
-type cell struct {
+// figures is one contender's figures in one row, each the median over the
+// rounds.
+type figures struct {
 	rate, calls float64
-	cpu         float64 // process CPU per message, µs (client and, in-process, server)
+	cpu         float64 // the bench process's CPU per message, µs
+	serverCPU   float64 // the server side's CPU per message, µs (child process only)
+	conns       float64 // new connections per 1,000 messages
+	handshakes  float64 // TLS handshakes per 1,000 messages
+	unused      float64 // connections that carried no request, per 1,000 messages
 	busy        float64 // share of the slots' time in handler calls (0: no handler)
-	duplicates  int     // over all rounds
+}
+
+// cell is one contender in one row: its figures and, for each, the median
+// over the rounds of its ratio to the raw loop's of the same round (NaN
+// where the raw loop was not measured or its figure is 0).
+type cell struct {
+	figures
+	x          figures // ratios to the raw loop
+	duplicates int     // handler runs beyond a message's first, over all rounds
+	http2      int     // requests over HTTP/2, over all rounds
+	requests   int     // requests, over all rounds
 }
 
 // matrixRow is one row of the matrix.
@@ -83,22 +100,26 @@ type matrixRow struct {
 	concurrency int
 	messages    int
 	ideal       float64
-	cells       []cell // one per rowContenders()
+	rawPollers  int    // the raw loop's pollers in this row
+	cells       []cell // one per contender of the run
 }
 
-// rttResult is the matrix at one RTT.
+// rttResult is the matrix at one RTT with one client.
 type rttResult struct {
 	rtt                time.Duration
-	where              string
+	basePollers        int // the first raw loop's pollers (-pollers)
+	client             clientSpec
+	setup              string // RTT, protocol, client, server
+	proto              protocol
 	rawRate, rawCalls  float64
-	rawCPU             float64 // the raw loop's process CPU per message, µs
+	rawCPU             float64 // the raw loop's CPU per message, µs
 	widePollers        int     // RTT > 0: the raw loop again with this many pollers
 	wideRate, wideCPU  float64 // its rate and CPU per message (µs)
 	ceiling            float64 // the rows' CPU ceiling: min(RTT 0 raw loop, wide raw loop)
+	contenders         []rowContender
 	rows               []matrixRow
-	failures           string
 	duplicateNotes     []string
-	overrunResults     []overrunResult // at the largest RTT only
+	overrunResults     []overrunResult // at the largest RTT, with the first client, only
 	overrunWindow      time.Duration
 	overrunWorkload    workload
 	overrunMessages    int
@@ -106,7 +127,8 @@ type rttResult struct {
 }
 
 // runMatrix measures every contender on every row of the matrix, for each
-// RTT, then the overrun case at the largest RTT, and writes the report.
+// RTT and client, then the overrun case at the largest RTT, and writes the
+// report.
 func runMatrix(ctx context.Context, out io.Writer, cfg benchConfig) error {
 	if len(cfg.Concurrency) == 0 {
 		cfg.Concurrency = []int{20, 100}
@@ -120,21 +142,22 @@ func runMatrix(ctx context.Context, out io.Writer, cfg benchConfig) error {
 	if err := validateMatrix(cfg); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "throughput matrix: RTT %s × handler %s × concurrency %s; %d round(s) per cell, GOMAXPROCS %d\n",
-		durations(cfg.RTTs), durations(cfg.Handlers), ints(cfg.Concurrency), cfg.Rounds, runtime.GOMAXPROCS(0))
-	fmt.Fprintln(out, "RTT is added to every SQS call the contenders make (half before the request, half after the response).")
+	srv, err := startServer(serverOptions{Proto: cfg.Proto, Endpoint: cfg.Endpoint}, cfg.Place)
+	if err != nil {
+		return err
+	}
+	defer srv.close()
+	fmt.Fprintf(out, "throughput matrix: RTT %s × handler %s × concurrency %s × client {%s}; %d round(s) per cell, GOMAXPROCS %d\n",
+		durations(cfg.RTTs), durations(cfg.Handlers), ints(cfg.Concurrency), pools(cfg.Pools), cfg.Rounds, runtime.GOMAXPROCS(0))
+	fmt.Fprintf(out, "%s; server: %s. The RTT is added to every SQS call the contenders make, on the server side (half before the request is handled, half after), so a connection is busy for the whole round trip.\n",
+		cfg.Proto, srv.where())
 
 	// The CPU ceiling: the raw loop at RTT 0, at least three rounds.
 	var ceiling float64
-	results := make([]*rttResult, 0, len(cfg.RTTs))
+	results := make([]*rttResult, 0, len(cfg.RTTs)*len(cfg.Pools))
 	rtts := slices.Clone(cfg.RTTs)
 	if !slices.Contains(rtts, 0) {
-		b, err := newBench(cfg, 0)
-		if err != nil {
-			return err
-		}
-		r, err := measureRaw(ctx, b, cfg, max(3, cfg.Rounds))
-		b.close()
+		r, err := measureRaw(ctx, newBench(cfg, srv, 0, cfg.Pools[0]), cfg, max(3, cfg.Rounds))
 		if err != nil {
 			return err
 		}
@@ -142,34 +165,36 @@ func runMatrix(ctx context.Context, out io.Writer, cfg benchConfig) error {
 	}
 	slices.Sort(rtts)
 	for _, rtt := range rtts {
-		b, err := newBench(cfg, rtt)
-		if err != nil {
-			return err
-		}
-		r, err := measureAtRTT(ctx, b, cfg, &ceiling)
-		if err == nil && rtt == rtts[len(rtts)-1] && cfg.Overrun > 0 {
-			err = measureOverrun(ctx, b, cfg, r)
-		}
-		failures := b.counter.failures()
-		b.close()
-		if err != nil {
-			if failures != "" {
-				err = fmt.Errorf("%w (failed HTTP requests: %s)", err, failures)
+		for i, client := range cfg.Pools {
+			b := newBench(cfg, srv, rtt, client)
+			r, err := measureAtRTT(ctx, b, cfg, &ceiling, i == 0)
+			if err == nil && rtt == rtts[len(rtts)-1] && i == 0 && cfg.Overrun > 0 {
+				err = measureOverrun(ctx, b, cfg, r)
 			}
-			return fmt.Errorf("RTT %v: %w", rtt, err)
+			if err != nil {
+				if st, serr := srv.stats(ctx); serr == nil && st.failures() != "" {
+					err = fmt.Errorf("%w (failed HTTP requests: %s)", err, st.failures())
+				}
+				return fmt.Errorf("RTT %v, client %s: %w", rtt, client, err)
+			}
+			results = append(results, r)
 		}
-		r.failures = failures
-		results = append(results, r)
 	}
-	fmt.Fprintf(out, "CPU ceiling (raw loop at RTT 0, %d pollers, no handler): %.0f msg/s; at RTT > 0 also the raw loop with pollers enough to cover the round trips, if lower. ideal = min(C/takes, ceiling), where takes is what one handler call really took with C of them running at once and nothing else\n\n", cfg.Pollers, ceiling)
+	st, err := srv.stats(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "CPU ceiling (raw loop at RTT 0, %d pollers, no handler, %s): %.0f msg/s; at RTT > 0 also the raw loop with pollers enough to cover the round trips, if lower. ideal = min(C/takes, ceiling), where takes is what one handler call really took with C of them running at once and nothing else\n\n",
+		cfg.Pollers, cfg.Pools[0], ceiling)
 	for _, r := range results {
-		reportRTT(out, r, cfg)
+		reportRTT(out, r)
 	}
 	for _, r := range results {
 		if r.overrunWasMeasured {
 			reportOverrun(out, r)
 		}
 	}
+	reportFailures(out, "during the matrix", st)
 	return nil
 }
 
@@ -200,7 +225,7 @@ func validateMatrix(cfg benchConfig) error {
 
 // measureRaw measures the raw loop (after the warm-up) for rounds rounds.
 func measureRaw(ctx context.Context, b *bench, cfg benchConfig, rounds int) (*rttResult, error) {
-	r := &rttResult{rtt: b.rtt, where: b.where}
+	r := &rttResult{rtt: b.rtt, client: b.client, setup: b.setup(), proto: b.srv.opts.Proto, basePollers: cfg.Pollers}
 	if cfg.Warmup > 0 {
 		if _, err := b.measureWith(ctx, rawLoop(), cfg.Warmup, cfg); err != nil {
 			return nil, fmt.Errorf("warm-up: %w", err)
@@ -220,9 +245,9 @@ func measureRaw(ctx context.Context, b *bench, cfg benchConfig, rounds int) (*rt
 	return r, nil
 }
 
-// measureAtRTT measures the raw loop, then every row. At RTT 0 the raw
-// loop's rate becomes the ceiling.
-func measureAtRTT(ctx context.Context, b *bench, cfg benchConfig, ceiling *float64) (*rttResult, error) {
+// measureAtRTT measures the raw loop, then every row. At RTT 0, if
+// setCeiling, the raw loop's rate becomes the ceiling.
+func measureAtRTT(ctx context.Context, b *bench, cfg benchConfig, ceiling *float64, setCeiling bool) (*rttResult, error) {
 	rounds := cfg.Rounds
 	if b.rtt == 0 {
 		rounds = max(3, rounds)
@@ -233,7 +258,9 @@ func measureAtRTT(ctx context.Context, b *bench, cfg benchConfig, ceiling *float
 	}
 	here := *ceiling
 	if b.rtt == 0 {
-		*ceiling = r.rawRate
+		if setCeiling {
+			*ceiling = r.rawRate
+		}
 		here = r.rawRate
 	} else {
 		// At this RTT the machine's ceiling is the raw loop with pollers
@@ -249,43 +276,117 @@ func measureAtRTT(ctx context.Context, b *bench, cfg benchConfig, ceiling *float
 		here = min(here, w.rawRate)
 	}
 	r.ceiling = here
-	contenders := rowContenders()
+	r.contenders = rowContenders(cfg.Contenders)
+	rawAt := slices.IndexFunc(r.contenders, func(c rowContender) bool { return c.raw })
 	for _, h := range cfg.Handlers {
 		for _, c := range cfg.Concurrency {
-			w := workload{handler: h, concurrency: c, visibility: benchVisibility, wait: cfg.Wait}
 			slot := slotTime(h, c)
 			row := matrixRow{handler: h, slot: slot, concurrency: c, ideal: ideal(slot, c, here)}
 			row.messages = rowMessages(row.ideal, cfg.Messages)
-			ms := make([][]measurement, len(contenders))
+			row.rawPollers = rawPollers(cfg, row.ideal, b.rtt, slot)
+			w := workload{handler: h, concurrency: c, visibility: benchVisibility, wait: cfg.Wait, pollers: row.rawPollers}
+			ms := make([][]measurement, len(r.contenders))
 			for round := range cfg.Rounds {
-				for k := range contenders {
-					i := (k + round) % len(contenders)
-					m, err := b.measureRow(ctx, contenders[i], row.messages, w)
+				for k := range r.contenders {
+					i := (k + round) % len(r.contenders)
+					m, err := b.measureRow(ctx, r.contenders[i], row.messages, w)
 					if err != nil {
-						return nil, fmt.Errorf("handler %v, concurrency %d, %s: %w", h, c, contenders[i].name, err)
+						return nil, fmt.Errorf("handler %v, concurrency %d, %s: %w", h, c, r.contenders[i].name, err)
 					}
 					ms[i] = append(ms[i], m)
 				}
 			}
-			for i, c := range contenders {
-				var rates, calls, cpus, busy []float64
-				dup := 0
-				for _, m := range ms[i] {
-					rates = append(rates, m.rate())
-					calls = append(calls, m.callsPerMessage())
-					cpus = append(cpus, microseconds(m.cpuPerMessage()))
-					busy = append(busy, m.busy)
-					dup += m.redelivered
+			for i, con := range r.contenders {
+				var raw []measurement
+				if rawAt >= 0 {
+					raw = ms[rawAt]
 				}
-				row.cells = append(row.cells, cell{rate: median(rates), calls: median(calls), cpu: median(cpus), busy: median(busy), duplicates: dup})
-				if dup > 0 {
-					r.duplicateNotes = append(r.duplicateNotes, fmt.Sprintf("handler %v, C=%d, %s: %d duplicate handler runs", h, row.concurrency, c.name, dup))
+				cl := cellOf(ms[i], raw)
+				row.cells = append(row.cells, cl)
+				if cl.duplicates > 0 {
+					r.duplicateNotes = append(r.duplicateNotes, fmt.Sprintf("handler %v, C=%d, %s: %d duplicate handler runs", h, row.concurrency, con.name, cl.duplicates))
 				}
 			}
 			r.rows = append(r.rows, row)
 		}
 	}
 	return r, nil
+}
+
+// rawPollers is the raw loop's pollers in a row: -raw-pollers if set, or
+// enough to cover its round trips at the row's ideal rate with half again
+// to spare (each poller moves 10 messages per receive, handlers and
+// delete), within [-pollers, 256].
+func rawPollers(cfg benchConfig, idealRate float64, rtt, slot time.Duration) int {
+	if cfg.RawPollers > 0 {
+		return cfg.RawPollers
+	}
+	cycle := 2*rtt + slot
+	return min(256, max(cfg.Pollers, int(math.Ceil(idealRate*cycle.Seconds()/10*1.5))))
+}
+
+// figuresOf is m's figures.
+func figuresOf(m measurement, handler bool) figures {
+	f := figures{rate: m.rate(), calls: m.callsPerMessage(), cpu: microseconds(m.cpuPerMessage()),
+		serverCPU: microseconds(m.serverCPU / time.Duration(m.messages)),
+		conns:     m.per1k(m.conns), handshakes: m.per1k(m.handshakes), unused: m.per1k(m.unused)}
+	if handler {
+		f.busy = m.busy
+	}
+	return f
+}
+
+// cellOf sums up a contender's rounds, with ratios to raw's rounds (nil:
+// not measured).
+func cellOf(ms, raw []measurement) cell {
+	var c cell
+	each := make([]figures, len(ms))
+	xs := make([]figures, len(ms))
+	for r, m := range ms {
+		each[r] = figuresOf(m, m.busy > 0)
+		c.duplicates += m.redelivered
+		c.http2 += m.http2
+		c.requests += m.requests
+		if raw == nil {
+			xs[r] = figures{rate: math.NaN(), calls: math.NaN(), cpu: math.NaN(), serverCPU: math.NaN(), conns: math.NaN(), handshakes: math.NaN(), unused: math.NaN(), busy: math.NaN()}
+			continue
+		}
+		ref := figuresOf(raw[r], raw[r].busy > 0)
+		xs[r] = figures{rate: ratio(each[r].rate, ref.rate), calls: ratio(each[r].calls, ref.calls), cpu: ratio(each[r].cpu, ref.cpu),
+			serverCPU: ratio(each[r].serverCPU, ref.serverCPU), conns: ratio(each[r].conns, ref.conns),
+			handshakes: ratio(each[r].handshakes, ref.handshakes), unused: ratio(each[r].unused, ref.unused), busy: ratio(each[r].busy, ref.busy)}
+	}
+	c.figures = medianFigures(each)
+	c.x = medianFigures(xs)
+	return c
+}
+
+// ratio is a/b, NaN if b is 0.
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return math.NaN()
+	}
+	return a / b
+}
+
+// medianFigures is the median of each figure (NaN if any round's is NaN).
+func medianFigures(fs []figures) figures {
+	pick := func(get func(figures) float64) float64 {
+		xs := make([]float64, len(fs))
+		for i, f := range fs {
+			xs[i] = get(f)
+			if math.IsNaN(xs[i]) {
+				return math.NaN()
+			}
+		}
+		return median(xs)
+	}
+	return figures{
+		rate: pick(func(f figures) float64 { return f.rate }), calls: pick(func(f figures) float64 { return f.calls }),
+		cpu: pick(func(f figures) float64 { return f.cpu }), serverCPU: pick(func(f figures) float64 { return f.serverCPU }),
+		conns: pick(func(f figures) float64 { return f.conns }), handshakes: pick(func(f figures) float64 { return f.handshakes }),
+		unused: pick(func(f figures) float64 { return f.unused }), busy: pick(func(f figures) float64 { return f.busy }),
+	}
 }
 
 // measureRow times c draining a queue of n messages under workload w.
@@ -317,39 +418,123 @@ func (b *bench) measureRow(ctx context.Context, c rowContender, n int, w workloa
 	return m, err
 }
 
-func reportRTT(out io.Writer, r *rttResult, cfg benchConfig) {
-	fmt.Fprintf(out, "RTT %v (%s): raw loop (%d pollers, no handler) %.0f msg/s, %.3f calls/msg, %.1f µs CPU/msg\n",
-		r.rtt, r.where, cfg.Pollers, r.rawRate, r.rawCalls, r.rawCPU)
-	if r.widePollers > 0 {
-		fmt.Fprintf(out, "  raw loop with %d pollers (enough to cover the round trips) %.0f msg/s, %.1f µs CPU/msg: the CPU ceiling at this RTT is %.0f msg/s\n", r.widePollers, r.wideRate, r.wideCPU, r.ceiling)
-	}
-	fmt.Fprintln(out, "  CPU µs/msg is the process's CPU time per message (client, proxy and, in-process, the server): at the CPU ceiling a contender's rate is the raw loop's times the ratio of their CPU per message")
-	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(w, "RTT\thandler\ttakes\tC\tmsgs\tideal msg/s\t")
-	contenders := rowContenders()
-	for _, c := range contenders {
-		fmt.Fprintf(w, "%s msg/s\tx ideal\tcalls/msg\tCPU µs/msg\tbusy\t", c.name)
-	}
-	fmt.Fprintln(w)
+// negotiated says which HTTP version the server side saw the rows'
+// requests arrive over.
+func (r *rttResult) negotiated() string {
+	h2, all := 0, 0
 	for _, row := range r.rows {
-		fmt.Fprintf(w, "%v\t%v\t%v\t%d\t%d\t%.0f\t", r.rtt, row.handler, row.slot.Round(10*time.Microsecond), row.concurrency, row.messages, row.ideal)
 		for _, c := range row.cells {
-			busy := "-"
+			h2, all = h2+c.http2, all+c.requests
+		}
+	}
+	switch {
+	case all == 0:
+		return "no requests"
+	case h2 == 0:
+		return "every request over HTTP/1.1"
+	case h2 == all:
+		return "every request over HTTP/2"
+	default:
+		return fmt.Sprintf("%.1f%% of the requests over HTTP/2", 100*float64(h2)/float64(all))
+	}
+}
+
+// reportRTT writes the matrix at one RTT with one client as a Markdown
+// table whose header states the RTT, the protocol and the client.
+func reportRTT(out io.Writer, r *rttResult) {
+	fmt.Fprintf(out, "**%s**, as negotiated: %s.\n\n", r.setup, r.negotiated())
+	fmt.Fprintf(out, "Raw loop (%d pollers, no handler) %.0f msg/s, %.3f calls/msg, %.1f µs CPU/msg", r.basePollers, r.rawRate, r.rawCalls, r.rawCPU)
+	if r.widePollers > 0 {
+		fmt.Fprintf(out, "; with %d pollers (enough to cover the round trips) %.0f msg/s, %.1f µs CPU/msg: the CPU ceiling at this RTT is %.0f msg/s", r.widePollers, r.wideRate, r.wideCPU, r.ceiling)
+	}
+	fmt.Fprintln(out, ".")
+	fmt.Fprintln(out, "CPU µs/msg is the bench process's CPU time per message (user + system); (×) is the ratio to the raw loop's figure in the same round, the raw loop of each row running that row's handler and concurrency.")
+	fmt.Fprintln(out)
+	child := !math.IsNaN(r.anyServerCPU()) && r.anyServerCPU() > 0
+	header := "| RTT | handler × C | msgs | client | contender | msg/s (× raw) | × ideal | CPU µs/msg (× raw) |"
+	sep := "|---|---|---:|---|---|---:|---:|---:|"
+	if child {
+		header += " server CPU µs/msg |"
+		sep += "---:|"
+	}
+	header += " new conns /1k msgs (× raw) | TLS handshakes /1k msgs | unused conns /1k msgs | calls/msg (× raw) | busy | duplicates |"
+	sep += "---:|---:|---:|---:|---:|---:|"
+	fmt.Fprintln(out, header)
+	fmt.Fprintln(out, sep)
+	for _, row := range r.rows {
+		what := fmt.Sprintf("%s × %d", handlerName(row.handler), row.concurrency)
+		for i, c := range row.cells {
+			con := r.contenders[i]
+			name := con.name
+			if con.raw {
+				name = fmt.Sprintf("raw (%d pollers)", row.rawPollers)
+			}
+			line := fmt.Sprintf("| %v | %s | %d | %s | %s | %s | %.2f | %s |", r.rtt, what, row.messages, r.client, name,
+				withRatio(commas(c.rate), c.x.rate, con.raw), c.rate/row.ideal, withRatio(fmt.Sprintf("%.1f", c.cpu), c.x.cpu, con.raw))
+			if child {
+				line += fmt.Sprintf(" %.1f |", c.serverCPU)
+			}
+			hs := "–"
+			if r.proto.tls() {
+				hs = fmt.Sprintf("%.1f", c.handshakes)
+			}
+			busy := "–"
 			if row.handler > 0 {
 				busy = fmt.Sprintf("%.2f", c.busy)
 			}
-			fmt.Fprintf(w, "%.0f\t%.2f\t%.3f\t%.1f\t%s\t", c.rate, c.rate/row.ideal, c.calls, c.cpu, busy)
+			line += fmt.Sprintf(" %s | %s | %.1f | %s | %s | %d |", withRatio(fmt.Sprintf("%.1f", c.conns), c.x.conns, con.raw), hs, c.unused,
+				withRatio(fmt.Sprintf("%.3f", c.calls), c.x.calls, con.raw), busy, c.duplicates)
+			fmt.Fprintln(out, line)
 		}
-		fmt.Fprintln(w)
 	}
-	w.Flush()
+	fmt.Fprintln(out)
 	for _, n := range r.duplicateNotes {
-		fmt.Fprintf(out, "  %s\n", n)
+		fmt.Fprintf(out, "- %s\n", n)
 	}
-	if r.failures == "" {
-		r.failures = "none"
+	if len(r.duplicateNotes) > 0 {
+		fmt.Fprintln(out)
 	}
-	fmt.Fprintf(out, "failed HTTP requests at RTT %v: %s\n\n", r.rtt, r.failures)
+}
+
+// anyServerCPU is the first cell's server CPU (0 or NaN: not measured).
+func (r *rttResult) anyServerCPU() float64 {
+	for _, row := range r.rows {
+		for _, c := range row.cells {
+			return c.serverCPU
+		}
+	}
+	return math.NaN()
+}
+
+// withRatio is v followed by its ratio to the raw loop's, unless this is
+// the raw loop or the ratio is unknown.
+func withRatio(v string, x float64, raw bool) string {
+	if raw || math.IsNaN(x) {
+		return v
+	}
+	return fmt.Sprintf("%s (%.2f)", v, x)
+}
+
+// handlerName is how a handler duration reads in a table.
+func handlerName(d time.Duration) string {
+	if d <= 0 {
+		return "no-op"
+	}
+	return d.String()
+}
+
+// commas formats a rate as a whole number with thousands separators.
+func commas(x float64) string {
+	s := strconv.FormatInt(int64(math.Round(x)), 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if neg {
+		s = "-" + s
+	}
+	return s
 }
 
 // overrunResult is one contender in the overrun case.
@@ -371,7 +556,15 @@ func measureOverrun(ctx context.Context, b *bench, cfg benchConfig, r *rttResult
 	// finish, and for leases to run out under one that does.
 	window := max(time.Duration(waves)*w.handler, w.handler+w.visibility) + time.Second + 2*b.rtt*time.Duration(waves)
 	attrs := map[string]string{"VisibilityTimeout": strconv.Itoa(int(w.visibility / time.Second))}
-	contenders := rowContenders()
+	var contenders []rowContender
+	for _, c := range rowContenders(cfg.Contenders) {
+		if !c.raw { // no lease renewal: the naive loop shows what that does
+			contenders = append(contenders, c)
+		}
+	}
+	if err := b.srv.fresh(ctx, b.rtt); err != nil {
+		return err
+	}
 	results := make([]overrunResult, len(contenders))
 	errs := make([]error, len(contenders))
 	var wg sync.WaitGroup
@@ -435,15 +628,15 @@ func queueDepth(ctx context.Context, client *sqs.Client, url string) (int, error
 
 func reportOverrun(out io.Writer, r *rttResult) {
 	w := r.overrunWorkload
-	fmt.Fprintf(out, "overrun at RTT %v: %d messages, lease (visibility timeout) %v, handlers %v, concurrency %d, every contender for %v\n",
-		r.rtt, r.overrunMessages, w.visibility, w.handler, w.concurrency, r.overrunWindow.Round(100*time.Millisecond))
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "RTT\tcontender\thandler runs\tmessages handled\tduplicates\tdeletes sent\tleft in queue\t")
+	fmt.Fprintf(out, "Overrun at RTT %v, client %s: %d messages, lease (visibility timeout) %v, handlers %v, concurrency %d, every contender at once on a queue of its own for %v:\n\n",
+		r.rtt, r.client, r.overrunMessages, w.visibility, w.handler, w.concurrency, r.overrunWindow.Round(100*time.Millisecond))
+	fmt.Fprintln(out, "| RTT | client | contender | handler runs | messages handled | duplicates | deletes sent | left in queue |")
+	fmt.Fprintln(out, "|---|---|---|---:|---:|---:|---:|---:|")
 	for _, res := range r.overrunResults {
-		fmt.Fprintf(tw, "%v\t%s\t%d\t%d\t%d\t%d\t%d\t\n", r.rtt, res.name, res.runs, res.messages, res.duplicates, res.deletes, res.left)
+		fmt.Fprintf(out, "| %v | %s | %s | %d | %d | %d | %d | %d |\n", r.rtt, r.client, res.name, res.runs, res.messages, res.duplicates, res.deletes, res.left)
 	}
-	tw.Flush()
-	fmt.Fprintln(out, "(a delete with a receipt handle that a later receive has superseded may delete nothing: SQS says it might not, sqstest never does; such a message stays in the queue)")
+	fmt.Fprintln(out, "\n(a delete with a receipt handle that a later receive has superseded may delete nothing: SQS says it might not, sqstest never does; such a message stays in the queue)")
+	fmt.Fprintln(out)
 }
 
 // microseconds is d in µs.

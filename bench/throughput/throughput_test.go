@@ -10,20 +10,28 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestRun drains small queues with every contender over a real loopback
-// listener: the program under test is about sockets and HTTP, so it cannot
-// run in a synctest bubble. Nothing in it sleeps; a drain ends when its
-// last delete is confirmed, and the 1 s long poll bounds the shutdown.
+// TestRun drains small queues with every contender over plain HTTP, the
+// server side in this process, on real loopback listeners: the program
+// under test is about sockets and HTTP, so it cannot run in a synctest
+// bubble. Nothing in it sleeps; a drain ends when its last delete is
+// confirmed, and the 1 s long poll bounds the shutdown.
 func TestRun(t *testing.T) {
 	t.Parallel()
 	cfg := defaultConfig()
 	cfg.Messages, cfg.Warmup, cfg.Rounds, cfg.Pollers = 300, 50, 2, 2
 	cfg.Concurrency = []int{20, 60}
 	cfg.Wait = time.Second
+	cfg.Proto, cfg.Place = protoHTTP, placeInProcess
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	var out bytes.Buffer
-	require.NoError(t, run(context.Background(), &out, cfg))
+	require.NoError(t, run(ctx, &out, cfg))
 	t.Log("\n" + out.String())
-	for _, want := range []string{"raw", "consumer c=20", "consumer c=60", "median msg/s", "DeleteMessageBatch", "redelivered"} {
+	for _, want := range []string{
+		"raw", "consumer c=20", "consumer c=60", "median msg/s", "DeleteMessageBatch", "redelivered",
+		"plain HTTP/1.1 · client: the SDK's default HTTP client", "sqstest in this process (CPU figures include the server's)",
+		"conns/1k msg", "TLS handshakes/1k msg",
+	} {
 		require.Contains(t, out.String(), want)
 	}
 	require.NotContains(t, out.String(), "delivered twice")
