@@ -94,10 +94,11 @@
 //     with a DeleteMessage after each.
 //
 // Every figure of a row comes with its ratio to the raw loop's in the same
-// round. The raw loop also runs once per RTT with -pollers and no handler;
-// at RTT 0 its rate is the CPU ceiling. At a longer RTT it runs again with
-// pollers enough to cover the round trips, and the lower of the two rates
-// is that RTT's ceiling. Each row's ideal is min(C/takes, ceiling), where
+// round. Before the rows, at each RTT and with each client, the bare raw
+// loop (no handler) runs with -pollers (at least 8 above RTT 0), then
+// twice as many, and so on while its rate grows by more than 10 % (at most
+// 256): its best rate is the CPU ceiling, and its pollers are the raw
+// loop's in the rows bound by the CPU. Each row's ideal is min(C/takes, ceiling), where
 // takes is what a handler call really takes on this machine with C of them
 // at once and nothing else running (a 5 ms timer fires after 5.2-5.7 ms on
 // a busy VM). The report is Markdown: for each RTT and client a table whose

@@ -25,8 +25,8 @@ import (
 var rowTarget = time.Second
 
 // ideal is the best rate a client could reach with concurrency handlers of
-// duration handler on this machine: c/h, or the CPU ceiling (the raw loop's
-// rate at RTT 0, no handler) if that is lower. The RTT is not in it: a
+// duration handler on this machine: c/h, or the CPU ceiling (the best rate
+// of the bare raw loop at this RTT, see saturateRaw) if that is lower. The RTT is not in it: a
 // client that receives ahead of its handlers hides the RTT entirely.
 // handler is what a handler call really takes here (see slotTime), not
 // what it asks for: a timer of 5 ms fires after 5.2–5.7 ms on a busy VM.
@@ -89,6 +89,7 @@ type cell struct {
 	figures
 	x          figures // ratios to the raw loop
 	duplicates int     // handler runs beyond a message's first, over all rounds
+	again      int     // messages received more than once (server side; -1 unknown), over all rounds
 	http2      int     // requests over HTTP/2, over all rounds
 	requests   int     // requests, over all rounds
 }
@@ -107,15 +108,12 @@ type matrixRow struct {
 // rttResult is the matrix at one RTT with one client.
 type rttResult struct {
 	rtt                time.Duration
-	basePollers        int // the first raw loop's pollers (-pollers)
 	client             clientSpec
 	setup              string // RTT, protocol, client, server
 	proto              protocol
-	rawRate, rawCalls  float64
-	rawCPU             float64 // the raw loop's CPU per message, µs
-	widePollers        int     // RTT > 0: the raw loop again with this many pollers
-	wideRate, wideCPU  float64 // its rate and CPU per message (µs)
-	ceiling            float64 // the rows' CPU ceiling: min(RTT 0 raw loop, wide raw loop)
+	ladder             []rawStep // the bare raw loop with more and more pollers (saturateRaw)
+	ceiling            float64   // the rows' CPU ceiling: the ladder's best rate
+	ceilingPollers     int       // the pollers of that rate
 	contenders         []rowContender
 	rows               []matrixRow
 	duplicateNotes     []string
@@ -152,22 +150,13 @@ func runMatrix(ctx context.Context, out io.Writer, cfg benchConfig) error {
 	fmt.Fprintf(out, "%s; server: %s. The RTT is added to every SQS call the contenders make, on the server side (half before the request is handled, half after), so a connection is busy for the whole round trip.\n",
 		cfg.Proto, srv.where())
 
-	// The CPU ceiling: the raw loop at RTT 0, at least three rounds.
-	var ceiling float64
 	results := make([]*rttResult, 0, len(cfg.RTTs)*len(cfg.Pools))
 	rtts := slices.Clone(cfg.RTTs)
-	if !slices.Contains(rtts, 0) {
-		r, err := measureRaw(ctx, newBench(cfg, srv, 0, cfg.Pools[0]), cfg, max(3, cfg.Rounds))
-		if err != nil {
-			return err
-		}
-		ceiling = r.rawRate
-	}
 	slices.Sort(rtts)
 	for _, rtt := range rtts {
 		for i, client := range cfg.Pools {
 			b := newBench(cfg, srv, rtt, client)
-			r, err := measureAtRTT(ctx, b, cfg, &ceiling, i == 0)
+			r, err := measureAtRTT(ctx, b, cfg)
 			if err == nil && rtt == rtts[len(rtts)-1] && i == 0 && cfg.Overrun > 0 {
 				err = measureOverrun(ctx, b, cfg, r)
 			}
@@ -184,8 +173,7 @@ func runMatrix(ctx context.Context, out io.Writer, cfg benchConfig) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "CPU ceiling (raw loop at RTT 0, %d pollers, no handler, %s): %.0f msg/s; at RTT > 0 also the raw loop with pollers enough to cover the round trips, if lower. ideal = min(C/takes, ceiling), where takes is what one handler call really took with C of them running at once and nothing else\n\n",
-		cfg.Pollers, cfg.Pools[0], ceiling)
+	fmt.Fprint(out, "At each RTT and client the bare raw loop (no handler) runs with more and more pollers, doubling while its rate grows by more than 10 %; its best rate is the CPU ceiling. ideal = min(C/takes, ceiling), where takes is what one handler call really took with C of them running at once and nothing else\n\n")
 	for _, r := range results {
 		reportRTT(out, r)
 	}
@@ -214,6 +202,9 @@ func validateMatrix(cfg benchConfig) error {
 			return fmt.Errorf("-concurrency %d: must be from 1 to 1000 in the matrix", c)
 		}
 	}
+	if cfg.RawPollers < 0 || cfg.RawPollers > 1000 {
+		return fmt.Errorf("-raw-pollers %d: must be from 0 (sized per row) to 1000", cfg.RawPollers)
+	}
 	if cfg.Overrun < 0 || cfg.Overrun > 1000 {
 		return fmt.Errorf("-overrun %d: must be from 0 to 1000", cfg.Overrun)
 	}
@@ -223,59 +214,93 @@ func validateMatrix(cfg benchConfig) error {
 	return nil
 }
 
-// measureRaw measures the raw loop (after the warm-up) for rounds rounds.
-func measureRaw(ctx context.Context, b *bench, cfg benchConfig, rounds int) (*rttResult, error) {
-	r := &rttResult{rtt: b.rtt, client: b.client, setup: b.setup(), proto: b.srv.opts.Proto, basePollers: cfg.Pollers}
+// measureRaw measures the bare raw loop with cfg.Pollers for rounds rounds.
+func measureRaw(ctx context.Context, b *bench, cfg benchConfig, rounds int) (rawStep, error) {
+	var rates, calls, cpus, conns []float64
+	again := 0
+	for range rounds {
+		m, err := b.measureWith(ctx, rawLoop(), cfg.Messages, cfg)
+		if err != nil {
+			return rawStep{}, fmt.Errorf("raw loop, %d pollers: %w", cfg.Pollers, err)
+		}
+		rates = append(rates, m.rate())
+		calls = append(calls, m.callsPerMessage())
+		cpus = append(cpus, microseconds(m.cpuPerMessage()))
+		conns = append(conns, m.per1k(m.conns))
+		if m.receivedAgain < 0 || again < 0 {
+			again = -1
+		} else {
+			again += m.receivedAgain
+		}
+	}
+	return rawStep{pollers: cfg.Pollers, rate: median(rates), calls: median(calls), cpu: median(cpus), conns: median(conns), again: again}, nil
+}
+
+// rawStep is the bare raw loop (no handler) with some number of pollers.
+type rawStep struct {
+	pollers          int
+	rate, calls, cpu float64 // msg/s, calls and CPU µs per message (medians over the rounds)
+	conns            float64 // new connections per 1,000 messages
+	again            int     // messages received more than once, over the rounds (-1: unknown)
+}
+
+// saturateRaw finds the CPU ceiling at b's RTT with b's client: after the
+// warm-up it measures the bare raw loop with -pollers (at least 8 at an
+// RTT above 0), then twice as many, and so on while the rate grows by more
+// than 10 % (at most 256). Pollers sized from a guess are not enough: with
+// the server in another process a few pollers leave the CPU idle even at
+// RTT 0, and at 10 ms each poller moves at most 10 messages per two round
+// trips.
+func saturateRaw(ctx context.Context, b *bench, cfg benchConfig) ([]rawStep, error) {
 	if cfg.Warmup > 0 {
 		if _, err := b.measureWith(ctx, rawLoop(), cfg.Warmup, cfg); err != nil {
 			return nil, fmt.Errorf("warm-up: %w", err)
 		}
 	}
-	var rates, calls, cpus []float64
-	for range rounds {
-		m, err := b.measureWith(ctx, rawLoop(), cfg.Messages, cfg)
-		if err != nil {
-			return nil, fmt.Errorf("raw loop: %w", err)
-		}
-		rates = append(rates, m.rate())
-		calls = append(calls, m.callsPerMessage())
-		cpus = append(cpus, microseconds(m.cpuPerMessage()))
+	p := cfg.Pollers
+	if b.rtt > 0 {
+		p = max(p, 8)
 	}
-	r.rawRate, r.rawCalls, r.rawCPU = median(rates), median(calls), median(cpus)
-	return r, nil
-}
-
-// measureAtRTT measures the raw loop, then every row. At RTT 0, if
-// setCeiling, the raw loop's rate becomes the ceiling.
-func measureAtRTT(ctx context.Context, b *bench, cfg benchConfig, ceiling *float64, setCeiling bool) (*rttResult, error) {
-	rounds := cfg.Rounds
-	if b.rtt == 0 {
-		rounds = max(3, rounds)
-	}
-	r, err := measureRaw(ctx, b, cfg, rounds)
-	if err != nil {
-		return nil, err
-	}
-	here := *ceiling
-	if b.rtt == 0 {
-		if setCeiling {
-			*ceiling = r.rawRate
-		}
-		here = r.rawRate
-	} else {
-		// At this RTT the machine's ceiling is the raw loop with pollers
-		// enough to cover the round trips (a receive and a delete per 10
-		// messages): what the table calls the CPU ceiling.
-		wide := cfg
-		wide.Pollers = min(256, max(cfg.Pollers, int(math.Ceil(*ceiling*2*b.rtt.Seconds()/10*1.5))))
-		w, err := measureRaw(ctx, b, wide, rounds)
+	var steps []rawStep
+	for {
+		c := cfg
+		c.Pollers = p
+		st, err := measureRaw(ctx, b, c, cfg.Rounds)
 		if err != nil {
 			return nil, err
 		}
-		r.widePollers, r.wideRate, r.wideCPU = wide.Pollers, w.rawRate, w.rawCPU
-		here = min(here, w.rawRate)
+		steps = append(steps, st)
+		// A step that stalled on a lost answer (see serverStats.ReceivedAgain)
+		// says nothing about the pollers: go on.
+		if p >= 256 || (len(steps) > 1 && st.again <= 0 && st.rate < 1.1*steps[len(steps)-2].rate) {
+			return steps, nil
+		}
+		p = min(256, 2*p)
 	}
-	r.ceiling = here
+}
+
+// bestStep is the step of the highest rate.
+func bestStep(steps []rawStep) rawStep {
+	best := steps[0]
+	for _, s := range steps[1:] {
+		if s.rate > best.rate {
+			best = s
+		}
+	}
+	return best
+}
+
+// measureAtRTT finds the CPU ceiling (saturateRaw), then measures every
+// row.
+func measureAtRTT(ctx context.Context, b *bench, cfg benchConfig) (*rttResult, error) {
+	r := &rttResult{rtt: b.rtt, client: b.client, setup: b.setup(), proto: b.srv.opts.Proto}
+	ladder, err := saturateRaw(ctx, b, cfg)
+	if err != nil {
+		return nil, err
+	}
+	best := bestStep(ladder)
+	r.ladder, r.ceiling, r.ceilingPollers = ladder, best.rate, best.pollers
+	here := r.ceiling
 	r.contenders = rowContenders(cfg.Contenders)
 	rawAt := slices.IndexFunc(r.contenders, func(c rowContender) bool { return c.raw })
 	for _, h := range cfg.Handlers {
@@ -283,7 +308,7 @@ func measureAtRTT(ctx context.Context, b *bench, cfg benchConfig, ceiling *float
 			slot := slotTime(h, c)
 			row := matrixRow{handler: h, slot: slot, concurrency: c, ideal: ideal(slot, c, here)}
 			row.messages = rowMessages(row.ideal, cfg.Messages)
-			row.rawPollers = rawPollers(cfg, row.ideal, b.rtt, slot)
+			row.rawPollers = rawPollers(cfg, row.ideal, r.ceiling, r.ceilingPollers, b.rtt, slot)
 			w := workload{handler: h, concurrency: c, visibility: benchVisibility, wait: cfg.Wait, pollers: row.rawPollers}
 			ms := make([][]measurement, len(r.contenders))
 			for round := range cfg.Rounds {
@@ -306,6 +331,10 @@ func measureAtRTT(ctx context.Context, b *bench, cfg benchConfig, ceiling *float
 				if cl.duplicates > 0 {
 					r.duplicateNotes = append(r.duplicateNotes, fmt.Sprintf("handler %v, C=%d, %s: %d duplicate handler runs", h, row.concurrency, con.name, cl.duplicates))
 				}
+				if cl.again > 0 {
+					r.duplicateNotes = append(r.duplicateNotes, fmt.Sprintf("handler %v, C=%d, %s: %d messages received more than once: a lease ran out, or an answer was lost and its messages waited out the %v visibility timeout (the SDK's request-body race over a real socket, likeliest at RTT 0), so this rate is not the contender's",
+						h, row.concurrency, con.name, cl.again, benchVisibility))
+				}
 			}
 			r.rows = append(r.rows, row)
 		}
@@ -313,16 +342,20 @@ func measureAtRTT(ctx context.Context, b *bench, cfg benchConfig, ceiling *float
 	return r, nil
 }
 
-// rawPollers is the raw loop's pollers in a row: -raw-pollers if set, or
-// enough to cover its round trips at the row's ideal rate with half again
-// to spare (each poller moves 10 messages per receive, handlers and
-// delete), within [-pollers, 256].
-func rawPollers(cfg benchConfig, idealRate float64, rtt, slot time.Duration) int {
+// rawPollers is the raw loop's pollers in a row: -raw-pollers if set; in a
+// row bound by the CPU (its ideal is the ceiling) those of the ceiling;
+// otherwise enough to cover its round trips at the row's ideal rate with
+// half again to spare (each poller moves 10 messages per receive, handlers
+// and delete), within [-pollers, the ceiling's].
+func rawPollers(cfg benchConfig, idealRate, ceiling float64, ceilingPollers int, rtt, slot time.Duration) int {
 	if cfg.RawPollers > 0 {
 		return cfg.RawPollers
 	}
+	if idealRate >= ceiling {
+		return ceilingPollers
+	}
 	cycle := 2*rtt + slot
-	return min(256, max(cfg.Pollers, int(math.Ceil(idealRate*cycle.Seconds()/10*1.5))))
+	return min(max(ceilingPollers, cfg.Pollers), max(cfg.Pollers, int(math.Ceil(idealRate*cycle.Seconds()/10*1.5))))
 }
 
 // figuresOf is m's figures.
@@ -345,6 +378,11 @@ func cellOf(ms, raw []measurement) cell {
 	for r, m := range ms {
 		each[r] = figuresOf(m, m.busy > 0)
 		c.duplicates += m.redelivered
+		if m.receivedAgain < 0 || c.again < 0 {
+			c.again = -1
+		} else {
+			c.again += m.receivedAgain
+		}
 		c.http2 += m.http2
 		c.requests += m.requests
 		if raw == nil {
@@ -443,11 +481,15 @@ func (r *rttResult) negotiated() string {
 // table whose header states the RTT, the protocol and the client.
 func reportRTT(out io.Writer, r *rttResult) {
 	fmt.Fprintf(out, "**%s**, as negotiated: %s.\n\n", r.setup, r.negotiated())
-	fmt.Fprintf(out, "Raw loop (%d pollers, no handler) %.0f msg/s, %.3f calls/msg, %.1f µs CPU/msg", r.basePollers, r.rawRate, r.rawCalls, r.rawCPU)
-	if r.widePollers > 0 {
-		fmt.Fprintf(out, "; with %d pollers (enough to cover the round trips) %.0f msg/s, %.1f µs CPU/msg: the CPU ceiling at this RTT is %.0f msg/s", r.widePollers, r.wideRate, r.wideCPU, r.ceiling)
+	steps := make([]string, len(r.ladder))
+	for i, st := range r.ladder {
+		steps[i] = fmt.Sprintf("%d pollers %s msg/s (%.1f µs CPU/msg, %.1f new conns/1k msgs)", st.pollers, commas(st.rate), st.cpu, st.conns)
+		if st.again > 0 {
+			steps[i] += fmt.Sprintf(" STALLED: %d messages received more than once", st.again)
+		}
 	}
-	fmt.Fprintln(out, ".")
+	fmt.Fprintf(out, "Bare raw loop (no handler): %s. CPU ceiling at this RTT with this client: %s msg/s (%d pollers).\n",
+		strings.Join(steps, "; "), commas(r.ceiling), r.ceilingPollers)
 	fmt.Fprintln(out, "CPU µs/msg is the bench process's CPU time per message (user + system); (×) is the ratio to the raw loop's figure in the same round, the raw loop of each row running that row's handler and concurrency.")
 	fmt.Fprintln(out)
 	child := !math.IsNaN(r.anyServerCPU()) && r.anyServerCPU() > 0
@@ -457,8 +499,8 @@ func reportRTT(out io.Writer, r *rttResult) {
 		header += " server CPU µs/msg |"
 		sep += "---:|"
 	}
-	header += " new conns /1k msgs (× raw) | TLS handshakes /1k msgs | unused conns /1k msgs | calls/msg (× raw) | busy | duplicates |"
-	sep += "---:|---:|---:|---:|---:|---:|"
+	header += " new conns /1k msgs (× raw) | TLS handshakes /1k msgs | unused conns /1k msgs | calls/msg (× raw) | busy | duplicates | received again |"
+	sep += "---:|---:|---:|---:|---:|---:|---:|"
 	fmt.Fprintln(out, header)
 	fmt.Fprintln(out, sep)
 	for _, row := range r.rows {
@@ -482,8 +524,12 @@ func reportRTT(out io.Writer, r *rttResult) {
 			if row.handler > 0 {
 				busy = fmt.Sprintf("%.2f", c.busy)
 			}
-			line += fmt.Sprintf(" %s | %s | %.1f | %s | %s | %d |", withRatio(fmt.Sprintf("%.1f", c.conns), c.x.conns, con.raw), hs, c.unused,
-				withRatio(fmt.Sprintf("%.3f", c.calls), c.x.calls, con.raw), busy, c.duplicates)
+			again := "?"
+			if c.again >= 0 {
+				again = strconv.Itoa(c.again)
+			}
+			line += fmt.Sprintf(" %s | %s | %.1f | %s | %s | %d | %s |", withRatio(fmt.Sprintf("%.1f", c.conns), c.x.conns, con.raw), hs, c.unused,
+				withRatio(fmt.Sprintf("%.3f", c.calls), c.x.calls, con.raw), busy, c.duplicates, again)
 			fmt.Fprintln(out, line)
 		}
 	}

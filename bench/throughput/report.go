@@ -30,7 +30,10 @@ type measurement struct {
 	// redelivered counts messages received twice: a stall of the
 	// visibility timeout that note explains.
 	redelivered int
-	note        string
+	// receivedAgain is what the server side counted of the same (-1:
+	// unknown), whether or not the contender reports receive counts.
+	receivedAgain int
+	note          string
 	// busy is the share of concurrency x elapsed the handler slots spent
 	// in handler calls (matrix rows with a handler; 0 otherwise).
 	busy float64

@@ -96,8 +96,9 @@ type serverSide struct {
 	filler    *sqs.Client  // endpoint mode: fills queues at opts.Endpoint
 	fillerTr  *http.Transport
 	served    sync.WaitGroup
-	backendMu sync.Mutex      // guards backend
+	backendMu sync.Mutex      // guards backend and queues
 	backend   *sqstest.Server // sqstest mode: the server of the measurement under way
+	queues    []string        // sqstest mode: the queues made on backend
 }
 
 // serverURLs is where a started server side listens, with the PEM of its
@@ -193,6 +194,7 @@ func newServerSide(opts serverOptions) (*serverSide, error) {
 	mux.HandleFunc("GET /_bench/stats", func(w http.ResponseWriter, _ *http.Request) {
 		st := s.stats.snapshot()
 		st.CPU = cpuTime()
+		st.ReceivedAgain = s.receivedAgain()
 		writeJSON(w, st)
 	})
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.backendHandler().ServeHTTP(w, r) }))
@@ -239,9 +241,29 @@ func (s *serverSide) handleFresh(w http.ResponseWriter, _ *http.Request) {
 	if s.backend != nil {
 		s.backend.Close()
 		s.backend = sqstest.NewServer(sqstest.WithBaseURL(s.urls.URL))
+		s.queues = nil
 	}
 	s.backendMu.Unlock()
 	s.stats.closeAll()
+}
+
+// receivedAgain counts the messages of the measurement's queues that were
+// received more than once (-1 when the backend is not sqstest).
+func (s *serverSide) receivedAgain() int {
+	s.backendMu.Lock()
+	defer s.backendMu.Unlock()
+	if s.backend == nil {
+		return -1
+	}
+	n := 0
+	for _, q := range s.queues {
+		for _, m := range s.backend.Messages(q) {
+			if m.ReceiveCount > 1 {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // queueRequest is the body of POST /_bench/queue.
@@ -281,6 +303,11 @@ func (s *serverSide) fillSQSTest(q queueRequest) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	s.backendMu.Lock()
+	if s.backend == srv {
+		s.queues = append(s.queues, queueURL)
+	}
+	s.backendMu.Unlock()
 	for i := range q.Messages {
 		if _, err := srv.Send(queueURL, "message "+strconv.Itoa(i)); err != nil {
 			return "", err
@@ -408,6 +435,13 @@ type serverStats struct {
 
 	// CPU is the server side's process CPU time so far (user and system).
 	CPU time.Duration `json:"cpu"`
+	// ReceivedAgain counts the messages of the measurement's queues that
+	// were received more than once: a lease that expired, or an answer
+	// the client lost (the SDK's request-body race over a real socket,
+	// see sqstest's package documentation), after which the messages of
+	// that answer wait out their visibility timeout. -1: unknown (a
+	// proxy to -endpoint).
+	ReceivedAgain int `json:"receivedAgain"`
 }
 
 // failures describes the failed requests and server errors, "" if none.

@@ -128,9 +128,42 @@ func TestDrainCountsHandshakes(t *testing.T) {
 		require.GreaterOrEqual(t, m.callsPerMessage(), 0.2, name)
 		require.Less(t, m.callsPerMessage(), 0.3, name)
 		require.Zero(t, m.redelivered, name)
+		require.Zero(t, m.receivedAgain, name)
 	}
 	st, err := srv.stats(ctx)
 	require.NoError(t, err)
 	require.Empty(t, st.failures())
 	require.False(t, strings.Contains(st.cancellations(), "Delete"), "only long polls are cut short: %s", st.cancellations())
+}
+
+// TestServerCountsReceivedAgain checks the server side's count of messages
+// received more than once, the sign of a drain that stalled: two receives
+// from a queue whose visibility timeout is 0 deliver the same three
+// messages twice. A
+// fresh server starts from none. Real sockets (a loopback listener); a
+// minute bounds it.
+func TestServerCountsReceivedAgain(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, err := startServer(serverOptions{Proto: protoHTTP}, placeInProcess)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, srv.close()) }()
+	require.NoError(t, srv.fresh(ctx, 0))
+	url, err := srv.createQueue(ctx, "again", 3, map[string]string{"VisibilityTimeout": "0"})
+	require.NoError(t, err)
+	client := newSQSClient(srv.urls.URL, clientSpec{}.httpClient(nil))
+	for range 2 {
+		out, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), MaxNumberOfMessages: 10})
+		require.NoError(t, err)
+		require.Len(t, out.Messages, 3)
+	}
+	st, err := srv.stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, st.ReceivedAgain)
+
+	require.NoError(t, srv.fresh(ctx, 0))
+	st, err = srv.stats(ctx)
+	require.NoError(t, err)
+	require.Zero(t, st.ReceivedAgain)
 }

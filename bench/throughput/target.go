@@ -137,7 +137,7 @@ func (b *bench) measureDrain(ctx context.Context, name string, n int, attrs map[
 		conns: int(s1.Conns), handshakes: int(s1.Handshakes), resumed: int(s1.Resumed), unused: int(s1.Unused),
 		requests: int(s1.Requests), http2: int(s1.HTTP2),
 		allocs: mem1.TotalAlloc - mem0.TotalAlloc, gcs: mem1.NumGC - mem0.NumGC,
-		redelivered: d.redelivered, note: d.note}
+		redelivered: d.redelivered, receivedAgain: s1.ReceivedAgain, note: d.note}
 	if b.srv.place == placeChild {
 		m.serverCPU = s1.CPU - s0.CPU
 	}
