@@ -77,6 +77,7 @@ type figures struct {
 	cpu         float64 // the bench process's CPU per message, µs
 	serverCPU   float64 // the server side's CPU per message, µs (child process only)
 	conns       float64 // new connections per 1,000 messages
+	late        float64 // new connections per 1,000 messages of the drain's second half
 	handshakes  float64 // TLS handshakes per 1,000 messages
 	unused      float64 // connections that carried no request, per 1,000 messages
 	busy        float64 // share of the slots' time in handler calls (0: no handler)
@@ -362,7 +363,7 @@ func rawPollers(cfg benchConfig, idealRate, ceiling float64, ceilingPollers int,
 func figuresOf(m measurement, handler bool) figures {
 	f := figures{rate: m.rate(), calls: m.callsPerMessage(), cpu: microseconds(m.cpuPerMessage()),
 		serverCPU: microseconds(m.serverCPU / time.Duration(m.messages)),
-		conns:     m.per1k(m.conns), handshakes: m.per1k(m.handshakes), unused: m.per1k(m.unused)}
+		conns:     m.per1k(m.conns), late: m.latePer1k(), handshakes: m.per1k(m.handshakes), unused: m.per1k(m.unused)}
 	if handler {
 		f.busy = m.busy
 	}
@@ -386,12 +387,12 @@ func cellOf(ms, raw []measurement) cell {
 		c.http2 += m.http2
 		c.requests += m.requests
 		if raw == nil {
-			xs[r] = figures{rate: math.NaN(), calls: math.NaN(), cpu: math.NaN(), serverCPU: math.NaN(), conns: math.NaN(), handshakes: math.NaN(), unused: math.NaN(), busy: math.NaN()}
+			xs[r] = figures{rate: math.NaN(), calls: math.NaN(), cpu: math.NaN(), serverCPU: math.NaN(), conns: math.NaN(), late: math.NaN(), handshakes: math.NaN(), unused: math.NaN(), busy: math.NaN()}
 			continue
 		}
 		ref := figuresOf(raw[r], raw[r].busy > 0)
 		xs[r] = figures{rate: ratio(each[r].rate, ref.rate), calls: ratio(each[r].calls, ref.calls), cpu: ratio(each[r].cpu, ref.cpu),
-			serverCPU: ratio(each[r].serverCPU, ref.serverCPU), conns: ratio(each[r].conns, ref.conns),
+			serverCPU: ratio(each[r].serverCPU, ref.serverCPU), conns: ratio(each[r].conns, ref.conns), late: ratio(each[r].late, ref.late),
 			handshakes: ratio(each[r].handshakes, ref.handshakes), unused: ratio(each[r].unused, ref.unused), busy: ratio(each[r].busy, ref.busy)}
 	}
 	c.figures = medianFigures(each)
@@ -422,8 +423,9 @@ func medianFigures(fs []figures) figures {
 	return figures{
 		rate: pick(func(f figures) float64 { return f.rate }), calls: pick(func(f figures) float64 { return f.calls }),
 		cpu: pick(func(f figures) float64 { return f.cpu }), serverCPU: pick(func(f figures) float64 { return f.serverCPU }),
-		conns: pick(func(f figures) float64 { return f.conns }), handshakes: pick(func(f figures) float64 { return f.handshakes }),
-		unused: pick(func(f figures) float64 { return f.unused }), busy: pick(func(f figures) float64 { return f.busy }),
+		conns: pick(func(f figures) float64 { return f.conns }), late: pick(func(f figures) float64 { return f.late }),
+		handshakes: pick(func(f figures) float64 { return f.handshakes }),
+		unused:     pick(func(f figures) float64 { return f.unused }), busy: pick(func(f figures) float64 { return f.busy }),
 	}
 }
 
@@ -434,7 +436,7 @@ func (b *bench) measureRow(ctx context.Context, c rowContender, n int, w workloa
 	m, err := b.measureDrain(ctx, c.name, n, attrs, func(ctx context.Context, client *sqs.Client, url string) (drained, error) {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		line := newFinishLine(n, cancel)
+		line := newFinishLine(ctx, n, cancel)
 		runs := newTally()
 		end, err := c.run(ctx, client, url, w, line, runs)
 		if err != nil {
@@ -490,7 +492,7 @@ func reportRTT(out io.Writer, r *rttResult) {
 	}
 	fmt.Fprintf(out, "Bare raw loop (no handler): %s. CPU ceiling at this RTT with this client: %s msg/s (%d pollers).\n",
 		strings.Join(steps, "; "), commas(r.ceiling), r.ceilingPollers)
-	fmt.Fprintln(out, "CPU µs/msg is the bench process's CPU time per message (user + system); (×) is the ratio to the raw loop's figure in the same round, the raw loop of each row running that row's handler and concurrency.")
+	fmt.Fprintln(out, "CPU µs/msg is the bench process's CPU time per message (user + system); (×) is the ratio to the raw loop's figure in the same round, the raw loop of each row running that row's handler and concurrency. New connections are counted over the whole drain (a cold start: every pool starts empty) and over its second half (the steady state).")
 	fmt.Fprintln(out)
 	child := !math.IsNaN(r.anyServerCPU()) && r.anyServerCPU() > 0
 	header := "| RTT | handler × C | msgs | client | contender | msg/s (× raw) | × ideal | CPU µs/msg (× raw) |"
@@ -499,8 +501,8 @@ func reportRTT(out io.Writer, r *rttResult) {
 		header += " server CPU µs/msg |"
 		sep += "---:|"
 	}
-	header += " new conns /1k msgs (× raw) | TLS handshakes /1k msgs | unused conns /1k msgs | calls/msg (× raw) | busy | duplicates | received again |"
-	sep += "---:|---:|---:|---:|---:|---:|---:|"
+	header += " new conns /1k msgs (× raw) | 2nd half: new conns /1k msgs | TLS handshakes /1k msgs | unused conns /1k msgs | calls/msg (× raw) | busy | duplicates | received again |"
+	sep += "---:|---:|---:|---:|---:|---:|---:|---:|"
 	fmt.Fprintln(out, header)
 	fmt.Fprintln(out, sep)
 	for _, row := range r.rows {
@@ -528,7 +530,7 @@ func reportRTT(out io.Writer, r *rttResult) {
 			if c.again >= 0 {
 				again = strconv.Itoa(c.again)
 			}
-			line += fmt.Sprintf(" %s | %s | %.1f | %s | %s | %d | %s |", withRatio(fmt.Sprintf("%.1f", c.conns), c.x.conns, con.raw), hs, c.unused,
+			line += fmt.Sprintf(" %s | %.1f | %s | %.1f | %s | %s | %d | %s |", withRatio(fmt.Sprintf("%.1f", c.conns), c.x.conns, con.raw), c.late, hs, c.unused,
 				withRatio(fmt.Sprintf("%.3f", c.calls), c.x.calls, con.raw), busy, c.duplicates, again)
 			fmt.Fprintln(out, line)
 		}
@@ -625,7 +627,7 @@ func measureOverrun(ctx context.Context, b *bench, cfg benchConfig, r *rttResult
 			defer t.close()
 			wctx, cancel := context.WithTimeout(ctx, window)
 			defer cancel()
-			line := newFinishLine(math.MaxInt32, func() {}) // counts; the window ends the run
+			line := newFinishLine(wctx, math.MaxInt32, func() {}) // counts; the window ends the run
 			runs := newTally()
 			if _, err := c.run(wctx, t.client, t.url, w, line, runs); err != nil {
 				errs[i] = fmt.Errorf("overrun, %s: %w", c.name, err)

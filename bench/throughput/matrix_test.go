@@ -45,7 +45,7 @@ func TestMatrix(t *testing.T) {
 	s := out.String()
 	for _, want := range []string{
 		"Bare raw loop (no handler): 8 pollers ", "CPU ceiling at this RTT with this client:",
-		"| duplicates | received again |",
+		"| duplicates | received again |", "| 2nd half: new conns /1k msgs |",
 		"**RTT 1ms · HTTPS (TLS 1.3, HTTP/1.1 only",
 		"**RTT 2ms · HTTPS (TLS 1.3, HTTP/1.1 only",
 		"client: the SDK's default HTTP client (awshttp.NewBuildableClient(), as sqs.NewFromConfig builds it: MaxIdleConnsPerHost 10",

@@ -25,8 +25,12 @@ type measurement struct {
 	// requests the requests, http2 those over HTTP/2. All counted by the
 	// server side.
 	conns, handshakes, resumed, unused, requests, http2 int
-	allocs                                              uint64 // bytes allocated by the process
-	gcs                                                 uint32 // GC cycles
+	// lateConns is the connections accepted after half the messages were
+	// deleted, lateMessages the messages left then: the steady state,
+	// past the cold start.
+	lateConns, lateMessages int
+	allocs                  uint64 // bytes allocated by the process
+	gcs                     uint32 // GC cycles
 	// redelivered counts messages received twice: a stall of the
 	// visibility timeout that note explains.
 	redelivered int
@@ -56,6 +60,15 @@ func (m measurement) cpuPerMessage() time.Duration {
 // per1k is x per 1,000 messages.
 func (m measurement) per1k(x int) float64 { return float64(x) * 1000 / float64(m.messages) }
 
+// latePer1k is the new connections per 1,000 messages of the drain's
+// second half.
+func (m measurement) latePer1k() float64 {
+	if m.lateMessages == 0 {
+		return 0
+	}
+	return float64(m.lateConns) * 1000 / float64(m.lateMessages)
+}
+
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	sort.Float64s(s)
@@ -72,16 +85,18 @@ type summary struct {
 	cpu                time.Duration
 	redelivered        int     // over all rounds
 	conns, handshakes  float64 // per 1,000 messages
+	lateConns          float64 // per 1,000 messages of the second half
 	allocKB, gcsPer1k  float64
 }
 
 func summarize(ms, raw []measurement) summary {
-	var rates, ratios, calls, cpus, allocs, gcs, conns, handshakes []float64
+	var rates, ratios, calls, cpus, allocs, gcs, conns, handshakes, late []float64
 	redelivered := 0
 	for r, m := range ms {
 		redelivered += m.redelivered
 		conns = append(conns, m.per1k(m.conns))
 		handshakes = append(handshakes, m.per1k(m.handshakes))
+		late = append(late, m.latePer1k())
 		rates = append(rates, m.rate())
 		ratios = append(ratios, m.rate()/raw[r].rate())
 		calls = append(calls, m.callsPerMessage())
@@ -90,7 +105,7 @@ func summarize(ms, raw []measurement) summary {
 		gcs = append(gcs, float64(m.gcs)*1000/float64(m.messages))
 	}
 	return summary{rate: median(rates), ratio: median(ratios), calls: median(calls), cpu: time.Duration(median(cpus)), redelivered: redelivered,
-		conns: median(conns), handshakes: median(handshakes),
+		conns: median(conns), handshakes: median(handshakes), lateConns: median(late),
 		allocKB: median(allocs), gcsPer1k: median(gcs)}
 }
 
@@ -102,15 +117,15 @@ func report(out io.Writer, contenders []contender, results [][]measurement, st s
 	for r := range results[0] {
 		fmt.Fprintf(w, "round %d\t", r+1)
 	}
-	fmt.Fprintln(w, "median msg/s\tvs raw\tcalls/msg\tCPU µs/msg\tKB/msg\tGCs/1k msg\tconns/1k msg\tTLS handshakes/1k msg\tredelivered\t")
+	fmt.Fprintln(w, "median msg/s\tvs raw\tcalls/msg\tCPU µs/msg\tKB/msg\tGCs/1k msg\tconns/1k msg\tTLS handshakes/1k msg\tconns/1k msg 2nd half\tredelivered\t")
 	for i, c := range contenders {
 		fmt.Fprintf(w, "%s\t", c.name)
 		for _, m := range results[i] {
 			fmt.Fprintf(w, "%.0f\t", m.rate())
 		}
 		s := summarize(results[i], results[0])
-		fmt.Fprintf(w, "%.0f\t%.3f\t%.3f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t\n", s.rate, s.ratio, s.calls, float64(s.cpu)/float64(time.Microsecond),
-			s.allocKB, s.gcsPer1k, s.conns, s.handshakes, s.redelivered)
+		fmt.Fprintf(w, "%.0f\t%.3f\t%.3f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t\n", s.rate, s.ratio, s.calls, float64(s.cpu)/float64(time.Microsecond),
+			s.allocKB, s.gcsPer1k, s.conns, s.handshakes, s.lateConns, s.redelivered)
 	}
 	w.Flush()
 	for i, c := range contenders {

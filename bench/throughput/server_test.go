@@ -121,6 +121,8 @@ func TestDrainCountsHandshakes(t *testing.T) {
 		t.Logf("%s: %d conns, %d handshakes, %d unused, %d requests, calls %v, server CPU %v", name, m.conns, m.handshakes, m.unused, m.requests, m.calls, m.serverCPU)
 		require.Positive(t, m.conns, name)
 		require.Equal(t, m.conns, m.handshakes, name)
+		require.Equal(t, 200, m.lateMessages, name)
+		require.LessOrEqual(t, m.lateConns, m.conns, "%s: the second half's connections are some of all", name)
 		require.Zero(t, m.http2, name)
 		require.Positive(t, m.serverCPU, "the child's CPU is measured apart")
 		// A receive and a delete batch per 10 messages, and on 400 messages

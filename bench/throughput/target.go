@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -120,12 +121,35 @@ func (b *bench) measureDrain(ctx context.Context, name string, n int, attrs map[
 	start := time.Now()
 	// The label lets a -cpuprofile be split by contender
 	// (go tool pprof -tagfocus contender=raw).
+	// Halfway through, the server's counters once more (one control call,
+	// on a goroutine of its own so the drain does not wait for it).
+	var (
+		mid      serverStats
+		midErr   error
+		midDone  = make(chan struct{})
+		halfway  = make(chan struct{})
+		finished = make(chan struct{})
+	)
+	go func() {
+		defer close(midDone)
+		select {
+		case <-halfway:
+			mid, midErr = b.srv.stats(ctx)
+		case <-finished:
+			midErr = errors.New("the drain ended before half its messages were deleted")
+		}
+	}()
 	var d drained
-	pprof.Do(ctx, pprof.Labels("contender", name), func(ctx context.Context) {
+	pprof.Do(withHalfway(ctx, func() { close(halfway) }), pprof.Labels("contender", name), func(ctx context.Context) {
 		d, err = drain(ctx, t.client, t.url)
 	})
+	close(finished)
+	<-midDone
 	if err != nil {
 		return measurement{}, err
+	}
+	if midErr != nil {
+		return measurement{}, fmt.Errorf("reading the counters halfway: %w", midErr)
 	}
 	cpu := cpuTime() - cpu0
 	runtime.ReadMemStats(&mem1)
@@ -135,6 +159,7 @@ func (b *bench) measureDrain(ctx context.Context, name string, n int, attrs map[
 	}
 	m := measurement{messages: n, elapsed: d.end.Sub(start), calls: s1.Calls, cpu: cpu,
 		conns: int(s1.Conns), handshakes: int(s1.Handshakes), resumed: int(s1.Resumed), unused: int(s1.Unused),
+		lateConns: int(s1.Conns - mid.Conns), lateMessages: n / 2,
 		requests: int(s1.Requests), http2: int(s1.HTTP2),
 		allocs: mem1.TotalAlloc - mem0.TotalAlloc, gcs: mem1.NumGC - mem0.NumGC,
 		redelivered: d.redelivered, receivedAgain: s1.ReceivedAgain, note: d.note}

@@ -45,10 +45,13 @@ func TestRun(t *testing.T) {
 // delete, and redeliveries noticed from the receive count.
 func TestFinishLine(t *testing.T) {
 	t.Parallel()
-	stopped := false
-	f := newFinishLine(20, func() { stopped = true })
+	stopped, halfway := false, 0
+	f := newFinishLine(withHalfway(context.Background(), func() { halfway++ }), 20, func() { stopped = true })
 	f.received(map[string]string{"ApproximateReceiveCount": "1"})
-	f.add(10)
+	f.add(9)
+	require.Zero(t, halfway)
+	f.add(1)
+	require.Equal(t, 1, halfway, "half of the 20 deleted")
 	_, err := f.result()
 	require.ErrorContains(t, err, "stopped after 10 of 20 messages")
 	require.False(t, stopped)
@@ -58,6 +61,7 @@ func TestFinishLine(t *testing.T) {
 	f.received(map[string]string{"ApproximateReceiveCount": "3"})
 	f.add(10)
 	require.True(t, stopped)
+	require.Equal(t, 1, halfway, "called once")
 	d, err := f.result()
 	require.NoError(t, err)
 	require.False(t, d.end.IsZero())
