@@ -343,16 +343,19 @@ func measureAtRTT(ctx context.Context, b *bench, cfg benchConfig) (*rttResult, e
 	return r, nil
 }
 
-// rawPollers is the raw loop's pollers in a row: -raw-pollers if set; in a
-// row bound by the CPU (its ideal is the ceiling) those of the ceiling;
-// otherwise enough to cover its round trips at the row's ideal rate with
-// half again to spare (each poller moves 10 messages per receive, handlers
-// and delete), within [-pollers, the ceiling's].
+// rawPollers is the raw loop's pollers in a row: -raw-pollers if set;
+// without a handler and bound by the CPU (its ideal is the ceiling) those
+// of the ceiling; otherwise enough to cover its round trips at the row's
+// ideal rate with half again to spare (each poller moves 10 messages per
+// receive, handlers and delete), within [-pollers, the ceiling's]. With a
+// handler no more: a poller's connection idles while its messages are
+// handled, and more idle connections than the pool keeps are closed and
+// dialled again.
 func rawPollers(cfg benchConfig, idealRate, ceiling float64, ceilingPollers int, rtt, slot time.Duration) int {
 	if cfg.RawPollers > 0 {
 		return cfg.RawPollers
 	}
-	if idealRate >= ceiling {
+	if slot <= 0 && idealRate >= ceiling {
 		return ceilingPollers
 	}
 	cycle := 2*rtt + slot

@@ -204,7 +204,8 @@ func TestRawPollers(t *testing.T) {
 		rtt, slot      time.Duration
 		want           int
 	}{
-		{"bound by the CPU: the ceiling's pollers", 0, 12000, 12000, 10 * time.Millisecond, 0, 64},
+		{"no handler, bound by the CPU: the ceiling's pollers", 0, 12000, 12000, 10 * time.Millisecond, 0, 64},
+		{"5 ms × 100, bound by the CPU: 10,000 msg/s × 25 ms / 10 × 1.5", 0, 10000, 10000, 10 * time.Millisecond, 5 * time.Millisecond, 38},
 		{"5 ms × 20 at 10 ms: 3,800 msg/s × 25 ms / 10 × 1.5", 0, 3800, 12000, 10 * time.Millisecond, 5 * time.Millisecond, 15},
 		{"at least -pollers", 0, 100, 12000, time.Millisecond, 0, 4},
 		{"at most the ceiling's", 0, 11000, 12000, 100 * time.Millisecond, 50 * time.Millisecond, 64},
