@@ -19,12 +19,11 @@ type measurement struct {
 	// serverCPU is the server side's CPU time (a child process's; 0
 	// with -server inprocess, where cpu holds it).
 	serverCPU time.Duration
-	// conns, handshakes and resumed are the connections the server side
-	// accepted, the TLS handshakes completed on them and those that
-	// resumed a session; unused the connections that carried no request;
-	// requests the requests, http2 those over HTTP/2. All counted by the
-	// server side.
-	conns, handshakes, resumed, unused, requests, http2 int
+	// conns and handshakes are the connections the server side accepted
+	// and the TLS handshakes completed on them; unused the connections
+	// that carried no request; requests the requests, http2 those over
+	// HTTP/2. All counted by the server side.
+	conns, handshakes, unused, requests, http2 int
 	// lateConns is the connections accepted after half the messages were
 	// deleted, lateMessages the messages left then: the steady state,
 	// past the cold start.

@@ -158,7 +158,7 @@ func (b *bench) measureDrain(ctx context.Context, name string, n int, attrs map[
 		return measurement{}, err
 	}
 	m := measurement{messages: n, elapsed: d.end.Sub(start), calls: s1.Calls, cpu: cpu,
-		conns: int(s1.Conns), handshakes: int(s1.Handshakes), resumed: int(s1.Resumed), unused: int(s1.Unused),
+		conns: int(s1.Conns), handshakes: int(s1.Handshakes), unused: int(s1.Unused),
 		lateConns: int(s1.Conns - mid.Conns), lateMessages: n / 2,
 		requests: int(s1.Requests), http2: int(s1.HTTP2),
 		allocs: mem1.TotalAlloc - mem0.TotalAlloc, gcs: mem1.NumGC - mem0.NumGC,
