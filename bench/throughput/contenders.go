@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +25,7 @@ type workload struct {
 	concurrency int           // handlers that may run at once
 	visibility  time.Duration // the lease: visibility timeout of the queue and of each receive
 	wait        time.Duration // long-poll wait of each ReceiveMessage
+	pollers     int           // the raw loop's receiving goroutines
 }
 
 // tally counts the handler runs of each message (by body: every message of
@@ -81,14 +84,108 @@ type runFunc func(ctx context.Context, client *sqs.Client, url string, w workloa
 type rowContender struct {
 	name string
 	run  runFunc
+	raw  bool // the raw loop: the reference of the ratios, not in the overrun case
 }
 
-func rowContenders() []rowContender {
-	return []rowContender{
-		{"sqsconsumer", runConsumer},
-		{"Go CDK", runGoCDK},
-		{"naive", runNaive},
+// contenderNames maps the -contenders names to the contenders.
+var contenderNames = map[string]rowContender{
+	"raw":         {name: "raw", run: runRaw, raw: true},
+	"sqsconsumer": {name: "sqsconsumer", run: runConsumer},
+	"gocdk":       {name: "Go CDK", run: runGoCDK},
+	"naive":       {name: "naive", run: runNaive},
+}
+
+// rowContenders is the matrix's contenders in report order, those of
+// names only unless names is empty.
+func rowContenders(names []string) []rowContender {
+	var out []rowContender
+	for _, n := range []string{"raw", "sqsconsumer", "gocdk", "naive"} {
+		if len(names) == 0 || slices.Contains(names, n) {
+			out = append(out, contenderNames[n])
+		}
 	}
+	return out
+}
+
+// runRaw is the reference of every row: w.pollers goroutines, each
+// receiving up to 10 messages, running their handlers (at most
+// w.concurrency at once over all pollers, one goroutine each; inline when
+// the handler does nothing), then deleting them in one DeleteMessageBatch.
+// No lease, no renewal, no bookkeeping: the least a client can do per
+// message with this handler.
+func runRaw(ctx context.Context, client *sqs.Client, url string, w workload, line *finishLine, runs *tally) (time.Time, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	slots := make(chan struct{}, w.concurrency)
+	errs := make(chan error, w.pollers)
+	var wg sync.WaitGroup
+	for range w.pollers {
+		wg.Go(func() {
+			fail := func(err error) {
+				if ctx.Err() == nil {
+					errs <- err
+					cancel()
+				}
+			}
+			for ctx.Err() == nil {
+				out, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+					QueueUrl:                    aws.String(url),
+					MaxNumberOfMessages:         10,
+					WaitTimeSeconds:             int32(w.wait / time.Second),
+					VisibilityTimeout:           int32(w.visibility / time.Second),
+					MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
+					MessageAttributeNames:       []string{"All"},
+				})
+				if err != nil {
+					fail(fmt.Errorf("ReceiveMessage: %w", err))
+					return
+				}
+				if len(out.Messages) == 0 {
+					continue
+				}
+				var handlers sync.WaitGroup
+				var failed atomic.Bool
+				entries := make([]types.DeleteMessageBatchRequestEntry, len(out.Messages))
+				for i, m := range out.Messages {
+					runs.started(aws.ToString(m.Body))
+					entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle}
+					if w.handler <= 0 {
+						continue
+					}
+					select {
+					case slots <- struct{}{}:
+					case <-ctx.Done():
+						failed.Store(true)
+					}
+					if failed.Load() {
+						break
+					}
+					handlers.Go(func() {
+						defer func() { <-slots }()
+						if work(ctx, w.handler) != nil {
+							failed.Store(true) // cut short by the end of the run
+						}
+					})
+				}
+				handlers.Wait()
+				if failed.Load() {
+					return
+				}
+				del, err := client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(url), Entries: entries})
+				if err == nil && len(del.Failed) > 0 {
+					err = fmt.Errorf("%d entries failed, e.g. %s", len(del.Failed), aws.ToString(del.Failed[0].Message))
+				}
+				if err != nil {
+					fail(fmt.Errorf("DeleteMessageBatch: %w", err))
+					return
+				}
+				line.add(len(del.Successful))
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return time.Time{}, errors.Join(collect(errs)...)
 }
 
 // runConsumer is an sqsconsumer.Consumer as a user would configure it for
@@ -153,7 +250,7 @@ receive:
 		msg, err := sub.Receive(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
-				recvErr = fmt.Errorf("Go CDK Receive: %w", err)
+				recvErr = fmt.Errorf("receiving with the Go CDK: %w", err)
 			}
 			break
 		}

@@ -27,16 +27,32 @@ type finishLine struct {
 	redelivered atomic.Int64
 	firstSeen   atomic.Int64 // ms from start to the first receive of a redelivered message
 
-	n       int64
-	done    atomic.Int64
-	once    sync.Once
-	at      time.Time // set once, before stop is called
-	stop    context.CancelFunc
-	reached chan struct{}
+	n        int64
+	done     atomic.Int64
+	once     sync.Once
+	at       time.Time // set once, before stop is called
+	stop     context.CancelFunc
+	reached  chan struct{}
+	halfOnce sync.Once
+	halfway  func() // called once, when half the n messages are deleted (nil: nothing)
 }
 
-func newFinishLine(n int, stop context.CancelFunc) *finishLine {
-	return &finishLine{start: time.Now(), n: int64(n), stop: stop, reached: make(chan struct{})}
+// newFinishLine is a line for n deletes that calls stop when they are in,
+// and the halfway hook of ctx (withHalfway), if any, when half are.
+func newFinishLine(ctx context.Context, n int, stop context.CancelFunc) *finishLine {
+	f := &finishLine{start: time.Now(), n: int64(n), stop: stop, reached: make(chan struct{})}
+	f.halfway, _ = ctx.Value(halfwayKey{}).(func())
+	return f
+}
+
+type halfwayKey struct{}
+
+// withHalfway gives the drain run with ctx a hook its finish line calls
+// once half its messages are deleted: measureDrain reads the server's
+// counters there, so that the second half's connections, past the cold
+// start, can be told apart.
+func withHalfway(ctx context.Context, f func()) context.Context {
+	return context.WithValue(ctx, halfwayKey{}, f)
 }
 
 // received notes a message's system attributes.
@@ -52,7 +68,11 @@ func (f *finishLine) received(attrs map[string]string) {
 
 // add counts k deletes.
 func (f *finishLine) add(k int) {
-	if f.done.Add(int64(k)) >= f.n {
+	done := f.done.Add(int64(k))
+	if f.halfway != nil && 2*done >= f.n {
+		f.halfOnce.Do(f.halfway)
+	}
+	if done >= f.n {
 		f.once.Do(func() {
 			f.at = time.Now()
 			close(f.reached)
@@ -97,7 +117,7 @@ func rawLoop() contender { return contender{name: "raw", drain: drainRaw} }
 func drainRaw(ctx context.Context, client *sqs.Client, url string, n int, cfg benchConfig) (drained, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	line := newFinishLine(n, cancel)
+	line := newFinishLine(ctx, n, cancel)
 	var wg sync.WaitGroup
 	errs := make(chan error, cfg.Pollers)
 	for range cfg.Pollers {
@@ -173,7 +193,7 @@ func consumerLoop(concurrency int) contender {
 func drainConsumer(ctx context.Context, client *sqs.Client, url string, n int, cfg benchConfig, concurrency int) (drained, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	line := newFinishLine(n, cancel)
+	line := newFinishLine(ctx, n, cancel)
 	var failed atomic.Int64
 	c, err := sqsconsumer.New(client, url,
 		sqsconsumer.HandlerFunc(func(context.Context, *sqsconsumer.Message) error { return nil }),

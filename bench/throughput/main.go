@@ -1,15 +1,51 @@
 // Command throughput measures how close the Consumer comes to the fastest
-// possible loop over the same SQS endpoint, and how many API calls it makes
-// per message.
+// possible loop over the same SQS endpoint, how many API calls it makes per
+// message, what CPU it spends per message, and how many connections (and
+// TLS handshakes) it makes its HTTP client open, talking to SQS as users
+// do: over HTTPS, with the SDK's default HTTP client.
 //
 // It is a module of its own (it measures the Go CDK, which the library's
 // module does not require), so it runs from its directory:
 //
 //	cd bench/throughput
-//	go run .                                        # in-process sqstest on a loopback listener
-//	go run . -endpoint http://127.0.0.1:9324        # e.g. go run ./cmd/sqstest from the root
+//	go run .                                        # HTTPS to sqstest in a child process
 //	go run . -rtt 10ms                              # every SQS call 10 ms longer
-//	go run . -matrix -endpoint http://127.0.0.1:9324
+//	go run . -matrix -rtt 10ms -handlers 0,5ms -contenders raw,sqsconsumer,gocdk -n 20000 -row 0
+//	go run . -plain                                 # plain HTTP instead
+//	go run . -endpoint http://127.0.0.1:9324        # proxy to another SQS (e.g. go run ./cmd/sqstest)
+//
+// # The server side
+//
+// The contenders talk to a server side on loopback: sqstest (or, with
+// -endpoint, a reverse proxy to that endpoint) behind a listener that
+// counts every connection it accepts, every TLS handshake it completes and
+// every request by SQS action, and answers every request -rtt later than
+// sqstest does (half before, half after, on timers of the request's own),
+// so that, as on a real network, a connection is busy for the whole round
+// trip. By default the listener speaks TLS 1.3 with a self-signed ECDSA
+// P-256 certificate made at start and offers only HTTP/1.1 (as SQS serves
+// the AWS JSON protocol); -h2 offers HTTP/2 first (whether SQS negotiates
+// h2 is not confirmed; the SDK's client takes it if offered) and -plain
+// serves plain HTTP/1.1. The server side runs in a child process (this
+// program again) unless -server inprocess, so the bench process's CPU time
+// is the client's alone; the child's CPU is reported beside it. Every
+// measurement gets a fresh sqstest server, and every connection is closed
+// before it starts, so a contender starts cold, like a new process.
+//
+// # The client
+//
+// Every contender's SQS client is built with sqs.New from static
+// credentials, a fixed region and, as HTTP client,
+// awshttp.NewBuildableClient(): what sqs.NewFromConfig uses when the
+// configuration names no client (MaxIdleConnsPerHost 10), changed only to
+// trust the bench's certificate. It is never built from the default AWS
+// configuration: ambient AWS settings must not change a benchmark against
+// a local endpoint (and AWS_CA_BUNDLE makes config.LoadDefaultConfig refuse
+// a client it cannot add the bundle to). -pool N keeps N idle connections
+// per host instead; with -matrix, -pool default,256 measures both. Every
+// measurement gets a new client, so every pool starts empty.
+//
+// # Raw loop against Consumers (the default)
 //
 // Each round gives every contender a queue of -n messages (default 5,000)
 // to drain, in an order that rotates from round to round (-rounds, default
@@ -25,54 +61,57 @@
 //     The default list is 10 per poller (the concurrency whose default
 //     poller count equals -pollers) and 50 per poller.
 //
-// Every contender asks for the same message attributes and uses the same
-// HTTP client. The report gives messages per second, the ratio to the raw
-// loop of the same round, API calls per message (HTTP requests counted on
-// the client, so retries would count too), process CPU time per message
-// (client and, in-process, server), KB allocated and GC cycles per message
-// (in this small-heap process the GC runs every 2 to 3 MB allocated, so
-// allocation is CPU), TCP connections opened, and the messages delivered
-// twice: a
-// clean drain has none, and each one means the drain waited out a 30 s
-// visibility timeout, which wrecks that round's rate. Failed HTTP requests
-// are listed at the end (the long polls cancelled when a drain ends are
-// expected there). -cpuprofile writes a profile whose samples carry the
-// contender as a label: go tool pprof -tagfocus contender=raw.
+// Every contender asks for the same message attributes. The report gives
+// messages per second, the ratio to the raw loop of the same round, API
+// calls per message (requests counted by the server side, so retries
+// count too), process CPU time per message, KB allocated and GC cycles
+// per message (in this small-heap process the GC runs every 2 to 3 MB
+// allocated, so allocation is CPU), new connections and TLS handshakes per
+// 1,000 messages, and the messages delivered twice: a clean drain has none,
+// and each one means the drain waited out a 30 s visibility timeout, which
+// wrecks that round's rate. Failed requests are listed at the end, and
+// apart from them the long polls cancelled when a drain ends. -cpuprofile
+// writes a profile whose samples carry the contender as a label: go tool
+// pprof -tagfocus contender=raw.
 //
-// -rtt adds a round-trip time to every SQS call the contenders make (half
-// before the request is sent, half after the response arrives, each call on
-// its own timer), as a network to SQS would; setting up the queues does not
-// pay it.
+// # The matrix
 //
 // -matrix measures what users see instead: for each RTT (-rtt, default 0
-// and 10 ms), each handler duration (-handlers, default none, 5 ms and
-// 50 ms) and each concurrency C (-concurrency, default 20 and 100), three
-// contenders drain a queue (about a second's worth at the ideal rate, at
-// most -n messages; -rounds, default 1, drains each):
+// and 10 ms), each client (-pool), each handler duration (-handlers,
+// default none, 5 ms and 50 ms) and each concurrency C (-concurrency,
+// default 20 and 100), the contenders (-contenders, default all) drain a
+// queue (about a second's worth at the ideal rate, at most -n messages;
+// -row 0 makes it -n; -rounds, default 1, drains each):
 //
+//   - raw: the reference of each row: pollers enough to cover the round
+//     trips at the row's ideal rate (-raw-pollers overrides), each
+//     receiving 10, running their handlers (at most C at once), deleting
+//     them in one batch.
 //   - sqsconsumer: a Consumer with WithConcurrency(C), the default pollers.
 //   - Go CDK: gocloud.dev/pubsub/awssnssqs, Receive in a loop, a handler
 //     goroutine per message behind a semaphore of C, Ack.
 //   - naive: C goroutines, each receiving 10 and handling them one by one,
 //     with a DeleteMessage after each.
 //
-// The raw loop runs once per RTT; at RTT 0 its rate is the CPU ceiling. At
-// a longer RTT it runs again with pollers enough to cover the round trips,
-// and the lower of the two rates is that RTT's ceiling. Each row's ideal is
-// min(C/takes, ceiling), where takes is what a handler call really takes
-// on this machine with C of them at once and nothing else running (a 5 ms
-// timer fires after 5.2-5.7 ms on a busy VM). The report gives each
-// contender's messages per second, its ratio to the ideal, its API calls
+// Every figure of a row comes with its ratio to the raw loop's in the same
+// round. Before the rows, at each RTT and with each client, the bare raw
+// loop (no handler) runs with -pollers (at least 8 above RTT 0), then
+// twice as many, and so on while its rate grows by more than 10 % (at most
+// 256): its best rate is the CPU ceiling, and its pollers are the raw
+// loop's in the rows bound by the CPU. Each row's ideal is min(C/takes, ceiling), where
+// takes is what a handler call really takes on this machine with C of them
+// at once and nothing else running (a 5 ms timer fires after 5.2-5.7 ms on
+// a busy VM). The report is Markdown: for each RTT and client a table whose
+// header states the RTT, the protocol, the client and the server, with
+// each contender's messages per second, its share of the ideal, CPU per
+// message (the bench's and the server's), new connections, TLS handshakes
+// and connections that carried no request per 1,000 messages, API calls
 // per message and, in rows with a handler, how busy its handler slots were
 // (handler time over C x elapsed: 1 means no slot ever waited for a
-// message). Then the overrun case (-overrun messages, default 40, 0
-// skips it) runs the three at once, at the largest RTT, with a lease of 3 s
-// and handlers of 4.5 s at concurrency 20, and counts the handler runs that
-// were duplicates.
-//
-// The SDK client is built with static credentials and a fixed region, never
-// from the default AWS configuration: this is a benchmark against a local
-// endpoint, and ambient AWS settings must not change it.
+// message). Then the overrun case (-overrun messages, default 40, 0 skips
+// it) runs every contender but the raw loop at once, at the largest RTT
+// with the first client, with a lease of 3 s and handlers of 4.5 s at
+// concurrency 20, and counts the handler runs that were duplicates.
 package main
 
 import (
@@ -92,9 +131,17 @@ import (
 
 // benchConfig is what one run measures.
 type benchConfig struct {
-	// Endpoint is an SQS endpoint to use; "" starts sqstest in-process on
-	// a loopback listener.
+	// Endpoint is an SQS endpoint to proxy to; "" serves sqstest.
 	Endpoint string
+	// Proto is how the contenders reach the server side: HTTPS with
+	// HTTP/1.1 (the default), HTTPS offering HTTP/2, or plain HTTP.
+	Proto protocol
+	// Place is where the server side runs: a child process (the default)
+	// or this one.
+	Place serverPlacement
+	// Pools lists the HTTP clients to measure with (see clientSpec);
+	// empty means the SDK's default. Without Matrix it holds at most one.
+	Pools []clientSpec
 	// Messages is how many messages each contender drains per round.
 	Messages int
 	// Warmup is how many messages each contender drains before the
@@ -120,6 +167,12 @@ type benchConfig struct {
 	// handler that returns at once); empty means 0, 5 ms and 50 ms.
 	// Concurrency lists the matrix's concurrencies; empty means 20 and 100.
 	Handlers []time.Duration
+	// Contenders lists the matrix's contenders by name (raw, sqsconsumer,
+	// gocdk, naive); empty means all.
+	Contenders []string
+	// RawPollers is the pollers of the matrix's raw loop; 0 sizes them to
+	// cover each row's round trips at its ideal rate.
+	RawPollers int
 	// Overrun is how many messages the overrun case drains; 0 skips it.
 	Overrun int
 	// OverrunLease, OverrunHandler and OverrunConcurrency shape the
@@ -129,7 +182,7 @@ type benchConfig struct {
 }
 
 func defaultConfig() benchConfig {
-	return benchConfig{Messages: 5_000, Warmup: 2_000, Rounds: 25, Pollers: 4, Wait: 20 * time.Second,
+	return benchConfig{Messages: 5_000, Warmup: 2_000, Rounds: 25, Pollers: 4, Wait: 20 * time.Second, Proto: protoHTTPS, Place: placeChild,
 		Overrun: 40, OverrunLease: 3 * time.Second, OverrunHandler: 4500 * time.Millisecond, OverrunConcurrency: 20}
 }
 
@@ -163,8 +216,25 @@ func parseDuration(s string) (time.Duration, error) {
 }
 
 func main() {
+	if opts, ok := os.LookupEnv(serverEnv); ok {
+		os.Exit(serveChild(opts, os.Stdin, os.Stdout, os.Stderr))
+	}
 	cfg := defaultConfig()
-	flag.StringVar(&cfg.Endpoint, "endpoint", "", "SQS endpoint URL (default: start sqstest in-process on 127.0.0.1)")
+	flag.StringVar(&cfg.Endpoint, "endpoint", "", "SQS endpoint URL to proxy to (default: serve sqstest)")
+	plain := flag.Bool("plain", false, "plain HTTP/1.1 instead of HTTPS")
+	h2 := flag.Bool("h2", false, "HTTPS offering HTTP/2 first (the SDK's client takes it; whether SQS offers it is unconfirmed)")
+	flag.Func("server", "where the server side runs: child (a child process, so this process's CPU is the client's alone; the default) or inprocess", func(v string) error {
+		switch p := serverPlacement(v); p {
+		case placeChild, placeInProcess:
+			cfg.Place = p
+			return nil
+		}
+		return fmt.Errorf("%q: want child or inprocess", v)
+	})
+	flag.Func("pool", "the contenders' HTTP client: default (the SDK's, 10 idle connections per host) or N idle connections per host; with -matrix a comma-separated list, e.g. default,256", func(v string) (err error) {
+		cfg.Pools, err = parseList(v, parsePool)
+		return err
+	})
 	flag.IntVar(&cfg.Messages, "n", cfg.Messages, "messages drained by each contender per round")
 	flag.IntVar(&cfg.Warmup, "warmup", cfg.Warmup, "messages drained by each contender before measuring")
 	flag.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "measured rounds (the order of the contenders rotates)")
@@ -188,11 +258,34 @@ func main() {
 		cfg.Handlers, err = parseList(v, parseDuration)
 		return err
 	})
+	flag.Func("contenders", "with -matrix: comma-separated contenders (raw, sqsconsumer, gocdk, naive; default all)", func(v string) (err error) {
+		cfg.Contenders, err = parseList(v, func(f string) (string, error) {
+			if _, ok := contenderNames[f]; !ok {
+				return "", fmt.Errorf("%q: want raw, sqsconsumer, gocdk or naive", f)
+			}
+			return f, nil
+		})
+		return err
+	})
+	flag.IntVar(&cfg.RawPollers, "raw-pollers", 0, "with -matrix: pollers of the raw loop (default: enough to cover each row's round trips at its ideal rate)")
 	flag.IntVar(&cfg.Overrun, "overrun", cfg.Overrun, "with -matrix: messages of the overrun case (lease 3s, handlers 4.5s, concurrency 20); 0 skips it")
 	flag.DurationVar(&cfg.Wait, "wait", cfg.Wait, "long-poll wait (whole seconds, 1s to 20s)")
 	flag.DurationVar(&rowTarget, "row", rowTarget, "with -matrix: about how long each row drains at the ideal rate (1s is mostly the start; 5s shows the steady pace)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "throughput: unexpected arguments %v\n", flag.Args())
+		os.Exit(2)
+	}
+	switch {
+	case *plain && *h2:
+		fmt.Fprintln(os.Stderr, "throughput: -plain and -h2 exclude each other")
+		os.Exit(2)
+	case *plain:
+		cfg.Proto = protoHTTP
+	case *h2:
+		cfg.Proto = protoHTTPS2
+	}
 	if cfg.Matrix {
 		roundsSet := false
 		flag.Visit(func(f *flag.Flag) { roundsSet = roundsSet || f.Name == "rounds" })
@@ -236,11 +329,17 @@ func run(ctx context.Context, out io.Writer, cfg benchConfig) error {
 	if cfg.Wait < time.Second || cfg.Wait > 20*time.Second || cfg.Wait%time.Second != 0 {
 		return errors.New("-wait must be whole seconds from 1s to 20s")
 	}
+	if len(cfg.Pools) == 0 {
+		cfg.Pools = []clientSpec{{}}
+	}
 	if cfg.Matrix {
 		return runMatrix(ctx, out, cfg)
 	}
 	if len(cfg.RTTs) > 1 {
 		return errors.New("-rtt takes a list only with -matrix")
+	}
+	if len(cfg.Pools) > 1 {
+		return errors.New("-pool takes a list only with -matrix")
 	}
 	var rtt time.Duration
 	if len(cfg.RTTs) == 1 {
@@ -257,13 +356,14 @@ func run(ctx context.Context, out io.Writer, cfg benchConfig) error {
 		contenders = append(contenders, consumerLoop(c))
 	}
 
-	b, err := newBench(cfg, rtt)
+	srv, err := startServer(serverOptions{Proto: cfg.Proto, Endpoint: cfg.Endpoint}, cfg.Place)
 	if err != nil {
 		return err
 	}
-	defer b.close()
-	fmt.Fprintf(out, "throughput: %d messages per drain, %d rounds, %d pollers per contender, %s, RTT %v added to every SQS call, GOMAXPROCS %d\n\n",
-		cfg.Messages, cfg.Rounds, cfg.Pollers, b.where, rtt, runtime.GOMAXPROCS(0))
+	defer srv.close()
+	b := newBench(cfg, srv, rtt, cfg.Pools[0])
+	fmt.Fprintf(out, "throughput: %d messages per drain, %d rounds, %d pollers per contender, GOMAXPROCS %d\n%s\nThe RTT is added on the server side to every SQS call of the contenders.\n\n",
+		cfg.Messages, cfg.Rounds, cfg.Pollers, runtime.GOMAXPROCS(0), b.setup())
 
 	if cfg.Warmup > 0 {
 		for _, c := range contenders {
@@ -283,6 +383,10 @@ func run(ctx context.Context, out io.Writer, cfg benchConfig) error {
 			results[i] = append(results[i], m)
 		}
 	}
-	report(out, contenders, results, b.counter.failures())
+	st, err := srv.stats(ctx)
+	if err != nil {
+		return err
+	}
+	report(out, contenders, results, st)
 	return nil
 }

@@ -3,44 +3,51 @@ package main
 import (
 	"context"
 	"net/http"
+	"strings"
+	"sync/atomic"
 	"time"
 )
 
-// delay adds a fixed round-trip time to every HTTP request, as a network
-// between the client and SQS would: half of it before the request is
-// forwarded, the other half after the response arrives. Every request waits
-// on a timer of its own, so concurrent calls overlap exactly as they would on
-// a real network (a request pays the RTT, not the requests before it). A
-// request whose context ends while it waits fails with the context's error,
-// as one cancelled in flight would.
-type delay struct {
-	rtt  time.Duration
-	next http.RoundTripper
+// front is the measured listener's handler: it counts every request by SQS
+// action and answers it a round-trip time later than next does, as a
+// network between the client and SQS would: half of the RTT before next
+// sees the request, the other half after next has answered (the answer is
+// held in memory meanwhile). Every request waits on timers of its own, so
+// concurrent calls overlap exactly as on a real network (a request pays the
+// RTT, not the requests before it), and the connection stays busy for the
+// whole round trip, as an HTTP/1.1 connection to SQS does. A request whose
+// client goes away while it waits is counted as cancelled and answered
+// nothing.
+type front struct {
+	rtt   *atomic.Int64 // the added round-trip time, ns; read per request
+	next  func() http.Handler
+	stats *connStats
 }
 
-func (d delay) RoundTrip(req *http.Request) (*http.Response, error) {
-	if d.rtt <= 0 {
-		return d.next.RoundTrip(req)
+func (f front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	action := strings.TrimPrefix(r.Header.Get("X-Amz-Target"), "AmazonSQS.")
+	f.stats.request(action, r.ProtoMajor)
+	rtt := time.Duration(f.rtt.Load())
+	ctx := r.Context()
+	next := f.next()
+	if err := pause(ctx, rtt/2); err != nil {
+		f.stats.cancelled(action)
+		return
 	}
-	out := d.rtt / 2
-	if err := pause(req.Context(), out); err != nil {
-		if req.Body != nil {
-			req.Body.Close() // a RoundTripper closes the body, even on error
-		}
-		return nil, err
+	rec := newBufferedResponse()
+	next.ServeHTTP(rec, r)
+	if err := pause(ctx, rtt-rtt/2); err != nil {
+		f.stats.cancelled(action)
+		return
 	}
-	resp, err := d.next.RoundTrip(req)
-	if err != nil {
-		return nil, err
+	if rec.status/100 != 2 {
+		f.stats.failed(action, rec)
 	}
-	if err := pause(req.Context(), d.rtt-out); err != nil {
-		resp.Body.Close()
-		return nil, err
-	}
-	return resp, nil
+	rec.writeTo(w)
 }
 
-// pause waits for d, or until ctx ends, whichever comes first.
+// pause waits for d, or until ctx ends, whichever comes first; it fails
+// with ctx's error if ctx has ended, even for d ≤ 0.
 func pause(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()

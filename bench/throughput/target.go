@@ -2,41 +2,36 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"runtime"
 	"runtime/pprof"
-	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-
-	"github.com/sqskit/sqsconsumer/sqstest"
 )
 
-// bench is the endpoint side of a run: it makes a fresh queue, filled with
-// n messages, for every measurement.
+// bench is one way of reaching the server side: a round-trip time and an
+// HTTP client. It makes a fresh queue, filled with n messages, for every
+// measurement.
 type bench struct {
-	cfg     benchConfig
-	where   string
-	rtt     time.Duration // added to every measured SQS call (see delay)
-	counter *callCounter
-	// target makes a queue named name holding n messages, and a client
-	// for it. Every measurement drains a queue of its own: a long poll
-	// cancelled at the end of the previous one may still be waiting on
-	// the server, and if it saw new messages arrive it would take them
-	// invisible for the visibility timeout.
-	// attrs are the queue's attributes (e.g. VisibilityTimeout).
-	// Filling the queue does not pay the RTT; the client handed to the
-	// contender does.
-	target func(ctx context.Context, name string, n int, attrs map[string]string) (*target, error)
-	close  func()
+	cfg    benchConfig
+	srv    *serverConn
+	rtt    time.Duration // added to every measured SQS call (see front)
+	client clientSpec
+}
+
+func newBench(cfg benchConfig, srv *serverConn, rtt time.Duration, client clientSpec) *bench {
+	return &bench{cfg: cfg, srv: srv, rtt: rtt, client: client}
+}
+
+// setup states the RTT, protocol, client and server of b's figures.
+func (b *bench) setup() string {
+	return fmt.Sprintf("RTT %v · %s · client: %s · server: %s",
+		b.rtt, b.srv.opts.Proto, b.client.describe(b.srv.opts.Proto.tls()), b.srv.where())
 }
 
 // queuesMade numbers the queues of the process: a name must not repeat
@@ -51,93 +46,37 @@ func queueName(kind string) string {
 
 // target is one queue to drain.
 type target struct {
-	client *sqs.Client // pays the bench's RTT; its calls are counted
-	filler *sqs.Client // neither: for setting up and inspecting the queue
+	// client is the contender's: an SQS client of its own on a new HTTP
+	// client of b's kind, so every measurement starts with an empty pool,
+	// as a new process would. Its calls pay the RTT and are counted.
+	client *sqs.Client
+	filler *sqs.Client // neither: for inspecting and deleting the queue
 	url    string
 	close  func()
 }
 
-// newBench prepares the endpoint side of a run whose measured SQS calls
-// each take rtt longer (0: loopback as it is).
-func newBench(cfg benchConfig, rtt time.Duration) (*bench, error) {
-	counter := newCallCounter()
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	// Every poller holds a connection in its long poll and the batch calls
-	// need more: without enough idle connections kept per host, each
-	// request would open (and leave in TIME_WAIT) a new one.
-	tr.MaxIdleConns = 0
-	tr.MaxIdleConnsPerHost = 4*cfg.Pollers + 32
-	tr.DialContext = counter.dial((&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext)
-	// The counter sees each call as the contender does: its RTT included.
-	httpClient := &http.Client{Transport: counter.wrap(delay{rtt: rtt, next: sqstest.RebufferingTransport(tr)})}
-	fillHTTP := &http.Client{Transport: sqstest.RebufferingTransport(tr)}
-	newClient := func(endpoint string, hc *http.Client) *sqs.Client {
-		return sqs.New(sqs.Options{
-			Region:       "us-east-1",
-			Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
-			BaseEndpoint: aws.String(endpoint),
-			HTTPClient:   hc,
-		})
+// target makes a queue named name holding n messages with attributes attrs
+// (e.g. VisibilityTimeout), and a client for it. Filling the queue does
+// not pay the RTT and is not counted; the client handed to the contender
+// does and is. Every measurement drains a queue of its own: a long poll
+// cancelled at the end of the previous one may still be waiting on the
+// server, and if it saw new messages arrive it would take them invisible
+// for the visibility timeout.
+func (b *bench) target(ctx context.Context, name string, n int, attrs map[string]string) (*target, error) {
+	url, err := b.srv.createQueue(ctx, name, n, attrs)
+	if err != nil {
+		return nil, fmt.Errorf("preparing queue %s of %d messages: %w", name, n, err)
 	}
-
-	if cfg.Endpoint != "" {
-		client := newClient(cfg.Endpoint, httpClient)
-		filler := newClient(cfg.Endpoint, fillHTTP)
-		return &bench{
-			cfg:     cfg,
-			where:   "endpoint " + cfg.Endpoint,
-			rtt:     rtt,
-			counter: counter,
-			target: func(ctx context.Context, name string, n int, attrs map[string]string) (*target, error) {
-				out, err := filler.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: attrs})
-				if err != nil {
-					return nil, fmt.Errorf("creating queue %s at %s: %w", name, cfg.Endpoint, err)
-				}
-				url := aws.ToString(out.QueueUrl)
-				if err := sendBatches(ctx, filler, url, n); err != nil {
-					return nil, err
-				}
-				return &target{client: client, filler: filler, url: url, close: func() {
-					_, _ = filler.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: aws.String(url)})
-				}}, nil
-			},
-			close: tr.CloseIdleConnections,
-		}, nil
-	}
-
-	// In-process, every measurement gets a server of its own: sqstest keeps
-	// every message and receipt handle for inspection, and a heap grown by
-	// earlier rounds would slow later ones down through the GC.
-	return &bench{
-		cfg:     cfg,
-		where:   "in-process sqstest on a loopback listener",
-		rtt:     rtt,
-		counter: counter,
-		target: func(_ context.Context, name string, n int, attrs map[string]string) (*target, error) {
-			// The listener exists before the server, so queue URLs name it.
-			ts := httptest.NewUnstartedServer(nil)
-			srv := sqstest.NewServer(sqstest.WithBaseURL("http://" + ts.Listener.Addr().String()))
-			ts.Config.Handler = srv.Handler()
-			ts.Start()
-			stop := func() {
-				srv.Close()
-				ts.Close()
-				tr.CloseIdleConnections()
-			}
-			url, err := srv.CreateQueue(name, attrs)
-			if err != nil {
-				stop()
-				return nil, err
-			}
-			for i := range n {
-				if _, err := srv.Send(url, "message "+strconv.Itoa(i)); err != nil {
-					stop()
-					return nil, err
-				}
-			}
-			return &target{client: newClient(ts.URL, httpClient), filler: newClient(ts.URL, fillHTTP), url: url, close: stop}, nil
+	filler := b.srv.filler
+	return &target{
+		client: newSQSClient(b.srv.urls.URL, b.client.httpClient(b.srv.roots)),
+		filler: filler,
+		url:    url,
+		close: func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, _ = filler.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(url)})
 		},
-		close: tr.CloseIdleConnections,
 	}, nil
 }
 
@@ -155,33 +94,77 @@ func (b *bench) measureWith(ctx context.Context, c contender, n int, cfg benchCo
 	})
 }
 
-// measureDrain makes a queue of n messages with attributes attrs
-// (unmeasured), then times drain emptying it; name labels the profile.
+// measureDrain makes a fresh server with a queue of n messages with
+// attributes attrs (unmeasured), then times drain emptying it; name labels
+// the profile.
 func (b *bench) measureDrain(ctx context.Context, name string, n int, attrs map[string]string,
 	drain func(ctx context.Context, client *sqs.Client, url string) (drained, error)) (measurement, error) {
+	if err := b.srv.fresh(ctx, b.rtt); err != nil {
+		return measurement{}, err
+	}
 	t, err := b.target(ctx, queueName("throughput"), n, attrs)
 	if err != nil {
-		return measurement{}, fmt.Errorf("preparing a queue of %d messages: %w", n, err)
+		return measurement{}, err
 	}
 	defer t.close()
 	runtime.GC()
-	b.counter.reset()
+	if err := b.srv.reset(ctx); err != nil {
+		return measurement{}, err
+	}
+	s0, err := b.srv.stats(ctx)
+	if err != nil {
+		return measurement{}, err
+	}
 	var mem0, mem1 runtime.MemStats
 	runtime.ReadMemStats(&mem0)
 	cpu0 := cpuTime()
 	start := time.Now()
 	// The label lets a -cpuprofile be split by contender
 	// (go tool pprof -tagfocus contender=raw).
+	// Halfway through, the server's counters once more (one control call,
+	// on a goroutine of its own so the drain does not wait for it).
+	var (
+		mid      serverStats
+		midErr   error
+		midDone  = make(chan struct{})
+		halfway  = make(chan struct{})
+		finished = make(chan struct{})
+	)
+	go func() {
+		defer close(midDone)
+		select {
+		case <-halfway:
+			mid, midErr = b.srv.stats(ctx)
+		case <-finished:
+			midErr = errors.New("the drain ended before half its messages were deleted")
+		}
+	}()
 	var d drained
-	pprof.Do(ctx, pprof.Labels("contender", name), func(ctx context.Context) {
+	pprof.Do(withHalfway(ctx, func() { close(halfway) }), pprof.Labels("contender", name), func(ctx context.Context) {
 		d, err = drain(ctx, t.client, t.url)
 	})
+	close(finished)
+	<-midDone
 	if err != nil {
 		return measurement{}, err
 	}
+	if midErr != nil {
+		return measurement{}, fmt.Errorf("reading the counters halfway: %w", midErr)
+	}
 	cpu := cpuTime() - cpu0
 	runtime.ReadMemStats(&mem1)
-	return measurement{messages: n, elapsed: d.end.Sub(start), calls: b.counter.snapshot(), cpu: cpu, dials: int(b.counter.dials.Load()),
+	s1, err := b.srv.stats(ctx)
+	if err != nil {
+		return measurement{}, err
+	}
+	m := measurement{messages: n, elapsed: d.end.Sub(start), calls: s1.Calls, cpu: cpu,
+		conns: int(s1.Conns), handshakes: int(s1.Handshakes), unused: int(s1.Unused),
+		lateConns: int(s1.Conns - mid.Conns), lateMessages: n / 2,
+		requests: int(s1.Requests), http2: int(s1.HTTP2),
 		allocs: mem1.TotalAlloc - mem0.TotalAlloc, gcs: mem1.NumGC - mem0.NumGC,
-		redelivered: d.redelivered, note: d.note}, nil
+		redelivered: d.redelivered, receivedAgain: s1.ReceivedAgain, note: d.note}
+	if b.srv.place == placeChild {
+		m.serverCPU = s1.CPU - s0.CPU
+	}
+	return m, nil
 }

@@ -10,20 +10,32 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestRun drains small queues with every contender over a real loopback
-// listener: the program under test is about sockets and HTTP, so it cannot
-// run in a synctest bubble. Nothing in it sleeps; a drain ends when its
-// last delete is confirmed, and the 1 s long poll bounds the shutdown.
+// TestRun drains small queues with every contender over plain HTTP, the
+// server side in this process, on real loopback listeners: the program
+// under test is about sockets and HTTP, so it cannot run in a synctest
+// bubble. Nothing in it sleeps; a drain ends when its last delete is
+// confirmed, and the 1 s long poll bounds the shutdown. The RTT is 1 ms:
+// at 0 the SDK's client can lose an answer to its request-body race
+// (sqstest's package documentation, "Over a real socket") and stall for
+// the 30 s visibility timeout.
 func TestRun(t *testing.T) {
 	t.Parallel()
 	cfg := defaultConfig()
 	cfg.Messages, cfg.Warmup, cfg.Rounds, cfg.Pollers = 300, 50, 2, 2
 	cfg.Concurrency = []int{20, 60}
 	cfg.Wait = time.Second
+	cfg.Proto, cfg.Place = protoHTTP, placeInProcess
+	cfg.RTTs = []time.Duration{time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	var out bytes.Buffer
-	require.NoError(t, run(context.Background(), &out, cfg))
+	require.NoError(t, run(ctx, &out, cfg))
 	t.Log("\n" + out.String())
-	for _, want := range []string{"raw", "consumer c=20", "consumer c=60", "median msg/s", "DeleteMessageBatch", "redelivered"} {
+	for _, want := range []string{
+		"raw", "consumer c=20", "consumer c=60", "median msg/s", "DeleteMessageBatch", "redelivered",
+		"plain HTTP/1.1 · client: the SDK's default HTTP client", "sqstest in this process (CPU figures include the server's)",
+		"conns/1k msg", "TLS handshakes/1k msg",
+	} {
 		require.Contains(t, out.String(), want)
 	}
 	require.NotContains(t, out.String(), "delivered twice")
@@ -33,10 +45,13 @@ func TestRun(t *testing.T) {
 // delete, and redeliveries noticed from the receive count.
 func TestFinishLine(t *testing.T) {
 	t.Parallel()
-	stopped := false
-	f := newFinishLine(20, func() { stopped = true })
+	stopped, halfway := false, 0
+	f := newFinishLine(withHalfway(context.Background(), func() { halfway++ }), 20, func() { stopped = true })
 	f.received(map[string]string{"ApproximateReceiveCount": "1"})
-	f.add(10)
+	f.add(9)
+	require.Zero(t, halfway)
+	f.add(1)
+	require.Equal(t, 1, halfway, "half of the 20 deleted")
 	_, err := f.result()
 	require.ErrorContains(t, err, "stopped after 10 of 20 messages")
 	require.False(t, stopped)
@@ -46,6 +61,7 @@ func TestFinishLine(t *testing.T) {
 	f.received(map[string]string{"ApproximateReceiveCount": "3"})
 	f.add(10)
 	require.True(t, stopped)
+	require.Equal(t, 1, halfway, "called once")
 	d, err := f.result()
 	require.NoError(t, err)
 	require.False(t, d.end.IsZero())
