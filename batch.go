@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -174,6 +173,8 @@ type batcher struct {
 	owner  atomic.Pointer[Consumer] // set by New
 	c      *Consumer                // the owner, once attached
 	direct bool                     // set by New: no middleware, see join
+	order  *groupOrder              // the owner's FIFO group order
+	ev     *eventSink               // the owner's events
 
 	// mu guards the fields below, the batches (hbatch) and the members
 	// (member, and delivery.bm). Lock order: mu before the groupOrder's
@@ -252,9 +253,16 @@ func (b *batcher) attach(c *Consumer, direct bool) bool {
 	if !b.owner.CompareAndSwap(nil, c) {
 		return false
 	}
-	b.c, b.direct = c, direct
+	b.c, b.direct, b.order, b.ev = c, direct, &c.order, &c.ev
 	return true
 }
+
+// maxSize is the most messages a batch holds (Batch's size).
+func (b *batcher) maxSize() int { return b.size }
+
+// joinsDirectly reports whether messages join without a goroutine of
+// their own (no middleware: see join).
+func (b *batcher) joinsDirectly() bool { return b.direct }
 
 // poison fails the members among ds, later messages of a FIFO group whose
 // earlier one will not be done, with earlierFailed: at once when they
@@ -334,7 +342,7 @@ func (b *batcher) cascadeLocked(mb *member) {
 	if mb.d == nil {
 		return
 	}
-	for _, later := range b.c.order.handBack(mb.d) {
+	for _, later := range b.order.handBack(mb.d) {
 		if lb := later.bm; lb != nil && lb.joined && !lb.running {
 			b.finishLocked(lb, earlierFailed)
 		}
@@ -345,7 +353,7 @@ func (b *batcher) cascadeLocked(mb *member) {
 // forming batch, in order, as far as every earlier member is in that batch
 // too.
 func (b *batcher) advanceLocked(d *delivery) {
-	for _, x := range b.c.order.group(d) {
+	for _, x := range b.order.group(d) {
 		mb := x.bm
 		if mb == nil || !mb.joined || mb.running || mb.finished {
 			return // an earlier member is not in the forming batch
@@ -477,125 +485,12 @@ func (b *batcher) handOff(w batchWork) {
 	}
 }
 
-// sendLocked takes bt for its runner: members whose context has ended
-// leave it, the rest are fixed and running, and ctx is the context of the
-// call of h. ok is false when there is nothing to send: another runner
-// took it, no member is left, or the shutdown began (its members then
-// leave with errGatheringAtShutdown).
-func (b *batcher) sendLocked(bt *hbatch) (ctx context.Context, ok bool) {
-	if bt.sent {
-		return nil, false
-	}
-	if b.stopping {
-		for _, mb := range slices.Clone(bt.members) {
-			b.finishLocked(mb, errGatheringAtShutdown)
-		}
-	}
-	if slices.ContainsFunc(bt.members, func(mb *member) bool { return mb.ctx.Err() != nil }) {
-		for _, mb := range slices.Clone(bt.members) {
-			if mb.ctx.Err() != nil {
-				b.finishLocked(mb, context.Cause(mb.ctx))
-			}
-		}
-	}
-	bt.sent = true
-	if b.forming == bt {
-		b.forming = nil
-	}
-	if bt.timer != nil {
-		bt.timer.Stop()
-	}
-	if len(bt.members) == 0 {
-		return nil, false
-	}
-	for _, mb := range bt.members {
-		mb.running = true
-		if mb.unwatch != nil {
-			mb.unwatch() // the call's watch takes over (see ended)
-			mb.unwatch = nil
-		}
-	}
-	ctx, bt.cancel = context.WithCancelCause(context.Background())
-	b.watchLocked(bt)
-	return ctx, true
-}
-
-// watchLocked makes the call's context of bt follow its members': it is
-// cancelled when a member's context ends for a reason that concerns the
-// whole call (the shutdown's ErrShutdown, a handler timeout) or when
-// every member's has ended. One member is watched at a time, the one
-// whose context has the earliest deadline (the first to time out), or
-// the first still live: a shutdown ends them all at once, and when the
-// watched one ends otherwise the watch moves on to one still live.
-func (b *batcher) watchLocked(bt *hbatch) {
-	var w *member
-	var wd time.Time
-	wok := false
-	for _, mb := range bt.members {
-		if mb.ctx.Err() != nil {
-			bt.lastCause = context.Cause(mb.ctx)
-			if wholeCall(bt.lastCause) {
-				bt.stopWatch = nil
-				bt.cancel(bt.lastCause)
-				return
-			}
-			continue
-		}
-		d, ok := mb.ctx.Deadline()
-		if w == nil || ok && (!wok || d.Before(wd)) {
-			w, wd, wok = mb, d, ok
-		}
-	}
-	if w == nil {
-		bt.stopWatch = nil
-		bt.cancel(bt.lastCause)
-		return
-	}
-	bt.stopWatch = context.AfterFunc(w.ctx, func() { b.watched(bt, w) })
-}
-
-// watched takes the end of the context of bt's watched member w.
-func (b *batcher) watched(bt *hbatch, w *member) {
-	cause := context.Cause(w.ctx)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	switch {
-	case bt.over:
-	case wholeCall(cause):
-		bt.cancel(cause)
-	default:
-		bt.lastCause = cause
-		b.watchLocked(bt)
-	}
-}
-
-// wholeCall reports whether a member's context ended for a reason that
-// ends the whole call: the shutdown, or a handler timeout.
-func wholeCall(cause error) bool {
-	return errors.Is(cause, ErrShutdown) || errors.Is(cause, context.DeadlineExceeded)
-}
-
-// ended takes the end of the context of a joined member that is not
-// running: it leaves its batch (on FIFO queues the group's later members
-// wait until its lease ends, then fail). A running member's end is the
-// call's watch's business (watchLocked).
-func (b *batcher) ended(mb *member) {
-	cause := context.Cause(mb.ctx)
-	b.mu.Lock()
-	if !mb.running {
-		b.finishLocked(mb, cause)
-	}
-	w := b.takeLocked()
-	b.mu.Unlock()
-	b.handOff(w)
-}
-
 // HandleMessage joins m to a batch and returns its result in the batch.
 // It is the way in with middleware; see batcher.
 func (b *batcher) HandleMessage(ctx context.Context, m *Message) error {
 	var d *delivery
 	if m.Lease != nil {
-		d, _ = m.Lease.holder.(*delivery)
+		d, _ = m.Lease.holderOf().(*delivery)
 	}
 	mb := &member{m: m, d: d, ctx: ctx, joined: true, wake: make(chan struct{}, 1)}
 	b.mu.Lock()
@@ -638,9 +533,9 @@ func (b *batcher) enterLocked(mb *member) {
 	switch {
 	case b.stopping:
 		b.finishLocked(mb, errGatheringAtShutdown)
-	case mb.d != nil && b.c.order.returning(mb.d):
+	case mb.d != nil && b.order.returning(mb.d):
 		b.finishLocked(mb, earlierFailed)
-	case mb.d != nil && b.c.order.ordered(mb.d):
+	case mb.d != nil && b.order.ordered(mb.d):
 		b.advanceLocked(mb.d)
 	default:
 		b.admitLocked(mb)
@@ -653,166 +548,15 @@ func (b *batcher) enterLocked(mb *member) {
 // back instead.
 func (b *batcher) join(d *delivery) {
 	c := b.c
-	if c.stopping.Load() {
+	if c.shuttingDown() {
 		c.goSettle(func() { c.settleAndStart(d, nil, false) })
 		return
 	}
-	d.handlerStarts(time.Now())
-	c.observe(EventStarted, d, nil)
-	ctx := d.ctx
-	var cancel context.CancelFunc
-	if c.s.handlerTimeout > 0 {
-		ctx, cancel = context.WithTimeout(ctx, c.s.handlerTimeout)
-	}
+	ctx, cancel := c.startHandler(d)
 	mb := &member{m: &d.msg, d: d, ctx: ctx, cancel: cancel, joined: true}
 	b.mu.Lock()
 	b.enterLocked(mb)
 	w := b.takeLocked()
 	b.mu.Unlock()
 	b.handOff(w)
-}
-
-// runDirect sends bt, when direct, and settles its members: successes
-// here (their deletes are batched without waiting), failures each on a
-// goroutine of its own, since a release waits for SQS. Then it returns the
-// next batch that fell due meanwhile (pending), typically the one its own
-// settling filled, for its worker to send next (serve): a steady stream of
-// batches needs no goroutine hand-off at all.
-func (b *batcher) runDirect(bt *hbatch) (next *hbatch, ok bool) {
-	b.mu.Lock()
-	ctx, sent := b.sendLocked(bt)
-	w := b.takeLocked()
-	b.mu.Unlock()
-	b.handOff(w)
-	if sent {
-		b.run(bt, ctx, nil)
-		b.mu.Lock()
-		b.settlers++
-		b.mu.Unlock()
-		for _, mb := range bt.members {
-			if mb.err == nil {
-				b.settleMember(mb)
-			} else {
-				b.c.goSettle(func() { b.settleMember(mb) })
-			}
-		}
-		b.mu.Lock()
-		b.settlers--
-	} else {
-		b.mu.Lock()
-	}
-	var rest []*hbatch
-	if len(b.pending) > 0 {
-		next = b.pending[0]
-		b.pending = b.pending[1:]
-		if b.settlers == 0 {
-			rest, b.pending = b.pending, nil // nobody else will send them
-		}
-	}
-	b.mu.Unlock()
-	for _, r := range rest {
-		b.c.startBatch(r)
-	}
-	return next, next != nil
-}
-
-// settleMember settles a finished direct member, as Consumer.handle does
-// once its handler returned.
-func (b *batcher) settleMember(mb *member) {
-	d := mb.d
-	if mb.unwatch != nil {
-		mb.unwatch()
-	}
-	d.inHandler.Store(false)
-	b.c.settleAndStart(d, mb.err, true)
-	if mb.cancel != nil {
-		mb.cancel()
-	}
-}
-
-// run calls h for bt, sent by sendLocked, and sets every member's result;
-// self is the member whose goroutine runs it, if any (it needs no token).
-func (b *batcher) run(bt *hbatch, ctx context.Context, self *member) {
-	members := bt.members
-	msgs := make([]*Message, len(members))
-	for i, mb := range members {
-		msgs[i] = mb.m
-	}
-	begun := time.Now()
-	err := b.call(ctx, msgs)
-	results, err := b.results(members, err)
-	b.c.ev.emitBatch(msgs, begun, err)
-
-	b.mu.Lock()
-	bt.over = true
-	if bt.stopWatch != nil {
-		bt.stopWatch()
-	}
-	ds := make([]*delivery, len(members))
-	for i, mb := range members {
-		ds[i] = mb.d
-	}
-	// On a FIFO queue a member whose group's earlier member in this batch
-	// failed, lost its lease or was released by h itself (not done, for
-	// the group's order), or that was handed back meanwhile, does not
-	// count as done, whatever h said of it.
-	earlier := b.c.order.earlierFailed(ds, func(i int) bool {
-		return results != nil && results[i] != nil || ds[i].lease.undone()
-	})
-	for i, mb := range members {
-		var rerr error
-		if results != nil {
-			rerr = results[i]
-		}
-		if earlier[i] {
-			rerr = earlierFailed
-		}
-		mb.finished, mb.err = true, rerr
-		if mb.wake != nil && mb != self {
-			signal(mb.wake)
-		}
-	}
-	b.mu.Unlock()
-	bt.cancel(context.Canceled)
-}
-
-// results turns h's error into one per member; nil when all succeeded.
-func (b *batcher) results(members []*member, err error) ([]error, error) {
-	if err == nil {
-		return nil, nil
-	}
-	out := make([]error, len(members))
-	var bf BatchFailures
-	switch {
-	case errors.As(err, &bf):
-		index := make(map[string]int, len(members))
-		for i, mb := range members {
-			index[mb.m.ID] = i
-		}
-		for id, e := range bf {
-			i, ok := index[id]
-			if !ok {
-				err = fmt.Errorf("sqsconsumer: the batch handler reported message %q, which is not in its batch; failing the whole batch: %w", id, err)
-				for i := range out {
-					out[i] = err
-				}
-				return out, err
-			}
-			out[i] = e
-		}
-		return out, err
-	}
-	for i := range out {
-		out[i] = err
-	}
-	return out, err
-}
-
-// call runs h, turning a panic into a *PanicError (protect).
-func (b *batcher) call(ctx context.Context, msgs []*Message) error {
-	err := protect(func() error { return b.h(ctx, msgs) })
-	if pe, ok := err.(*PanicError); ok && pe.recovered {
-		b.c.log(slog.LevelError, "sqsconsumer: batch handler panicked; the whole batch failed", "messages", len(msgs), "panic", fmt.Sprint(pe.Value), "at", pe.at)
-	}
-	return err
 }

@@ -423,10 +423,11 @@ func (b *breaker) stop() {
 	}
 }
 
-// newBreaker makes the breaker of cfg wired to the Consumer and its flow.
-func (c *Consumer) newBreaker(cfg Breaker, fl *flow) *breaker {
+// newBreaker makes the breaker of cfg wired to the Consumer (and, through
+// it, to the flow, which is made after it).
+func (c *Consumer) newBreaker(cfg Breaker) *breaker {
 	b := newBreaker(cfg)
-	b.wake = fl.wake
+	b.wake = func() { c.fl.wake() }
 	b.onClose = c.breakerClosed
 	b.onOpen = func(reason string) {
 		c.aux.Add(1)

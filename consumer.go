@@ -132,8 +132,8 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 		s.pollers = (s.concurrency+s.maxAhead+s.receiveSize-1)/s.receiveSize + 1
 	}
 	bt, _ := h.(*batcher)
-	if bt != nil && bt.size > s.concurrency {
-		return nil, fmt.Errorf("%w: Batch size %d exceeds WithConcurrency(%d): each message of a batch holds a handler slot, so the batch could never fill", ErrInvalidOption, bt.size, s.concurrency)
+	if bt != nil && bt.maxSize() > s.concurrency {
+		return nil, fmt.Errorf("%w: Batch size %d exceeds WithConcurrency(%d): each message of a batch holds a handler slot, so the batch could never fill", ErrInvalidOption, bt.maxSize(), s.concurrency)
 	}
 	handler := h
 	for i := len(s.middleware) - 1; i >= 0; i-- {
@@ -315,20 +315,21 @@ func (c *Consumer) setup(ctx context.Context) error {
 	c.cfg = cfg
 	c.order.on = fifo
 	c.held = newHeld()
-	fl := newFlow(c.s.concurrency, c.s.receiveSize, c.s.maxAhead, c.s.pollers, func() {
-		c.pollers.Add(1)
-		go c.poll()
-	})
-	if c.batch != nil {
-		fl.burst = c.batch.size
-	}
 	c.probeCtx, c.cancelProbe = context.WithCancel(context.Background())
+	fc := flowConfig{conc: c.s.concurrency, size: c.s.receiveSize, maxAhead: c.s.maxAhead, maxPollers: c.s.pollers,
+		spawn: func() {
+			c.pollers.Add(1)
+			go c.poll()
+		}}
+	if c.batch != nil {
+		fc.burst = c.batch.maxSize()
+	}
 	if c.s.breaker != nil {
-		c.br = c.newBreaker(*c.s.breaker, fl)
-		fl.gate = c.br.limit
+		c.br = c.newBreaker(*c.s.breaker)
+		fc.gate = c.br.limit
 	}
 	if c.s.rateLimit > 0 {
-		fl.limiter = newTokenBucket(c.s.rateLimit, c.s.rateBurst)
+		fc.limiter = newTokenBucket(c.s.rateLimit, c.s.rateBurst)
 	}
 	c.stopPolls = make(chan struct{})
 	c.work = make(chan *delivery)
@@ -336,15 +337,10 @@ func (c *Consumer) setup(ctx context.Context) error {
 	c.quit = make(chan struct{})
 	c.afterDelete = c.deleted
 	c.mu.Lock()
-	fl.paused = c.paused.Load()
+	fc.paused, fc.member = c.paused.Load(), c.member
+	fl := newFlow(fc)
 	if m := c.member; m != nil {
-		fl.member, fl.idlePause = m, m.IdlePause
-		m.Bind(c.granted, func() {
-			select {
-			case fl.kick <- struct{}{}:
-			default:
-			}
-		})
+		m.Bind(c.granted, fl.nudge)
 	}
 	c.fl = fl // under mu for flowOf and Pause
 	c.mu.Unlock()

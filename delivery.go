@@ -60,8 +60,7 @@ const (
 // leases of the receive and must not change.
 func newDelivery(raw types.Message, handedOver, arrived time.Time, cfg *leaseConfig) *delivery {
 	d := &delivery{}
-	initLease(&d.lease, &d.msg, raw, handedOver, arrived, cfg)
-	d.lease.holder = d
+	initLease(&d.lease, &d.msg, raw, handedOver, arrived, cfg, d)
 	return d
 }
 

@@ -473,11 +473,14 @@ func TestLeaseNilContexts(t *testing.T) {
 		msg, sent := b.receive(t, "m", 30*time.Second)
 		l := b.lease(t, msg, sent)
 		//lint:ignore SA1012 nil contexts are the point
-		ctx := l.Start(nil) //nolint:staticcheck
+		ctx := l.Start(nil)
 		require.NoError(t, ctx.Err())
-		require.ErrorContains(t, l.Delete(nil), "Lease.Delete(nil, ...)")              //nolint:staticcheck
-		require.ErrorContains(t, l.Release(nil, 0), "Lease.Release(nil, ...)")         //nolint:staticcheck
-		require.ErrorContains(t, l.Extend(nil, time.Minute), "Lease.Extend(nil, ...)") //nolint:staticcheck
+		//lint:ignore SA1012 nil contexts are the point
+		require.ErrorContains(t, l.Delete(nil), "Lease.Delete(nil, ...)")
+		//lint:ignore SA1012 nil contexts are the point
+		require.ErrorContains(t, l.Release(nil, 0), "Lease.Release(nil, ...)")
+		//lint:ignore SA1012 nil contexts are the point
+		require.ErrorContains(t, l.Extend(nil, time.Minute), "Lease.Extend(nil, ...)")
 		l.Stop()
 		require.ErrorIs(t, context.Cause(ctx), ErrLeaseSettled)
 	})

@@ -25,7 +25,7 @@ func (c *Consumer) poll() {
 		n := c.fl.take()
 		if n == 0 {
 			select {
-			case <-c.fl.kick:
+			case <-c.fl.kicked():
 				c.fl.unpark()
 				continue
 			case <-c.stopPolls:

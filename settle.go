@@ -201,7 +201,7 @@ func (c *Consumer) settleDelete(d *delivery, after func(*Lease, error)) (next *d
 // deleted finishes a succeeded handler's message once its delete returned
 // err, logging a failure.
 func (c *Consumer) deleted(l *Lease, err error) {
-	d := l.holder.(*delivery)
+	d := l.holderOf().(*delivery)
 	if err != nil {
 		c.log(slog.LevelError, "sqsconsumer: handler succeeded but the message could not be deleted; it will be delivered again", "message_id", d.msg.ID, "error", err)
 	}

@@ -65,6 +65,10 @@ func (c *Consumer) shutdown() {
 	}
 }
 
+// shuttingDown reports whether the shutdown has begun: no handler starts
+// any more.
+func (c *Consumer) shuttingDown() bool { return c.stopping.Load() }
+
 // inHandler returns the IDs of the messages whose handler is running.
 func (c *Consumer) inHandler() []string {
 	var ids []string

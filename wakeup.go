@@ -15,9 +15,6 @@ func (w *wakeup) wait() <-chan struct{} {
 	return w.ch
 }
 
-// waiting reports whether anyone waits.
-func (w *wakeup) waiting() bool { return w.ch != nil }
-
 // fire wakes the waiters, if any.
 func (w *wakeup) fire() {
 	if w.ch != nil {

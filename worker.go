@@ -20,7 +20,7 @@ const workerIdle = 30 * time.Second
 // handler from Batch without middleware takes d into a batch instead,
 // with no goroutine of its own (batcher.join).
 func (c *Consumer) start(d *delivery) {
-	if c.batch != nil && c.batch.direct {
+	if c.batch != nil && c.batch.joinsDirectly() {
 		c.batch.join(d)
 		return
 	}
@@ -89,22 +89,28 @@ func (c *Consumer) goSettle(settle func()) {
 // returns that message (it holds the slot) for the calling worker to run
 // next, saving a hand-over to another goroutine for every message.
 func (c *Consumer) handle(d *delivery) (next *delivery, ok bool) {
-	if c.stopping.Load() || d.lease.Err() != nil {
+	if c.shuttingDown() || d.lease.Err() != nil {
 		c.settleAndStart(d, nil, false)
 		return nil, false
 	}
-	d.handlerStarts(time.Now())
-	c.observe(EventStarted, d, nil)
-	ctx := d.ctx
-	if c.s.handlerTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.s.handlerTimeout)
-		defer cancel()
-	}
+	ctx, cancel := c.startHandler(d)
+	defer cancel()
 	err := c.call(ctx, &d.msg)
 	d.inHandler.Store(false)
 	next = c.settle(d, err, true)
 	return next, next != nil
+}
+
+// startHandler marks d's handler as called now and returns the handler's
+// context: the lease's, bounded by WithHandlerTimeout when set. Call
+// cancel once the handler returned.
+func (c *Consumer) startHandler(d *delivery) (ctx context.Context, cancel context.CancelFunc) {
+	d.handlerStarts(time.Now())
+	c.observe(EventStarted, d, nil)
+	if c.s.handlerTimeout > 0 {
+		return context.WithTimeout(d.ctx, c.s.handlerTimeout)
+	}
+	return d.ctx, func() {}
 }
 
 // call runs the handler, turning a panic into a *PanicError (protect).

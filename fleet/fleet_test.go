@@ -491,7 +491,7 @@ func TestValidation(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorContains(t, other.Add(c), "already belongs to a fleet")
 	require.ErrorContains(t, other.Run(context.Background()), "no Consumer was added")
-	//nolint:staticcheck // a nil context is what is tested
+	//lint:ignore SA1012 a nil context is what is tested
 	require.ErrorContains(t, f.Run(nil), "a context is required")
 
 }

@@ -146,9 +146,11 @@ func parseS3(body string) (*S3Notification, error) {
 			return nil, fmt.Errorf("Records[%d].eventSource is %q, want \"aws:s3\"", i, w.EventSource)
 		}
 		if w.EventName == "" {
+			//lint:ignore ST1005 the message names the JSON field it is about
 			return nil, fmt.Errorf("Records[%d] has no eventName", i)
 		}
 		if w.S3 == nil || w.S3.Bucket.Name == "" || w.S3.Object.Key == nil {
+			//lint:ignore ST1005 the message names the JSON field it is about
 			return nil, fmt.Errorf("Records[%d] names no bucket and key (s3.bucket.name, s3.object.key)", i)
 		}
 		t, err := time.Parse(time.RFC3339Nano, w.EventTime)

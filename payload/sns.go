@@ -95,8 +95,10 @@ func parseSNS(o object, n *SNSNotification) error {
 		// A cross-account subscription's confirmation arrives in the
 		// queue. Confirming means fetching the URL it carries, which a
 		// consumer must not do on a message's say-so.
+		//lint:ignore ST1005 the message names the JSON field it is about
 		return fmt.Errorf("Type is %q: confirm or remove the subscription of %s by hand (see its SubscribeURL); this library does not follow URLs found in messages", n.Type, n.TopicARN)
 	default:
+		//lint:ignore ST1005 the message names the JSON field it is about
 		return fmt.Errorf("Type is %q, want %q", n.Type, snsNotification)
 	}
 	if n.MessageID == "" {
@@ -106,6 +108,7 @@ func parseSNS(o object, n *SNSNotification) error {
 		return fmt.Errorf("TopicArn %q is not an SNS topic ARN (arn:PARTITION:sns:REGION:ACCOUNT:NAME)", n.TopicARN)
 	}
 	if n.Timestamp, err = time.Parse(time.RFC3339Nano, ts); err != nil {
+		//lint:ignore ST1005 the message names the JSON field it is about
 		return fmt.Errorf("Timestamp %q is not an RFC 3339 time", ts)
 	}
 	var ok bool

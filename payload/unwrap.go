@@ -151,6 +151,7 @@ func checkLayers(layers []Format) error {
 		switch f {
 		case Auto:
 			if len(layers) > 1 {
+				//lint:ignore ST1005 the message names the Layer constant it is about
 				return fmt.Errorf("Auto must be given alone, got %v", layers)
 			}
 		case SNS, SNSRaw:
