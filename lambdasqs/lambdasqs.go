@@ -44,6 +44,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqskit/sqsconsumer"
+	fifoorder "github.com/sqskit/sqsconsumer/internal/fifo"
 )
 
 // ErrDeadline is the cause of a handler's context cancelled because the
@@ -54,6 +55,15 @@ var ErrDeadline = errors.New("lambdasqs: the function's deadline is near; the re
 // errEarlierFailed is the error of a FIFO record not handled because an
 // earlier record of the event failed.
 var errEarlierFailed = errors.New("lambdasqs: an earlier record of the FIFO batch failed; not handled, reported failed to keep the order")
+
+// eventSequence is the group, for internal/fifo's rules, of every record
+// of a FIFO event: the event source mapping needs every record from the
+// first failure on reported failed, whatever its message group, so the
+// whole event is one sequence.
+const eventSequence = ""
+
+// inSequence is the group function of a FIFO event for fifoorder.EarlierFailed.
+func inSequence(int) string { return eventSequence }
 
 // Handler is the Lambda handler Wrap and WrapBatch return; pass it to
 // lambda.Start. It is safe for concurrent use (Lambda calls it once at a
@@ -366,7 +376,7 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	}
 	timer.Stop()
 
-	failedFrom := len(recs)
+	failed := make([]bool, len(recs))
 	for i, r := range recs {
 		var err error
 		if r.finished.Load() {
@@ -377,17 +387,14 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		if err == nil && r.lease.Err() != nil {
 			err = r.lease.Err() // handed to someone else meanwhile
 		}
-		if err != nil {
-			if fifo && i < failedFrom {
-				failedFrom = i
-			}
-			if !fifo {
-				resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: r.m.ID})
-			}
-		}
+		failed[i] = err != nil
 	}
+	var earlier []bool
 	if fifo {
-		for _, r := range recs[failedFrom:] {
+		earlier = fifoorder.EarlierFailed(len(recs), inSequence, func(i int) bool { return failed[i] })
+	}
+	for i, r := range recs {
+		if failed[i] || fifo && earlier[i] {
 			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: r.m.ID})
 		}
 	}
@@ -533,14 +540,17 @@ func (a *adapter) runEach(recs []*record, fifo bool, g *group) {
 		g.start(1)
 		go func() {
 			defer g.done()
-			var failed bool
+			var order fifoorder.Order[*record]
 			for _, r := range recs {
-				if failed {
+				order.Enter(eventSequence, r)
+			}
+			for _, r := range recs {
+				if order.Returning(eventSequence, r) {
 					r.finish(errEarlierFailed)
 					continue
 				}
 				a.handle(r, a.handler)
-				failed = r.err != nil
+				order.Leave(eventSequence, r, r.err == nil) // not done: the rest is marked returning
 			}
 		}()
 		return
@@ -598,16 +608,20 @@ func call(ctx context.Context, h sqsconsumer.Handler, m *sqsconsumer.Message) (e
 // base (the invocation's base context).
 func (a *adapter) runJoined(base context.Context, recs []*record, fifo bool) {
 	batch := make([]*record, 0, len(recs))
-	stop := false
-	for _, r := range recs {
-		if err := context.Cause(r.ctx); err != nil && r.ctx.Err() != nil {
+	ended := func(i int) bool { return recs[i].ctx.Err() != nil }
+	var earlier []bool
+	if fifo {
+		earlier = fifoorder.EarlierFailed(len(recs), inSequence, ended)
+	}
+	for i, r := range recs {
+		if ended(i) {
+			err := context.Cause(r.ctx)
 			a.observe(sqsconsumer.EventFailed, r, err)
 			r.finish(err)
-			stop = stop || fifo
 			continue
 		}
 		a.observe(sqsconsumer.EventStarted, r, nil)
-		if stop {
+		if fifo && earlier[i] {
 			a.observe(sqsconsumer.EventFailed, r, errEarlierFailed)
 			r.finish(errEarlierFailed)
 			continue
@@ -712,15 +726,16 @@ func (a *adapter) gather(base context.Context, inv *invocation, recs []*record, 
 		}
 	}
 	var batch []*record
-	stop := false
+	var earlier []bool
+	if fifo {
+		// A record that returned before joining has its result set.
+		earlier = fifoorder.EarlierFailed(len(recs), inSequence, func(i int) bool { return state[i] == left && recs[i].err != nil })
+	}
 	for i, r := range recs {
-		if fifo && state[i] == left {
-			stop = stop || r.err != nil // it returned before saying so: its result is set
-		}
 		if state[i] != joined {
 			continue
 		}
-		if stop {
+		if fifo && earlier[i] {
 			r.result <- errEarlierFailed
 			continue
 		}
@@ -740,12 +755,13 @@ func (a *adapter) gather(base context.Context, inv *invocation, recs []*record, 
 // (errEarlierFailed), as the event source mapping requires.
 func (a *adapter) batchResults(base context.Context, batch []*record, fifo bool) []error {
 	results := a.callBatch(base, batch)
-	failed := false
-	for i, err := range results {
-		if fifo && failed {
-			results[i] = errEarlierFailed
+	if fifo {
+		earlier := fifoorder.EarlierFailed(len(results), inSequence, func(i int) bool { return results[i] != nil })
+		for i := range results {
+			if earlier[i] {
+				results[i] = errEarlierFailed
+			}
 		}
-		failed = failed || err != nil
 	}
 	return results
 }
