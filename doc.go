@@ -29,9 +29,11 @@
 // heartbeat interval before it the handler's context is cancelled with
 // [ErrLeaseCeiling].
 //
-// The handler runs in its own goroutine with a context that derives from
+// The handler runs on a worker goroutine (workers are reused, and never
+// more are busy than handler slots) with a context that derives from
 // the lease, not from Run's context. When it returns nil the message is
-// deleted (batched) with the newest receipt handle, and the heartbeat keeps
+// deleted (coalesced with other deletes into 10-entry calls) with the
+// newest receipt handle, and the heartbeat keeps
 // renewing until SQS confirms; meanwhile its handler slot already takes
 // the next message (see [WithConcurrency]). When it returns an error or
 // panics, the message's visibility is set to a backoff for its receive

@@ -330,3 +330,97 @@ func stopWithin(t *testing.T, stop func() error, d time.Duration) error {
 }
 
 var _ = sqstest.WithGroupID // the helpers above send through the client
+
+// FIFO: one message of a group at a time, in order; a failure hands the
+// rest of the group back so the order holds; messages waiting behind a
+// running one are leased; other groups run in parallel.
+func TestFIFOGroups(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, map[string]string{"FifoQueue": "true", "ContentBasedDeduplication": "true"})
+		for i := range 3 {
+			_, err := b.srv.Send(b.url, fmt.Sprintf("a%d", i), sqstest.WithGroupID("a"))
+			require.NoError(t, err)
+			_, err = b.srv.Send(b.url, fmt.Sprintf("b%d", i), sqstest.WithGroupID("b"))
+			require.NoError(t, err)
+		}
+		var mu sync.Mutex
+		var order []string
+		failed := false
+		running_ := map[string]int{}
+		maxPerGroup := 0
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			mu.Lock()
+			running_[m.GroupID]++
+			maxPerGroup = max(maxPerGroup, running_[m.GroupID])
+			order = append(order, m.Body)
+			fail := m.Body == "b1" && !failed
+			if fail {
+				failed = true
+			}
+			mu.Unlock()
+			time.Sleep(40 * time.Second) // longer than the lease: the waiting ones must be renewed
+			mu.Lock()
+			running_[m.GroupID]--
+			mu.Unlock()
+			if fail {
+				return RetryAfter(errors.New("b1 failed once"), 5*time.Second)
+			}
+			return nil
+		}), WithVisibilityTimeout(30*time.Second), WithConcurrency(10), WithWaitTime(time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(10 * time.Minute)
+		require.NoError(t, stop())
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, 1, maxPerGroup, "one handler per group at a time")
+		var a, bs []string
+		for _, o := range order {
+			if o[0] == 'a' {
+				a = append(a, o)
+			} else {
+				bs = append(bs, o)
+			}
+		}
+		require.Equal(t, []string{"a0", "a1", "a2"}, a)
+		require.Equal(t, []string{"b0", "b1", "b1", "b2"}, bs, "b2 waited for b1's retry")
+		for _, st := range b.srv.Messages(b.url) {
+			require.True(t, st.Deleted, st.Body)
+			if st.Body == "a2" {
+				require.Equal(t, 1, st.ReceiveCount, "a2 waited in the process, leased, without a redelivery")
+				require.NotEmpty(t, st.VisibilityChanges)
+			}
+		}
+	})
+}
+
+func TestFIFOShutdownReleasesWaitingMessages(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, map[string]string{"FifoQueue": "true", "ContentBasedDeduplication": "true"})
+		for i := range 3 {
+			_, err := b.srv.Send(b.url, fmt.Sprintf("g%d", i), sqstest.WithGroupID("g"))
+			require.NoError(t, err)
+		}
+		started := make(chan struct{}, 3)
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			started <- struct{}{}
+			time.Sleep(10 * time.Second)
+			return nil
+		}), WithVisibilityTimeout(30*time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		<-started
+		require.NoError(t, stop())
+		require.Len(t, started, 0, "no handler started after the cancel")
+		for _, st := range b.srv.Messages(b.url) {
+			if st.Body == "g0" {
+				require.True(t, st.Deleted)
+				continue
+			}
+			require.False(t, st.Deleted)
+			require.False(t, st.InFlight, "%s released (visibility 0)", st.Body)
+		}
+	})
+}

@@ -15,7 +15,7 @@ import (
 )
 
 // ceilingMargin keeps a clipped renewal this far inside the maximum lease
-// duration, so a renewal that waits in a batch or on the network still
+// duration, so a renewal that waits to be coalesced or on the network still
 // reaches SQS before the ceiling it was computed against.
 const ceilingMargin = 2 * time.Second
 

@@ -21,11 +21,11 @@ func (l *Lease) deleteCall(ctx context.Context, handle string) error {
 }
 
 // deleteAsync is Delete for a Consumer's settlement, without the wait: it
-// adds the delete to the next batch and returns true, and done gets
+// adds the delete to the next coalesced call and returns true, and done gets
 // Delete's result once SQS answered. A first attempt that does not simply
 // succeed continues as Delete would (retries, a newer handle) on a
 // goroutine that ends before done is called. It returns false, having
-// done nothing, when the lease does not batch, another call of the lease
+// done nothing, when the lease's calls are not coalesced, another call of the lease
 // is in flight or the lease cannot be deleted: the caller then uses Delete.
 func (l *Lease) deleteAsync(done func(*Lease, error)) bool {
 	bc, ok := l.cfg.calls.(*coalescedCalls)

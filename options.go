@@ -378,7 +378,7 @@ func WithPollers(n int) Option {
 //
 // Within the bound the Consumer reads ahead only what it needs: the
 // messages its handlers finish during one receive round trip (Little's
-// law, from its own measurements of both), plus up to one batch, as much
+// law, from its own measurements of both), plus up to one receive, as much
 // as handlers finish in 100 ms, so that receives stay full. Fast handlers
 // then never wait for a receive, and slow ones hold almost nothing
 // unstarted, leaving the queue to other processes. Handlers that started

@@ -17,12 +17,12 @@ import (
 // takes its tokens when it is sent and gives back those it did not use
 // (it got fewer messages), so over any span the Consumer receives at most
 // limit x span + burst messages. Receives wait until the tokens for a full
-// receive are there (the batch size, or burst if smaller), so at 50
-// messages a second with batches of 10 the Consumer sends five receives a
-// second. Messages redelivered while still held here count too.
+// receive are there (the receive size of WithBatchSize, or burst if
+// smaller), so at 50 messages a second with receives of 10 the Consumer
+// sends five receives a second. Messages redelivered while still held here count too.
 //
 // limit must be positive and finite, at most 100,000 (messages per
-// second); burst from 1 to 100,000. A burst below the batch size makes
+// second); burst from 1 to 100,000. A burst below the receive size makes
 // every receive ask for at most burst messages.
 func WithRateLimit(limit float64, burst int) Option {
 	return option(func(s *settings) {

@@ -1,0 +1,180 @@
+package sqsconsumer
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sqskit/sqsconsumer/sqstest"
+	"github.com/stretchr/testify/require"
+)
+
+// Semantics 7: shutdown stops receiving, releases what has not started,
+// lets running handlers finish while their leases are renewed.
+func TestShutdownLetsHandlersFinish(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		ids := b.send(t, 2)
+		started := make(chan struct{}, 2)
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			started <- struct{}{}
+			time.Sleep(50 * time.Second) // longer than the lease: renewed during shutdown
+			return ctx.Err()
+		}), WithVisibilityTimeout(30*time.Second), WithShutdownTimeout(2*time.Minute))
+		require.NoError(t, err)
+		stop := running(t, c)
+		<-started
+		<-started
+		synctest.Wait() // the poller is in its next long poll
+		begin := time.Now()
+		receives := b.srv.CallCount("ReceiveMessage")
+		require.NoError(t, stop())
+		require.WithinRange(t, time.Now(), begin.Add(50*time.Second+coalesceWindow), begin.Add(50*time.Second+2*coalesceWindow),
+			"Run returned when the handlers' deletes did (after a renewal due at the same instant)")
+		require.Equal(t, receives, b.srv.CallCount("ReceiveMessage"), "no receive after the cancel")
+		for _, id := range ids {
+			st := b.state(t, id)
+			require.True(t, st.Deleted)
+			require.Equal(t, 1, st.ReceiveCount)
+		}
+	})
+}
+
+func TestShutdownCancelsHandlersAfterTimeout(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		ids := b.send(t, 1)
+		started := make(chan struct{})
+		var cause error
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			close(started)
+			<-ctx.Done()
+			cause = context.Cause(ctx)
+			return ctx.Err()
+		}), WithVisibilityTimeout(30*time.Second), WithShutdownTimeout(45*time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		<-started
+		begin := time.Now()
+		require.NoError(t, stop())
+		require.Equal(t, begin.Add(45*time.Second+coalesceWindow), time.Now(), "cancelled at the shutdown timeout, then released")
+		require.ErrorIs(t, cause, ErrShutdown)
+		st := b.state(t, ids[0])
+		require.False(t, st.Deleted)
+		last := st.VisibilityChanges[len(st.VisibilityChanges)-1]
+		require.Equal(t, time.Duration(0), last.Timeout, "released for another worker at once")
+		require.GreaterOrEqual(t, len(st.VisibilityChanges), 4, "renewed while waiting")
+		require.Equal(t, 1, st.ReceiveCount)
+	})
+}
+
+// Semantics 7 and issue 10's orphaned polls: a shutdown never cancels a
+// long poll in flight (it may already hold messages that would stay
+// invisible for a whole lease). The poll returns within its wait, which
+// never exceeds the shutdown timeout, and what it brings is released at
+// once.
+func TestShutdownNeverAbandonsALongPoll(t *testing.T) {
+	t.Parallel()
+	for _, budget := range []time.Duration{20 * time.Second, 3 * time.Second} {
+		t.Run(budget.String(), func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				b := setup(t, nil)
+				s := &spy{Client: b.client}
+				handled := atomic.Int32{}
+				c, err := New(s, b.url, HandlerFunc(func(context.Context, *Message) error { handled.Add(1); return nil }),
+					WithVisibilityTimeout(30*time.Second), WithConcurrency(25), WithShutdownTimeout(budget))
+				require.NoError(t, err)
+				stop := running(t, c)
+				time.Sleep(2 * time.Second) // an idle queue: one receive waits in its long poll
+				var stopped atomic.Bool
+				var ranFor time.Duration
+				var runErr error
+				go func() {
+					begin := time.Now()
+					runErr = stop()
+					ranFor = time.Since(begin)
+					stopped.Store(true)
+				}()
+				time.Sleep(500 * time.Millisecond)
+				require.False(t, stopped.Load(), "Run waits for the polls in flight")
+				// They reach the poll after the shutdown began, all at the
+				// same virtual instant (a delay, not one send after another,
+				// which the poll could answer part-way through).
+				ids := b.send(t, 20, sqstest.WithDelay(100*time.Millisecond))
+				time.Sleep(time.Second)
+				synctest.Wait()
+				taken := 0
+				for _, id := range ids {
+					st := b.state(t, id)
+					require.LessOrEqual(t, len(st.Receives), 1, "the poll in flight returns once")
+					taken += len(st.Receives)
+					require.False(t, st.InFlight, "released within a second, not left for a lease")
+					require.False(t, st.Deleted)
+				}
+				require.Equal(t, 10, taken, "the poll in flight took a batch")
+				require.Zero(t, handled.Load(), "no handler starts after the shutdown began")
+				time.Sleep(budget)
+				synctest.Wait()
+				require.True(t, stopped.Load())
+				require.NoError(t, runErr)
+				require.LessOrEqual(t, ranFor, budget, "Run returned within the shutdown timeout")
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				require.Len(t, s.maxN, 1, "one receive at a time on an idle queue, none after the shutdown began")
+			})
+		})
+	}
+}
+
+// A shutdown budget longer than the lease is fine (leases stay renewed
+// while handlers drain, as the shutdown advice says): no warning.
+func TestNoWarningWhenShutdownOutlastsLease(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		var logs bytes.Buffer
+		c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error { return nil }),
+			WithVisibilityTimeout(10*time.Second), WithShutdownTimeout(time.Minute), WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+		require.NoError(t, err)
+		require.NoError(t, running(t, c)())
+		require.Empty(t, logs.String())
+	})
+}
+
+// Issue 10 point 5: when SQS stops answering visibility calls, Run still
+// returns within the shutdown timeout plus one call timeout, and no message
+// is deleted unless its handler succeeded.
+func TestShutdownWithinBudgetWhenSQSMisbehaves(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		ids := b.send(t, 4)
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			select {
+			case <-ctx.Done(): // long work that honours its context
+				return context.Cause(ctx)
+			case <-time.After(10 * time.Minute):
+				return nil
+			}
+		}), WithVisibilityTimeout(10*time.Minute), WithShutdownTimeout(5*time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(time.Second)
+		// From now on every visibility change hangs until the caller gives up.
+		b.srv.DelayNext("ChangeMessageVisibilityBatch", 1000, time.Hour)
+		b.srv.DelayNext("ChangeMessageVisibility", 1000, time.Hour)
+		begin := time.Now()
+		require.NoError(t, stop())
+		require.LessOrEqual(t, time.Since(begin), 5*time.Second+shutdownCallTimeout, "the shutdown timeout plus one call timeout")
+		for _, id := range ids {
+			require.False(t, b.state(t, id).Deleted)
+		}
+	})
+}
