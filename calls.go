@@ -58,13 +58,28 @@ type visEntry struct {
 	seconds int32
 }
 
+// delEntry is one delete to coalesce: the handle and, for a lease's
+// asynchronous delete (Lease.deleteAsync), the lease, the generation of
+// the handle and what to call once SQS has answered, so that the answer
+// goes back through one func value (deleteAnswered) made once.
+type delEntry struct {
+	handle string
+	l      *Lease
+	gen    uint32
+	done   func(*Lease, error)
+}
+
+// entryIDs are the Ids of a batch call's entries, "0" to "9": the request
+// points at them, so no Id is allocated per entry.
+var entryIDs = [maxEntries]string{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}
+
 // coalescedCalls coalesces visibility changes and deletes of many leases
 // into ChangeMessageVisibilityBatch and DeleteMessageBatch calls: one
 // coalesce.Coalescer each, which runs each call on a goroutine of its own
 // while it is in flight; close waits for them.
 type coalescedCalls struct {
 	vis *coalesce.Coalescer[visEntry]
-	del *coalesce.Coalescer[string]
+	del *coalesce.Coalescer[delEntry]
 	// report, when set, is told the result of every batch call as a
 	// whole (nil: SQS answered, whatever its entries' fates), of a
 	// delete or a visibility change. Set before the first call.
@@ -85,7 +100,7 @@ func newCoalescedCalls(client Client, queueURL string, maxDeletes int, base cont
 			entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(es))
 			for i, e := range es {
 				entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{
-					Id:                aws.String(strconv.Itoa(i)),
+					Id:                &entryIDs[i],
 					ReceiptHandle:     aws.String(e.handle),
 					VisibilityTimeout: e.seconds,
 				}
@@ -100,12 +115,12 @@ func newCoalescedCalls(client Client, queueURL string, maxDeletes int, base cont
 			}
 			return entryResults(len(es), "ChangeMessageVisibilityBatch", out.Successful, func(e types.ChangeMessageVisibilityBatchResultEntry) *string { return e.Id }, out.Failed)
 		}),
-		del: coalesce.New(maxEntries, coalesceWindow, maxDeletes, func(ctx context.Context, handles []string) []error {
+		del: coalesce.New(maxEntries, coalesceWindow, maxDeletes, func(ctx context.Context, es []delEntry) []error {
 			ctx, done := within(ctx, base)
 			defer done()
-			entries := make([]types.DeleteMessageBatchRequestEntry, len(handles))
-			for i, h := range handles {
-				entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(h)}
+			entries := make([]types.DeleteMessageBatchRequestEntry, len(es))
+			for i, e := range es {
+				entries[i] = types.DeleteMessageBatchRequestEntry{Id: &entryIDs[i], ReceiptHandle: aws.String(e.handle)}
 			}
 			out, err := client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{
 				QueueUrl: aws.String(queueURL),
@@ -113,9 +128,9 @@ func newCoalescedCalls(client Client, queueURL string, maxDeletes int, base cont
 			})
 			b.reported(true, err)
 			if err != nil {
-				return fill(len(handles), err)
+				return fill(len(es), err)
 			}
-			return entryResults(len(handles), "DeleteMessageBatch", out.Successful, func(e types.DeleteMessageBatchResultEntry) *string { return e.Id }, out.Failed)
+			return entryResults(len(es), "DeleteMessageBatch", out.Successful, func(e types.DeleteMessageBatchResultEntry) *string { return e.Id }, out.Failed)
 		}),
 	}
 	return b
@@ -142,7 +157,7 @@ func (b *coalescedCalls) changeVisibility(ctx context.Context, handle string, se
 }
 
 func (b *coalescedCalls) deleteMessage(ctx context.Context, handle string) error {
-	return b.del.Do(ctx, handle)
+	return b.del.Do(ctx, delEntry{handle: handle})
 }
 
 func (b *coalescedCalls) close() {

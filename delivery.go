@@ -96,17 +96,24 @@ type held struct {
 
 func newHeld() *held { return &held{byID: make(map[string]*delivery)} }
 
-// get returns the delivery of message id, nil if none is held.
-func (h *held) get(id string) *delivery {
+// add indexes d, just made, unless a delivery of its message is held:
+// that one is returned (prev) and d is not added; then the caller either
+// hands the new receive to prev or, when prev is only being finished,
+// puts d in its place (replace).
+func (h *held) add(d *delivery) (prev *delivery) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.byID[id]
+	if prev = h.byID[d.msg.ID]; prev != nil {
+		return prev
+	}
+	h.byID[d.msg.ID] = d
+	return nil
 }
 
-// put indexes d in place of old (nil: none), and reports false, doing
-// nothing, when the message's entry is no longer old (another receive of
-// it was dispatched meanwhile).
-func (h *held) put(d, old *delivery) bool {
+// replace indexes d in place of old, and reports false, doing nothing,
+// when the message's entry is no longer old (another receive of it was
+// dispatched meanwhile).
+func (h *held) replace(d, old *delivery) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.byID[d.msg.ID] != old {

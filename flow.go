@@ -4,6 +4,7 @@ import (
 	"math"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sqskit/sqsconsumer/internal/share"
@@ -28,7 +29,7 @@ import (
 //
 // Pollers are started on demand, up to maxPollers, and park on kick when
 // there is nothing to ask for; the flow wakes one when a receive is due.
-// All fields are guarded by mu.
+// All fields but settling are guarded by mu.
 type flow struct {
 	mu sync.Mutex
 
@@ -37,15 +38,15 @@ type flow struct {
 	maxAhead   int // hard bound on waiting + asked beyond the slots
 	maxPollers int
 
-	running  int         // handler slots in use
-	starts   []time.Time // when each slot in use was taken, ascending
-	waiting  int         // received and leased, not started
-	asked    int         // asked for by receives in flight
-	settling int         // succeeded messages whose slot was given back before their delete was confirmed
-	ready    []*delivery // waiting messages free to start, oldest first
-	rate     rateMeter
-	rtt      time.Duration // smoothed round trip of receives answered at once
-	hold     time.Duration // smoothed time a message holds its handler slot
+	running int         // handler slots in use
+	epoch   time.Time       // when the flow was made: slot times count from it
+	starts  []time.Duration // when each slot in use was taken (since epoch), ascending
+	waiting int         // received and leased, not started
+	asked   int         // asked for by receives in flight
+	ready   []*delivery // waiting messages free to start, oldest first
+	rate    rateMeter
+	rtt     time.Duration // smoothed round trip of receives answered at once
+	hold    time.Duration // smoothed time a message holds its handler slot
 	// holdHigh follows the longest recent hold times: it jumps to a
 	// longer one and creeps back toward shorter ones. A handler is due
 	// to finish only once it is that old (less a round trip), so varied
@@ -105,6 +106,11 @@ type flow struct {
 	// (running + waiting + asked for) it returns the most the next
 	// receive may ask for, or -1 for no bound. Called with mu held.
 	gate func(held int) int
+
+	// settling counts the succeeded messages whose slot was given back
+	// before their delete was confirmed (takeSettling): atomic, not
+	// guarded by mu, since every success takes it.
+	settling atomic.Int64
 }
 
 // flowConfig is what a flow is made with.
@@ -121,7 +127,9 @@ type flowConfig struct {
 func newFlow(c flowConfig) *flow {
 	f := &flow{conc: c.conc, size: c.size, maxAhead: c.maxAhead, maxPollers: c.maxPollers, spawn: c.spawn,
 		burst: c.burst, gate: c.gate, limiter: c.limiter, member: c.member, paused: c.paused,
-		kick: make(chan struct{}, 1), quiet: true, rate: rateMeter{start: time.Now()}, full: true}
+		kick: make(chan struct{}, 1), quiet: true, full: true}
+	f.epoch = time.Now()
+	f.rate.start = f.epoch
 	if c.member != nil {
 		f.idlePause = c.member.IdlePause
 	}
@@ -170,8 +178,8 @@ func (f *flow) dueLocked(now time.Time) int {
 	if f.holds < f.conc || f.holdHigh > f.hold+f.hold/4 {
 		return 0
 	}
-	cut := now.Add(f.rtt - f.holdHigh)
-	return sort.Search(len(f.starts), func(i int) bool { return f.starts[i].After(cut) })
+	cut := now.Sub(f.epoch) + f.rtt - f.holdHigh
+	return sort.Search(len(f.starts), func(i int) bool { return f.starts[i] > cut })
 }
 
 // nextDueLocked returns when the next running handler not yet due (see
@@ -184,33 +192,34 @@ func (f *flow) nextDueLocked(now time.Time) (time.Time, bool) {
 	if i >= len(f.starts) {
 		return time.Time{}, false
 	}
-	return f.starts[i].Add(f.holdHigh - f.rtt), true
+	return f.epoch.Add(f.starts[i] + f.holdHigh - f.rtt), true
 }
 
 // slot is a handler slot the flow handed out: its holder keeps it and
 // gives it back to slotDone.
 type slot struct {
-	at time.Time // when it was taken
+	at time.Duration // when it was taken, since the flow's epoch (monotonic)
 }
 
 // takeSlotLocked counts one more slot as running from now and returns it.
 func (f *flow) takeSlotLocked(now time.Time) slot {
 	f.running++
-	f.starts = append(f.starts, now) // now is never before the last entry
-	return slot{at: now}
+	at := now.Sub(f.epoch)
+	f.starts = append(f.starts, at) // now is never before the last entry
+	return slot{at: at}
 }
 
 // giveSlotLocked counts s as no longer running and returns how long it
 // was held.
 func (f *flow) giveSlotLocked(s slot, now time.Time) time.Duration {
 	f.running--
-	switch i := sort.Search(len(f.starts), func(i int) bool { return !f.starts[i].Before(s.at) }); {
+	switch i := sort.Search(len(f.starts), func(i int) bool { return f.starts[i] >= s.at }); {
 	case i == 0 && len(f.starts) > 0:
 		f.starts = f.starts[1:] // the oldest: most handlers finish in the order they started
 	case i < len(f.starts):
 		f.starts = append(f.starts[:i], f.starts[i+1:]...)
 	}
-	return now.Sub(s.at)
+	return now.Sub(f.epoch) - s.at
 }
 
 // nextLocked is the size of the receive due now, 0 if none. When only
@@ -523,13 +532,16 @@ func (f *flow) popReadyLocked() *delivery {
 // slot back before its delete is confirmed; false when conc + maxAhead
 // already do (the slot then stays taken until SQS answers).
 func (f *flow) takeSettling() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.settling >= f.conc+f.maxAhead {
-		return false
+	bound := int64(f.conc + f.maxAhead)
+	for {
+		n := f.settling.Load()
+		if n >= bound {
+			return false
+		}
+		if f.settling.CompareAndSwap(n, n+1) {
+			return true
+		}
 	}
-	f.settling++
-	return true
 }
 
 // leaveWaiting takes out a waiting message that leaves without starting
@@ -538,11 +550,7 @@ func (f *flow) leaveWaiting() { f.drop(1) }
 
 // leaveSettling takes out a message that gave its slot back early
 // (takeSettling), once SQS answered its delete.
-func (f *flow) leaveSettling() {
-	f.mu.Lock()
-	f.settling--
-	f.mu.Unlock()
-}
+func (f *flow) leaveSettling() { f.settling.Add(-1) }
 
 // capacity is how many messages a second the handler slots could finish
 // if never starved: concurrency / mean slot hold time (+Inf before any

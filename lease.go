@@ -342,6 +342,14 @@ func (l *Lease) cancelPendingLocked() {
 	}
 }
 
+// settleState reports, in one look, whether a Delete or Release already
+// succeeded (settled) and why the lease ended, if it did (Err).
+func (l *Lease) settleState() (settled bool, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state == leaseDeleted || l.state == leaseReleased, l.stateErrLocked(false)
+}
+
 // settled reports whether a Delete or Release already succeeded.
 func (l *Lease) settled() bool {
 	l.mu.Lock()

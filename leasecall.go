@@ -42,7 +42,7 @@ func (l *Lease) deleteAsync(done func(*Lease, error)) bool {
 	handle, deadline, gen := l.handle, l.deadline, l.handleGen
 	l.deleteSent = handle
 	l.mu.Unlock()
-	if err := bc.del.Submit(handle, deadline, func(err error) { l.asyncDeleted(gen, done, err) }); err != nil {
+	if err := bc.del.Submit(delEntry{handle: handle, l: l, gen: gen, done: done}, deadline, deleteAnswered); err != nil {
 		l.mu.Lock()
 		l.settling, l.deleting, l.deleteSent = false, false, ""
 		l.releaseCallLocked()
@@ -51,6 +51,9 @@ func (l *Lease) deleteAsync(done func(*Lease, error)) bool {
 	}
 	return true
 }
+
+// deleteAnswered takes SQS's answer to a delete of deleteAsync.
+func deleteAnswered(e delEntry, err error) { e.l.asyncDeleted(e.gen, e.done, err) }
 
 // asyncDeleted is the batch callback of deleteAsync, whose delete was
 // submitted with the handle of generation gen.

@@ -213,28 +213,28 @@ func (c *Consumer) deliver(raw types.Message, handedOver, arrived time.Time, cfg
 		c.fl.drop(1)
 		return nil
 	}
-	for {
-		old := c.held.get(id)
-		if old != nil && !(old.lease.settled() && !old.inHandler.Load()) {
+	d := newDelivery(raw, handedOver, arrived, cfg)
+	for prev := c.held.add(d); prev != nil; {
+		if !(prev.lease.settled() && !prev.inHandler.Load()) {
 			// Still held here. (A delivery whose handler has returned
 			// and whose message SQS has confirmed released or deleted
 			// is only being finished: a new receive of it is a new
-			// delivery.)
-			c.adopt(old, raw, handedOver, cfg)
+			// delivery.) d was never started: it is dropped.
+			c.adopt(prev, raw, handedOver, cfg)
 			return nil
 		}
-		d := newDelivery(raw, handedOver, arrived, cfg)
-		if !c.held.put(d, old) {
-			continue // another receive of it was dispatched meanwhile: look again
+		if c.held.replace(d, prev) {
+			break
 		}
-		// Not a child of any Run-scoped context: cancelling Run's context
-		// must not interrupt handlers (shutdown cancels each one itself),
-		// and a parent would take a shared lock for every message.
-		d.ctx = d.lease.start(context.Background())
-		c.handlers.Add(1) // done in finish
-		c.observe(EventReceived, d, nil)
-		return d
+		prev = c.held.add(d) // another receive of it was dispatched meanwhile: look again
 	}
+	// Not a child of any Run-scoped context: cancelling Run's context
+	// must not interrupt handlers (shutdown cancels each one itself), and
+	// a parent would take a shared lock for every message.
+	d.ctx = d.lease.start(context.Background())
+	c.handlers.Add(1) // done in finish
+	c.observe(EventReceived, d, nil)
+	return d
 }
 
 // adopt gives a redelivery of a message still held here to its running

@@ -106,14 +106,15 @@ func decide(in settleInput) (act settleAction, after time.Duration) {
 // bounds them at shutdown.
 func (c *Consumer) settle(d *delivery, err error, ran bool) (next *delivery) {
 	l := &d.lease
-	shutdown := errors.Is(context.Cause(d.ctx), ErrShutdown)
-	in := settleInput{ran: ran, err: err, settled: l.settled(), leaseErr: l.Err(), shutdown: shutdown}
-	if c.br != nil && ran {
-		c.br.record(outcomeOf(err, in.leaseErr, shutdown))
-	}
+	in := settleInput{ran: ran, err: err}
+	in.settled, in.leaseErr = l.settleState()
 	if ran && err != nil {
+		in.shutdown = errors.Is(context.Cause(d.ctx), ErrShutdown)
 		in.backoff = c.backoff(d.msg.ReceiveCount)
-		if c.br != nil {
+	}
+	if c.br != nil && ran {
+		c.br.record(outcomeOf(err, in.leaseErr, in.shutdown))
+		if err != nil {
 			in.hold = c.br.holdFor()
 		}
 	}

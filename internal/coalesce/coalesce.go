@@ -18,7 +18,7 @@ import (
 )
 
 // ErrClosed is returned by Do and Submit after Close.
-var ErrClosed = errors.New("coalesce: batcher closed")
+var ErrClosed = errors.New("coalesce: coalescer closed")
 
 // Flush makes one batch call for entries and returns one error per entry,
 // in order (nil for an entry that succeeded). It must return a slice of the
@@ -29,7 +29,7 @@ type request[E any] struct {
 	entry    E
 	ctx      context.Context // nil: never cancelled
 	deadline time.Time       // zero: none
-	done     func(err error)
+	done     func(e E, err error)
 }
 
 // Coalescer coalesces entries into calls of at most max entries. The zero
@@ -73,7 +73,7 @@ func New[E any](size int, window time.Duration, maxCalls int, flush Flush[E]) *C
 func (b *Coalescer[E]) Do(ctx context.Context, e E) error {
 	res := make(chan error, 1)
 	deadline, _ := ctx.Deadline()
-	if err := b.submit(request[E]{entry: e, ctx: ctx, deadline: deadline, done: func(err error) { res <- err }}); err != nil {
+	if err := b.submit(request[E]{entry: e, ctx: ctx, deadline: deadline, done: func(_ E, err error) { res <- err }}); err != nil {
 		return err
 	}
 	select {
@@ -84,13 +84,15 @@ func (b *Coalescer[E]) Do(ctx context.Context, e E) error {
 	}
 }
 
-// Submit adds e to the next batch without waiting. done(err) is called
-// exactly once with the entry's result, on a flusher goroutine, unless
-// Submit returns an error (ErrClosed), in which case it is never called.
-// done must not block for long: it delays the other entries' callbacks.
-// deadline (zero for none) bounds the batch call like a Do context's
-// deadline.
-func (b *Coalescer[E]) Submit(e E, deadline time.Time, done func(err error)) error {
+// Submit adds e to the next batch without waiting. done(e, err) is called
+// exactly once with the entry and its result, on a flusher goroutine,
+// unless Submit returns an error (ErrClosed), in which case it is never
+// called. done must not block for long: it delays the other entries'
+// callbacks. Since done gets the entry back, one func value (made once)
+// can serve every entry, with what it needs carried in the entry, and
+// Submit costs no allocation of its own. deadline (zero for none) bounds
+// the batch call like a Do context's deadline.
+func (b *Coalescer[E]) Submit(e E, deadline time.Time, done func(e E, err error)) error {
 	return b.submit(request[E]{entry: e, deadline: deadline, done: done})
 }
 
@@ -217,7 +219,7 @@ func (b *Coalescer[E]) run(batch []request[E]) {
 	var deadline time.Time
 	for _, r := range batch {
 		if r.ctx != nil && r.ctx.Err() != nil {
-			r.done(r.ctx.Err())
+			r.done(r.entry, r.ctx.Err())
 			continue
 		}
 		if !r.deadline.IsZero() && (deadline.IsZero() || r.deadline.Before(deadline)) {
@@ -246,6 +248,6 @@ func (b *Coalescer[E]) run(batch []request[E]) {
 		} else {
 			err = errors.New("coalesce: flush returned no result for this entry")
 		}
-		r.done(err)
+		r.done(r.entry, err)
 	}
 }

@@ -139,7 +139,7 @@ func TestBatcherSubmitCallsBackOnceWithoutWaiting(t *testing.T) {
 		var mu sync.Mutex
 		got := map[int][]error{}
 		for i := range 3 {
-			require.NoError(t, b.Submit(i, time.Time{}, func(err error) {
+			require.NoError(t, b.Submit(i, time.Time{}, func(_ int, err error) {
 				mu.Lock()
 				got[i] = append(got[i], err)
 				mu.Unlock()
@@ -168,7 +168,7 @@ func TestBatcherSubmitDeadlineBoundsTheCall(t *testing.T) {
 		defer b.Close()
 		start := time.Now()
 		done := make(chan error, 2)
-		send := func(err error) { done <- err }
+		send := func(_ int, err error) { done <- err }
 		require.NoError(t, b.Submit(1, start.Add(7*time.Second), send))
 		require.NoError(t, b.Submit(2, start.Add(4*time.Second), send))
 		require.NoError(t, <-done)
@@ -187,11 +187,11 @@ func TestBatcherCloseSendsPendingAtOnce(t *testing.T) {
 		})
 		start := time.Now()
 		var result error = errors.New("not called")
-		require.NoError(t, b.Submit(1, time.Time{}, func(err error) { result = err }))
+		require.NoError(t, b.Submit(1, time.Time{}, func(_ int, err error) { result = err }))
 		b.Close()
 		require.NoError(t, result, "Close waits for the pending entry's callback")
 		require.Equal(t, start, sentAt, "Close does not wait out the window")
-		require.ErrorIs(t, b.Submit(2, time.Time{}, func(error) { t.Error("callback after ErrClosed") }), ErrClosed)
+		require.ErrorIs(t, b.Submit(2, time.Time{}, func(int, error) { t.Error("callback after ErrClosed") }), ErrClosed)
 	})
 }
 
@@ -207,7 +207,7 @@ func TestBatcherPartialBatchTimerDoesNotCutALaterBatch(t *testing.T) {
 			return make([]error, len(es))
 		})
 		defer b.Close()
-		noop := func(error) {}
+		noop := func(int, error) {}
 		require.NoError(t, b.Submit(1, time.Time{}, noop))
 		time.Sleep(10 * time.Millisecond)
 		require.NoError(t, b.Submit(2, time.Time{}, noop)) // full: sent now, first window disarmed
@@ -247,7 +247,7 @@ func TestBatcherLimitsCallsInFlight(t *testing.T) {
 		defer b.Close()
 		done := make(chan error, 6)
 		for i := range 6 {
-			require.NoError(t, b.Submit(i, time.Time{}, func(err error) { done <- err }))
+			require.NoError(t, b.Submit(i, time.Time{}, func(_ int, err error) { done <- err }))
 		}
 		for range 6 {
 			require.NoError(t, <-done)
