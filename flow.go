@@ -38,12 +38,12 @@ type flow struct {
 	maxAhead   int // hard bound on waiting + asked beyond the slots
 	maxPollers int
 
-	running int         // handler slots in use
+	running int             // handler slots in use
 	epoch   time.Time       // when the flow was made: slot times count from it
 	starts  []time.Duration // when each slot in use was taken (since epoch), ascending
-	waiting int         // received and leased, not started
-	asked   int         // asked for by receives in flight
-	ready   []*delivery // waiting messages free to start, oldest first
+	waiting int             // received and leased, not started
+	asked   int             // asked for by receives in flight
+	ready   []*delivery     // waiting messages free to start, oldest first
 	rate    rateMeter
 	rtt     time.Duration // smoothed round trip of receives answered at once
 	hold    time.Duration // smoothed time a message holds its handler slot
