@@ -488,8 +488,10 @@ func (c *Consumer) callDone(deleting bool, err error) {
 	case err != nil:
 	case deleting:
 		stamp(&c.progress.delete)
+		c.progress.answer()
 	default:
 		stamp(&c.progress.renewal)
+		c.progress.answer()
 	}
 	if c.br != nil {
 		c.br.recordCall(err)

@@ -57,7 +57,9 @@ type Consumer struct {
 	br       *breaker      // WithBreaker; nil when off
 
 	dlqWarned atomic.Bool // the missing dead-letter queue was logged
+	failLog   failureLog  // the rate of failure lines
 	progress  progress    // for Health
+	polls     pollSet     // long polls in flight (WithCancelIdlePollsAtShutdown)
 
 	// stopping is set at shutdown: no handler starts any more. paused is
 	// set between Pause and Resume.
@@ -184,8 +186,11 @@ func (c *Consumer) flowOf() *flow {
 func (c *Consumer) QueueURL() string { return c.queueURL }
 
 // Run receives and handles messages until ctx is cancelled or a permanent
-// error occurs (the queue does not exist, access is denied, or every
-// receive fails the same way, see maxSameReceiveFailures). It blocks.
+// error occurs (the queue or its dead-letter queue does not exist, access
+// is denied, or 10 receives in a row fail with the same client error,
+// about a minute of backoff). It blocks. Run on a context already
+// cancelled, or cancelled while Run reads the queue's attributes at its
+// start, returns nil having received nothing.
 //
 // When ctx is cancelled Run stops receiving: it sends no new receive, and
 // never cancels one in flight, which may already hold messages (they would
@@ -214,14 +219,23 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	if !first {
 		return errors.New("sqsconsumer: Run may be called only once per Consumer")
 	}
-	c.progress.stage.Store(runStarting)
 	defer func() {
 		c.mu.Lock()
 		c.runErr = err
 		c.mu.Unlock()
 		c.progress.stage.Store(runStopped)
 	}()
+	if ctx.Err() != nil {
+		return nil // cancelled before it began: nothing to do, nothing went wrong
+	}
+	stamp(&c.progress.begun)
+	c.progress.stage.Store(runStarting)
 	if err := c.setup(ctx); err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			// Cancelled while it read the queue (a SIGTERM during
+			// startup): nothing was received, so nothing to settle.
+			return nil
+		}
 		return err
 	}
 	stamp(&c.progress.resumed)
@@ -284,11 +298,18 @@ func (c *Consumer) setup(ctx context.Context) error {
 	}
 	attrErr := err
 	if err != nil {
+		msg := err.Error()
+		c.progress.recvErr.Store(&msg)
 		c.log(slog.LevelDebug, "sqsconsumer: could not read the queue's attributes; FIFO is judged from the URL", "error", err)
 		out = &sqs.GetQueueAttributesOutput{}
+	} else {
+		c.progress.answer()
 	}
 	fifo := strings.HasSuffix(c.queueURL, ".fifo") || out.Attributes[string(types.QueueAttributeNameFifoQueue)] == "true"
 	if c.dlq, err = deadLetterFor(c.client, c.queueURL, fifo, c.s.deadLetterURL, out.Attributes, attrErr); err != nil {
+		return err
+	}
+	if err := c.checkDeadLetter(ctx); err != nil {
 		return err
 	}
 	if lease == 0 {

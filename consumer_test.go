@@ -54,6 +54,8 @@ func TestNewValidates(t *testing.T) {
 		{"handler timeout", c, u, h, []Option{WithHandlerTimeout(-time.Second)}, "WithHandlerTimeout(-1s)"},
 		{"queue name for a URL", c, "jobs", h, nil, `queue URL "jobs" is not a URL: pass the queue's URL (such as https://sqs.us-east-1.amazonaws.com/123456789012/jobs), not its name`},
 		{"URL without scheme", c, "sqs.us-east-1.amazonaws.com/123456789012/jobs", h, nil, "is not a URL"},
+		{"a broken URL is not taken for a name", c, "htp:/bad url", h, nil, `queue URL "htp:/bad url" is not a URL (a queue URL looks like https://sqs.us-east-1.amazonaws.com/123456789012/NAME)`},
+		{"a FIFO queue's name for a URL", c, "jobs.fifo", h, nil, `(such as https://sqs.us-east-1.amazonaws.com/123456789012/jobs.fifo), not its name`},
 		{"URL of another scheme", c, "arn://sqs/jobs", h, nil, `scheme "arn" is not http or https`},
 		{"pollers", c, u, h, []Option{WithPollers(0)}, "WithPollers(0)"},
 		{"lease-only option", c, u, h, []Option{WithReceivedAt(time.Now())}, "WithReceivedAt applies to NewLease only"},

@@ -267,12 +267,46 @@ func (c *Consumer) moveToDeadLetter(d *delivery, err error) bool {
 			"message_id", m.ID, "dead_letter_queue", c.dlq.url, "error", serr)
 		return false
 	}
-	level := slog.LevelInfo
+	args := []any{"message_id", m.ID, "receive_count", m.ReceiveCount, "dead_letter_queue", c.dlq.url, "dead_letter_message_id", id, "error", err}
 	if len(dropped) > 0 {
-		level = slog.LevelWarn
+		args = append(args, "attributes_left_out", dropped)
 	}
-	c.log(level, "sqsconsumer: moved a permanently failing message to the dead-letter queue",
-		"message_id", m.ID, "dead_letter_queue", c.dlq.url, "dead_letter_message_id", id, "error", err, "attributes_left_out", dropped)
+	c.log(slog.LevelWarn, "sqsconsumer: moved a permanently failing message to the dead-letter queue", args...)
 	c.observe(EventDeadLettered, d, err)
 	return true
+}
+
+// checkDeadLetter makes sure, at Run's start, that the dead-letter queue
+// the Consumer will move messages to exists and is of the source's type,
+// so that a wrong name fails Run at once rather than the first poison
+// message hours later. A queue SQS says does not exist, or whose FifoQueue
+// attribute contradicts the source's type, fails Run; any other error
+// reading its attributes (access to the queue's attributes denied, say:
+// the move needs only sqs:SendMessage) is logged, and Run goes on.
+func (c *Consumer) checkDeadLetter(ctx context.Context) error {
+	if c.dlq.url == "" {
+		return nil
+	}
+	source := "WithDeadLetterQueue"
+	if c.s.deadLetterURL == "" {
+		source = "the queue's RedrivePolicy"
+	}
+	out, err := c.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl:       aws.String(c.dlq.url),
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameFifoQueue},
+	})
+	var missing *types.QueueDoesNotExist
+	switch {
+	case errors.As(err, &missing) || err != nil && classify(err) == kindPermanent && !isAccessDenied(err):
+		return fmt.Errorf("%w: dead-letter queue %s (from %s) does not exist or cannot be used: %w", ErrInvalidOption, c.dlq.url, source, err)
+	case err != nil:
+		c.log(slog.LevelWarn, "sqsconsumer: could not check the dead-letter queue; moving messages to it may fail", "dead_letter_queue", c.dlq.url, "error", err)
+		return nil
+	}
+	if v, ok := out.Attributes[string(types.QueueAttributeNameFifoQueue)]; ok && strings.EqualFold(v, "true") != c.dlq.fifo {
+		kind := map[bool]string{true: "FIFO", false: "standard"}
+		return fmt.Errorf("%w: dead-letter queue %s (from %s) is a %s queue but the source is a %s queue; SQS needs both of one type",
+			ErrInvalidOption, c.dlq.url, source, kind[!c.dlq.fifo], kind[c.dlq.fifo])
+	}
+	return nil
 }

@@ -21,7 +21,7 @@ func TestRootDependencies(t *testing.T) {
 	if err != nil {
 		t.Skip("go command not on PATH")
 	}
-	for _, dir := range []string{".", "./payload", "./fleet", "./doctor", "./sqstest"} {
+	for _, dir := range []string{".", "./payload", "./fleet", "./doctor", "./sqstest", "./sqsclient"} {
 		out, err := exec.Command(gobin, "list", "-deps", dir).Output()
 		require.NoError(t, err)
 		for _, pkg := range strings.Fields(string(out)) {

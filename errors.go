@@ -45,7 +45,11 @@ var (
 // again after d (the visibility timeout to set, 0 to 12 h, rounded up to
 // whole seconds) instead of after the configured backoff. A negative d is
 // taken as 0 (deliver again at once) and one over 12 h as 12 h.
-// RetryAfter(nil, d) still counts as a failure.
+//
+// RetryAfter(nil, d) is not nil: it is how a handler asks to see the
+// message again after d without an error of its own ("not yet": a job
+// whose input is not ready). The message is not deleted, counts as a
+// failure for the breaker, and its error reads "retry requested".
 func RetryAfter(err error, d time.Duration) error {
 	if err == nil {
 		err = errors.New("retry requested")
@@ -76,14 +80,16 @@ func retryAfterOf(err error) (time.Duration, bool) {
 // Permanent wraps a handler error to say that handling the message again
 // cannot succeed: its body cannot be decoded, it violates a schema, it names
 // something that does not exist. errors.Is and errors.As see through the
-// wrapper to err. Permanent(nil) still counts as a failure.
+// wrapper to err. Permanent(nil) is nil, so that `return Permanent(err)`
+// after a call that succeeded deletes the message rather than moving it
+// to the dead-letter queue.
 //
 // A Permanent error wrapped by RetryAfter (or the other way round) is
 // still permanent. An EventFailed carries the error, so observers can
 // tell with IsPermanent(e.Err).
 func Permanent(err error) error {
 	if err == nil {
-		err = errors.New("permanent failure")
+		return nil
 	}
 	return &permanentError{err: err}
 }

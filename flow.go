@@ -431,6 +431,14 @@ func (f *flow) failed(asked int, err error, persistent bool) (same int, backoff 
 	return f.same, backoff
 }
 
+// abandoned records a receive for asked messages that was cancelled at
+// shutdown (it got nothing this process will see).
+func (f *flow) abandoned(asked int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked -= asked
+}
+
 // received records a receive that asked for asked messages and got got
 // after took; the got messages are waiting until dispatched.
 func (f *flow) received(asked, got int, took time.Duration) {
@@ -653,6 +661,13 @@ func (f *flow) pace() (rate, capacity float64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.rate.value(time.Now()), f.capacity()
+}
+
+// receiving is how many receives are in flight now (pollers not parked).
+func (f *flow) receiving() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pollers - f.idle
 }
 
 // snapshot returns the flow's counts for Stats.

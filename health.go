@@ -2,21 +2,28 @@ package sqsconsumer
 
 import (
 	"encoding/json"
+
 	"fmt"
 	"net/http"
 	"sort"
 	"sync/atomic"
 	"time"
+
+	healthprobe "github.com/sqskit/sqsconsumer/internal/probe"
 )
 
-// Health is a Consumer's health judged from its progress, for a liveness
-// or health check (Consumer.Health returns it, Consumer.HealthHandler
-// serves it). A process can be up and consume nothing: a receive that
-// keeps failing (expired credentials, a deleted queue, a network
-// partition), a handler stuck on a call that never returns. Health says
-// so from what the Consumer last completed.
+// Health is a Consumer's health judged from its progress, for liveness,
+// readiness and startup checks (Consumer.Health returns it,
+// Consumer.HealthHandler and Consumer.ReadyHandler serve it). A process can
+// be up and consume nothing: a receive that keeps failing (expired
+// credentials, a deleted queue, a network partition), a handler stuck on a
+// call that never returns. Health says so from what the Consumer last
+// completed.
 //
 // It is unhealthy when, while Run runs:
+//   - SQS has not answered any call within the startup limit since Run
+//     began (WithStartupLimit, default 30 s: the report says "starting"
+//     until the first answer, then "running");
 //   - no ReceiveMessage, visibility change or delete call was answered by
 //     SQS for longer than the stall limit (while the breaker is closed:
 //     an open breaker pauses receiving on purpose);
@@ -28,14 +35,36 @@ import (
 // and when Run has returned an error. It is healthy while Run drains (its
 // context is cancelled and handlers finish, as an orchestrator that sent
 // SIGTERM expects), and after Run returned nil. Before Run it is
-// unhealthy. WithHealthLimits sets the limits.
+// unhealthy. WithHealthLimits sets the stall and handler limits.
+//
+// Ready is narrower: the Consumer takes messages now. Each state, its
+// verdicts, and the HTTP status the handlers answer with:
+//
+//	Status       Healthy  Ready  HealthHandler  ReadyHandler
+//	not started  no       no     503            503
+//	starting     yes (1)  no     200 (1)        503
+//	running      yes (2)  yes    200 (2)        200 (2)
+//	draining     yes      no     200            503
+//	stopped      yes      no     200            503
+//	failed       no       no     503            503
+//
+// (1) until the startup limit passes without an answer from SQS, then no
+// and 503; (2) while no problem above holds, else no and 503 for both.
+// So HealthHandler suits a liveness probe (it restarts a process that is
+// stuck, not one that is starting or draining), ReadyHandler a readiness
+// probe (it takes a process out of rotation while it does not consume)
+// and a startup probe (it succeeds once SQS has answered: give the probe
+// at least the startup limit, period x failureThreshold).
 type Health struct {
 	// Healthy is false when Problems is not empty.
 	Healthy bool `json:"healthy"`
+	// Ready is true while Run runs, SQS has answered a call, and nothing
+	// makes it unhealthy: the Consumer takes messages.
+	Ready bool `json:"ready"`
 	// Status is "not started" (Run was not called), "starting" (Run
-	// reads the queue's attributes), "running", "draining" (Run's context
-	// was cancelled), "stopped" (Run returned nil) or "failed" (Run
-	// returned an error).
+	// began, SQS has not answered a call yet), "running", "draining"
+	// (Run's context was cancelled), "stopped" (Run returned nil) or
+	// "failed" (Run returned an error).
 	Status string `json:"status"`
 	// Problems says, one sentence each, why Healthy is false.
 	Problems []string `json:"problems,omitempty"`
@@ -74,9 +103,30 @@ func (h Health) MarshalJSON() ([]byte, error) {
 	return json.Marshal(out)
 }
 
+// HTTPStatus is the status HealthHandler answers with for h: 200 when
+// healthy, 503 when not (see Health for each state).
+func (h Health) HTTPStatus() int {
+	if h.Healthy {
+		return http.StatusOK
+	}
+	return http.StatusServiceUnavailable
+}
+
+// ReadyHTTPStatus is the status ReadyHandler answers with for h: 200 when
+// ready, 503 when not (see Health for each state).
+func (h Health) ReadyHTTPStatus() int {
+	if h.Ready {
+		return http.StatusOK
+	}
+	return http.StatusServiceUnavailable
+}
+
 // Health limits' defaults.
 const (
 	defaultStallLimit = 2 * time.Minute
+	// DefaultStartupLimit is how long after Run began SQS may take to
+	// answer a first call before Health turns unhealthy (WithStartupLimit).
+	DefaultStartupLimit = 30 * time.Second
 	// handlerLimitSlack is added to WithHandlerTimeout for the default
 	// handler limit: a handler still running that long after its context
 	// was cancelled ignores it.
@@ -104,6 +154,21 @@ func WithHealthLimits(stall, handler time.Duration) Option {
 	})
 }
 
+// WithStartupLimit sets how long after Run began SQS may take to answer a
+// first call (the queue's attributes, a receive, a renewal or a delete)
+// before Consumer.Health turns unhealthy, naming the latest error; until
+// then it reports "starting", healthy but not ready. Range 1 s to 24 h;
+// default DefaultStartupLimit (30 s), well below the stall limit.
+func WithStartupLimit(d time.Duration) Option {
+	return option(func(s *settings) {
+		if d < time.Second || d > 24*time.Hour {
+			s.fail("WithStartupLimit(%v): must be from 1s to 24h", d)
+			return
+		}
+		s.startupLimit = d
+	})
+}
+
 // Run's stages, for Health.
 const (
 	runNotStarted int32 = iota
@@ -116,12 +181,21 @@ const (
 // progress is what a Consumer last completed, for Health: unix
 // nanoseconds, 0 for never.
 type progress struct {
-	stage   atomic.Int32
-	receive atomic.Int64
-	renewal atomic.Int64
-	delete  atomic.Int64
-	resumed atomic.Int64 // Run began running, or the breaker closed
-	recvErr atomic.Pointer[string]
+	stage    atomic.Int32
+	begun    atomic.Int64 // Run was called
+	answered atomic.Int64 // SQS first answered a call (the queue's attributes included)
+	receive  atomic.Int64
+	renewal  atomic.Int64
+	delete   atomic.Int64
+	resumed  atomic.Int64 // Run began running, or the breaker closed
+	recvErr  atomic.Pointer[string]
+}
+
+// answer records that SQS answered a call.
+func (p *progress) answer() {
+	if p.answered.Load() == 0 {
+		p.answered.CompareAndSwap(0, time.Now().UnixNano())
+	}
 }
 
 func stamp(a *atomic.Int64) { a.Store(time.Now().UnixNano()) }
@@ -146,12 +220,24 @@ func (c *Consumer) Health() Health {
 		LastDelete:  timeOf(&p.delete),
 	}
 	stage := p.stage.Load()
-	switch stage {
-	case runNotStarted:
+	starting := (stage == runStarting || stage == runRunning) && p.answered.Load() == 0
+	switch {
+	case stage == runNotStarted:
 		h.Status = "not started"
 		h.Problems = append(h.Problems, "Run has not been called")
-	case runStarting:
+	case starting:
 		h.Status = "starting"
+		if waited := now.Sub(time.Unix(0, p.begun.Load())); waited > c.startupLimit() {
+			msg := fmt.Sprintf("SQS has answered no call in the %v since Run began (startup limit %v)", waited.Round(time.Second), c.startupLimit())
+			if e := p.recvErr.Load(); e != nil {
+				msg += "; the latest error: " + *e
+			}
+			h.Problems = append(h.Problems, msg)
+		}
+		h.Healthy = len(h.Problems) == 0
+		return h
+	}
+	switch stage {
 	case runRunning:
 		h.Status = "running"
 	case runDraining:
@@ -196,7 +282,16 @@ func (c *Consumer) Health() Health {
 		h.Problems = append(h.Problems, fmt.Sprintf("%d running handler(s) near the lease ceiling, their messages about to be delivered again: %v", len(nearCeiling), nearCeiling))
 	}
 	h.Healthy = len(h.Problems) == 0
+	h.Ready = h.Healthy
 	return h
+}
+
+// startupLimit is WithStartupLimit's, or DefaultStartupLimit.
+func (c *Consumer) startupLimit() time.Duration {
+	if c.s.startupLimit > 0 {
+		return c.s.startupLimit
+	}
+	return DefaultStartupLimit
 }
 
 // stallLimit is WithHealthLimits' stall limit, or its default: at least
@@ -210,7 +305,13 @@ func (c *Consumer) stallLimit() time.Duration {
 	if c.s.adaptiveMax > 0 {
 		interval = max(interval, heartbeatInterval(c.s.adaptiveMax, 0))
 	}
-	return max(defaultStallLimit, 2*interval)
+	limit := max(defaultStallLimit, 2*interval)
+	if m := c.member; m != nil {
+		// An idle queue in a fleet pauses between receives: a pause and
+		// a long poll may pass without any answer.
+		limit = max(limit, 2*(m.IdlePause+c.pollWait))
+	}
+	return limit
 }
 
 // handlerLimit is WithHealthLimits' handler limit, or its default (0:
@@ -246,34 +347,21 @@ func (c *Consumer) runningHandlers(now time.Time) (running int, longest time.Dur
 	return running, longest, nearCeiling
 }
 
-// HealthHandler returns an http.Handler for liveness and health checks
-// (Kubernetes probes, ECS container health checks through curl, load
-// balancer target groups): it answers GET and HEAD with 200 when Health
-// is healthy and 503 when not, with Health as a JSON body (for GET), and
-// 405 to other methods. Mount it where the orchestrator looks, e.g.
-// mux.Handle("/healthz", c.HealthHandler()).
+// HealthHandler returns an http.Handler for liveness checks (Kubernetes
+// liveness probes, ECS container health checks through curl, load
+// balancer target groups): it answers GET and HEAD with Health's
+// HTTPStatus (200 when healthy, 503 when not; see Health for each state),
+// with Health as a JSON body (for GET), and 405 to other methods. Mount it
+// where the orchestrator looks, e.g. mux.Handle("/healthz",
+// c.HealthHandler()).
 func (c *Consumer) HealthHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
-			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-			return
-		}
-		h := c.Health()
-		body, err := json.Marshal(h)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		if h.Healthy {
-			w.WriteHeader(http.StatusOK)
-		} else {
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-		if r.Method == http.MethodGet {
-			_, _ = w.Write(append(body, '\n'))
-		}
-	})
+	return healthprobe.Handler(func() (any, int) { h := c.Health(); return h, h.HTTPStatus() })
+}
+
+// ReadyHandler returns an http.Handler for readiness and startup checks:
+// as HealthHandler, with Health's ReadyHTTPStatus (200 only while the
+// Consumer takes messages; see Health for each state). Mount it, e.g.,
+// at mux.Handle("/readyz", c.ReadyHandler()).
+func (c *Consumer) ReadyHandler() http.Handler {
+	return healthprobe.Handler(func() (any, int) { h := c.Health(); return h, h.ReadyHTTPStatus() })
 }

@@ -259,7 +259,7 @@ func TestHealthHandlerHTTP(t *testing.T) {
 	rec = httptest.NewRecorder()
 	c.HealthHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
 	require.Equal(t, "application/json", rec.Header().Get("Content-Type"))
-	require.JSONEq(t, `{"healthy":false,"status":"not started","problems":["Run has not been called"],"running":0}`, rec.Body.String())
+	require.JSONEq(t, `{"healthy":false,"ready":false,"status":"not started","problems":["Run has not been called"],"running":0}`, rec.Body.String())
 }
 
 func TestWithHealthLimitsValidates(t *testing.T) {

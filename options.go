@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"path"
 	"reflect"
+	"strings"
 	"sync"
 	"time"
 )
@@ -59,6 +59,7 @@ type settings struct {
 	pollers         int // 0 = derived from concurrency and maxAhead
 	maxAhead        int // read-ahead bound
 	shutdownTimeout time.Duration
+	cancelIdlePolls bool // WithCancelIdlePollsAtShutdown
 	handlerTimeout  time.Duration // 0 = none
 	backoff         func(receiveCount int) time.Duration
 	middleware      []Middleware
@@ -75,6 +76,7 @@ type settings struct {
 	deadLetterURL string        // "" = from the queue's RedrivePolicy
 	breaker       *Breaker      // nil = off
 	stallLimit    time.Duration // Health: 0 = default
+	startupLimit  time.Duration // Health: 0 = DefaultStartupLimit
 	handlerLimit  time.Duration // Health: 0 = default
 }
 
@@ -147,8 +149,11 @@ func checkQueueURL(queueURL string) error {
 	}
 	u, err := url.Parse(queueURL)
 	if err != nil || u.Scheme == "" || u.Host == "" {
-		return fmt.Errorf("%w: queue URL %q is not a URL: pass the queue's URL (such as https://sqs.us-east-1.amazonaws.com/123456789012/%s), not its name; GetQueueUrl turns a name into the URL",
-			ErrInvalidOption, queueURL, path.Base(queueURL))
+		if queueNameLike(queueURL) {
+			return fmt.Errorf("%w: queue URL %q is not a URL: pass the queue's URL (such as https://sqs.us-east-1.amazonaws.com/123456789012/%s), not its name; GetQueueUrl turns a name into the URL",
+				ErrInvalidOption, queueURL, queueURL)
+		}
+		return fmt.Errorf("%w: queue URL %q is not a URL (a queue URL looks like https://sqs.us-east-1.amazonaws.com/123456789012/NAME)", ErrInvalidOption, queueURL)
 	}
 	if u.Scheme != "https" && u.Scheme != "http" {
 		return fmt.Errorf("%w: queue URL %q: scheme %q is not http or https", ErrInvalidOption, queueURL, u.Scheme)
@@ -199,6 +204,22 @@ func plainQueueURL(u string) bool {
 	return true
 }
 
+// queueNameLike reports whether s could be a queue's name: what SQS
+// allows in one (1 to 80 letters, digits, hyphens and underscores, and a
+// ".fifo" suffix), the usual mistake of passing the name for the URL.
+func queueNameLike(s string) bool {
+	name := strings.TrimSuffix(s, ".fifo")
+	if name == "" || len(s) > 80 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; !isAlnum(c) && c != '-' && c != '_' {
+			return false
+		}
+	}
+	return true
+}
+
 func isAlnum(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
@@ -208,7 +229,10 @@ func (s *settings) fail(format string, args ...any) {
 }
 
 // Option configures a Consumer. Options that also configure a Lease made
-// with NewLease implement LeaseOption.
+// with NewLease implement LeaseOption, and go doc lists them under
+// LeaseOption: WithVisibilityTimeout, WithHeartbeatInterval,
+// WithMaxLeaseDuration, WithCeilingGrace, WithLogger, WithObserver (and
+// WithReceivedAt, for NewLease only). Every one of them is an Option too.
 type Option interface {
 	apply(*settings)
 }
@@ -416,6 +440,28 @@ func WithShutdownTimeout(d time.Duration) Option {
 		}
 		s.shutdownTimeout = d
 	})
+}
+
+// WithCancelIdlePollsAtShutdown makes the shutdown cancel the long polls
+// in flight that have waited idlePollAge (1 s) or more, instead of waiting
+// for them to return. An idle Consumer then stops within a round trip
+// rather than at the end of its poll (up to WithWaitTime, 20 s by
+// default, 10 s on average), which speeds up every rolling deploy of an
+// idle service.
+//
+// The cost, and why it is off by default: SQS may hand a message to a
+// poll in the instant before it is cancelled; the answer is then lost,
+// and the message stays invisible for one lease (the receive's
+// visibility timeout) and has one more receive counted, before SQS hands
+// it out again. Nothing is lost; such a message is late. Only a message
+// that arrives within about one round trip of the cancellation can be
+// caught so (a poll that has waited a second is waiting on an empty
+// queue: a poll that found messages answers at once), so the risk grows
+// with the rate at which messages arrive on a queue that looks idle.
+// Without this option a shutdown never cancels a receive in flight, and
+// no message is ever caught that way. Default: off.
+func WithCancelIdlePollsAtShutdown() Option {
+	return option(func(s *settings) { s.cancelIdlePolls = true })
 }
 
 // WithHandlerTimeout bounds each handler call: its context is cancelled

@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/md5"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -38,6 +40,10 @@ func (c *Consumer) poll() {
 			continue
 		}
 		if c.pollCtx.Err() != nil {
+			return
+		}
+		if c.shuttingDown() && errors.Is(err, context.Canceled) {
+			c.fl.abandoned(n) // an idle poll the shutdown cancelled
 			return
 		}
 		same, backoff := c.fl.failed(n, err, persistentClientError(err))
@@ -77,8 +83,13 @@ func (c *Consumer) fail(err error, msg string) {
 // shutdown, only by the hard stop after it.
 func (c *Consumer) receive(n int) error {
 	cfg := c.leaseFor()
-	ctx, cancel := context.WithTimeout(c.pollCtx, c.pollWait+receiveCallTimeout)
 	sent := time.Now()
+	ctx, cancel := context.WithTimeoutCause(c.pollCtx, c.pollWait+receiveCallTimeout, errReceiveTimeout)
+	if c.s.cancelIdlePolls {
+		var done func()
+		ctx, done = c.polls.watch(ctx, sent)
+		defer done()
+	}
 	out, err := c.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 		QueueUrl:                    aws.String(c.queueURL),
 		MaxNumberOfMessages:         int32(n),
@@ -95,6 +106,7 @@ func (c *Consumer) receive(n int) error {
 		return err // the caller tells the flow
 	}
 	stamp(&c.progress.receive)
+	c.progress.answer()
 	c.progress.recvErr.Store(nil)
 	msgs := out.Messages
 	if len(msgs) > n {
@@ -156,6 +168,63 @@ func (c *Consumer) dropCorrupt(msgs []types.Message) []types.Message {
 // receiveCallTimeout is how long a receive may take beyond its long-poll
 // wait (the SDK's own retries included) before it is abandoned.
 const receiveCallTimeout = 10 * time.Second
+
+var errReceiveTimeout = errors.New("sqsconsumer: ReceiveMessage took longer than its long-poll wait plus 10 s")
+
+// errPollCancelled is the cause of an idle long poll cancelled at
+// shutdown (WithCancelIdlePollsAtShutdown).
+var errPollCancelled = errors.New("sqsconsumer: idle long poll cancelled at shutdown")
+
+// idlePollAge is how long a long poll must have waited for the shutdown to
+// take it for idle and cancel it (WithCancelIdlePollsAtShutdown): a poll
+// that found messages answers within a round trip.
+const idlePollAge = time.Second
+
+// pollSet is the long polls in flight, when the shutdown may cancel the
+// idle ones (WithCancelIdlePollsAtShutdown). Safe for concurrent use.
+type pollSet struct {
+	mu    sync.Mutex // guards polls
+	polls map[*inFlightPoll]struct{}
+}
+
+type inFlightPoll struct {
+	sent   time.Time
+	cancel context.CancelCauseFunc
+}
+
+// watch registers a poll sent at sent under a context of its own; done
+// takes it out.
+func (p *pollSet) watch(ctx context.Context, sent time.Time) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	e := &inFlightPoll{sent: sent, cancel: cancel}
+	p.mu.Lock()
+	if p.polls == nil {
+		p.polls = make(map[*inFlightPoll]struct{})
+	}
+	p.polls[e] = struct{}{}
+	p.mu.Unlock()
+	return ctx, func() {
+		p.mu.Lock()
+		delete(p.polls, e)
+		p.mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// cancelIdle cancels the polls that have waited idlePollAge or more by
+// now, and returns how many.
+func (p *pollSet) cancelIdle(now time.Time) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for e := range p.polls {
+		if now.Sub(e.sent) >= idlePollAge {
+			e.cancel(errPollCancelled)
+			n++
+		}
+	}
+	return n
+}
 
 // receiveBackoff is the pause after the n-th consecutive receive failure:
 // 100 ms doubling to 10 s, jittered.

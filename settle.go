@@ -125,9 +125,7 @@ func (c *Consumer) settle(d *delivery, err error, ran bool) (next *delivery) {
 		c.observe(EventSucceeded, d, nil)
 	default:
 		c.observe(EventFailed, d, err)
-		if act == actRelease {
-			c.log(slog.LevelDebug, "sqsconsumer: handler failed; message released", "message_id", d.msg.ID, "error", err, "retry_after", after.String())
-		}
+		c.logFailure(d, err, act, after)
 	}
 	ctx := c.settleCtx
 	switch act {
@@ -150,6 +148,7 @@ func (c *Consumer) settle(d *delivery, err error, ran bool) (next *delivery) {
 			// path: the closure's allocation does not matter.
 			return c.settleDelete(d, func(l *Lease, derr error) { c.movedDeleted(d, derr, err) })
 		}
+		c.logFailure(d, err, actRelease, after) // the move failed: an ordinary failure after all
 		fallthrough
 	case actRelease:
 		if rerr := l.Release(ctx, after); rerr != nil {
@@ -162,6 +161,64 @@ func (c *Consumer) settle(d *delivery, err error, ran bool) (next *delivery) {
 		c.finish(d, false, ran, err)
 	}
 	return nil
+}
+
+// logFailure logs a handler's failure and what becomes of its message, at
+// Warn, at most failureLogBurst lines at once and failureLogRate a second
+// after that (the lines it holds back are counted in the next one), so that
+// a failing queue cannot flood the log. A message failed only because an
+// earlier one of its FIFO group failed is logged at Debug; a Permanent
+// failure is logged by its move to the dead-letter queue.
+func (c *Consumer) logFailure(d *delivery, err error, act settleAction, after time.Duration) {
+	if c.s.logger == nil || act == actDeadLetter {
+		return
+	}
+	args := []any{"message_id", d.msg.ID, "receive_count", d.msg.ReceiveCount, "error", err}
+	switch {
+	case act == actLeave:
+		c.failLog.log(c, "sqsconsumer: handler failed after its lease ended; SQS delivers the message again", args...)
+	case errors.Is(err, errEarlierFailed):
+		c.log(slog.LevelDebug, "sqsconsumer: message released unhandled to keep its FIFO group's order", args...)
+	default:
+		c.failLog.log(c, "sqsconsumer: handler failed; message released for a retry", append(args, "retry_after", after.String())...)
+	}
+}
+
+// Rate of logFailure's lines.
+const (
+	failureLogBurst = 10
+	failureLogRate  = 1 // lines a second after the burst
+)
+
+// failureLog is logFailure's rate limit. The zero value is ready to use;
+// safe for concurrent use.
+type failureLog struct {
+	mu      sync.Mutex // guards the fields below
+	bucket  *tokenBucket
+	skipped int // lines held back since the last one logged
+}
+
+// log logs msg at Warn if the rate allows, with the count of lines held
+// back before it.
+func (f *failureLog) log(c *Consumer, msg string, args ...any) {
+	now := time.Now()
+	f.mu.Lock()
+	if f.bucket == nil {
+		f.bucket = newTokenBucket(failureLogRate, failureLogBurst)
+	}
+	if f.bucket.readyAt(now, 1).After(now) {
+		f.skipped++
+		f.mu.Unlock()
+		return
+	}
+	f.bucket.take(now, 1)
+	skipped := f.skipped
+	f.skipped = 0
+	f.mu.Unlock()
+	if skipped > 0 {
+		args = append(args, "failures_not_logged", skipped)
+	}
+	c.log(slog.LevelWarn, msg, args...)
 }
 
 // settleAndStart is settle for a caller with nothing to run next: it

@@ -67,12 +67,12 @@ func TestSettlement(t *testing.T) {
 		}
 		var panicLine string
 		for line := range strings.Lines(logs.String()) {
-			if strings.Contains(line, "handler panicked") {
+			if strings.Contains(line, `msg="sqsconsumer: handler panicked"`) {
 				panicLine = line
 			}
 		}
 		require.Contains(t, panicLine, "level=ERROR")
-		require.Regexp(t, `at="github.com/sqskit/sqsconsumer.TestSettlement.func\S* \(\S*consumer_test.go:\d+\)"`, panicLine, "the Error line names the user's frame")
+		require.Regexp(t, `at="github.com/sqskit/sqsconsumer.TestSettlement.func\S* \(\S*settle_test.go:\d+\)"`, panicLine, "the Error line names the user's frame")
 		require.Less(t, len(panicLine), 400, "one readable line, not the stack")
 		require.NotContains(t, logs.String(), "stack=", "the stack goes to Debug")
 		require.Zero(t, b.srv.CallCount("DeleteMessage"), "deletes go through DeleteMessageBatch")

@@ -28,9 +28,14 @@ func (c *Consumer) shutdown() {
 	}
 	unstarted := c.unstarted(c.fl.stop())
 	close(c.stopPolls)
-	running, _, asked, _ := c.fl.snapshot()
+	if c.s.cancelIdlePolls {
+		if n := c.polls.cancelIdle(time.Now()); n > 0 {
+			c.log(slog.LevelDebug, "sqsconsumer: idle long polls cancelled", "polls", n)
+		}
+	}
+	running, _, _, _ := c.fl.snapshot()
 	c.log(slog.LevelInfo, "sqsconsumer: shutting down: receiving stopped, unstarted messages released, running handlers have the shutdown timeout to finish",
-		"running", running, "released_unstarted", len(unstarted), "receives_in_flight_messages", asked, "shutdown_timeout", c.s.shutdownTimeout.String())
+		"running", running, "released_unstarted", len(unstarted), "receives_in_flight", c.fl.receiving(), "shutdown_timeout", c.s.shutdownTimeout.String())
 	c.handBack(unstarted)
 
 	done := make(chan struct{})

@@ -1,8 +1,10 @@
 package sqsconsumer
 
 import (
+	"fmt"
 	"log/slog"
 	"math"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -252,6 +254,20 @@ func (s Stats) LogValue() slog.Value {
 		slog.Int64("leases_lost", s.LeasesLost), slog.Int64("leases_expired", s.LeasesExpired),
 		slog.Int64("ceiling_hits", s.CeilingHits),
 	)
+}
+
+// String summarises s on one line: what LogValue logs, as key=value
+// pairs. It is also what fmt's %v and %+v print.
+func (s Stats) String() string {
+	var b strings.Builder
+	for i, a := range s.LogValue().Group() {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s=%v", a.Key, a.Value)
+	}
+	fmt.Fprintf(&b, " running=%d waiting=%d asked=%d", s.Running, s.Waiting, s.Asked)
+	return b.String()
 }
 
 // logDur is a duration attribute as a string, rounded to the millisecond

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"sync"
@@ -246,5 +247,18 @@ func TestStatsLogJSON(t *testing.T) {
 	for _, k := range []string{"p50", "p90", "p99", "p999", "max", "mean"} {
 		_, err := time.ParseDuration(got.Stats[k].(string))
 		require.NoError(t, err, "%s reads back as a duration", k)
+	}
+}
+
+// A Stats prints as its figures, not as its fields (an unexported pointer
+// among them would print as an address).
+func TestStatsString(t *testing.T) {
+	t.Parallel()
+	st := Stats{Processed: 3, P50: 1500 * time.Millisecond, Received: 4, Running: 2}
+	for _, got := range []string{st.String(), fmt.Sprintf("%v", st), fmt.Sprintf("%+v", st)} {
+		require.Contains(t, got, "processed=3 p50=1.5s")
+		require.Contains(t, got, "received=4")
+		require.Contains(t, got, "running=2 waiting=0 asked=0")
+		require.NotContains(t, got, "0x")
 	}
 }

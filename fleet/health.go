@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/sqskit/sqsconsumer"
+	"github.com/sqskit/sqsconsumer/internal/probe"
 )
 
 // Health is a fleet's health, for a liveness or health check (Fleet.Health
@@ -23,6 +24,9 @@ import (
 type Health struct {
 	// Healthy is false when Problems is not empty.
 	Healthy bool `json:"healthy"`
+	// Ready is true when every queue is ready (sqsconsumer.Health.Ready):
+	// the fleet takes messages from each of them.
+	Ready bool `json:"ready"`
 	// Status is the queues' least advanced status, in this order: "failed"
 	// (a queue's Run returned an error: the fleet stops them all), "not
 	// started" (fleet.Run was not called), any status a queue reports that
@@ -110,7 +114,29 @@ func (f *Fleet) Health() Health {
 		}
 	}
 	h.Healthy = len(h.Problems) == 0
+	h.Ready = h.Healthy && started && len(queues) > 0
+	for _, q := range h.Queues {
+		h.Ready = h.Ready && q.Health.Ready
+	}
 	return h
+}
+
+// HTTPStatus is the status HealthHandler answers with: 200 when healthy,
+// 503 when not.
+func (h Health) HTTPStatus() int {
+	if h.Healthy {
+		return http.StatusOK
+	}
+	return http.StatusServiceUnavailable
+}
+
+// ReadyHTTPStatus is the status ReadyHandler answers with: 200 when
+// ready, 503 when not.
+func (h Health) ReadyHTTPStatus() int {
+	if h.Ready {
+		return http.StatusOK
+	}
+	return http.StatusServiceUnavailable
 }
 
 // HealthHandler returns an http.Handler for the fleet's liveness and health
@@ -122,27 +148,14 @@ func (f *Fleet) Health() Health {
 // or drains healthily, and after Run returned nil. Mount it where the
 // orchestrator looks, e.g. mux.Handle("/healthz", f.HealthHandler()).
 func (f *Fleet) HealthHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
-			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-			return
-		}
-		h := f.Health()
-		body, err := json.Marshal(h)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		if h.Healthy {
-			w.WriteHeader(http.StatusOK)
-		} else {
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-		if r.Method == http.MethodGet {
-			_, _ = w.Write(append(body, '\n'))
-		}
-	})
+	return probe.Handler(func() (any, int) { h := f.Health(); return h, h.HTTPStatus() })
+}
+
+// ReadyHandler returns an http.Handler for the fleet's readiness and
+// startup checks, as sqsconsumer.Consumer.ReadyHandler does for one queue:
+// 200 while every queue takes messages (sqsconsumer.Health's table of
+// states), 503 otherwise. Mount it, e.g., at mux.Handle("/readyz",
+// f.ReadyHandler()).
+func (f *Fleet) ReadyHandler() http.Handler {
+	return probe.Handler(func() (any, int) { h := f.Health(); return h, h.ReadyHTTPStatus() })
 }

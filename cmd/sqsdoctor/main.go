@@ -31,7 +31,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -48,7 +47,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqskit/sqsconsumer/doctor"
-	"github.com/sqskit/sqsconsumer/sqstest"
+	"github.com/sqskit/sqsconsumer/sqsclient"
 )
 
 // Exit codes.
@@ -427,17 +426,15 @@ func newClient(ctx context.Context, endpoint, region string) (doctor.Client, err
 		if id == "" || secret == "" {
 			id, secret, token = "test", "test", ""
 		}
-		return sqs.New(sqs.Options{
+		// Over a socket the Go SDK can lose a ReceiveMessage answer to a
+		// race of its own and retry, leaving the first answer's messages
+		// hidden (package sqsclient): a dlq scan would stop short and
+		// replay would miss messages. sqsclient's client closes that window.
+		return sqsclient.New(sqs.Options{
 			Region:       region,
 			BaseEndpoint: aws.String(endpoint),
 			Credentials:  credentials.NewStaticCredentialsProvider(id, secret, token),
-			// Over a socket the Go SDK can lose a ReceiveMessage answer to a
-			// race of its own and retry, leaving the first answer's messages
-			// hidden (package sqstest, "Over a real socket"): a dlq scan would
-			// stop short and replay would miss messages. The rebuffering
-			// transport closes that window.
-			HTTPClient: &http.Client{Transport: sqstest.RebufferingTransport(nil)},
-		}), nil
+		}, sqsclient.HTTPOptions{})
 	}
 	var opts []func(*config.LoadOptions) error
 	if region != "" {
@@ -447,5 +444,5 @@ func newClient(ctx context.Context, endpoint, region string) (doctor.Client, err
 	if err != nil {
 		return nil, fmt.Errorf("loading the AWS configuration: %w", err)
 	}
-	return sqs.NewFromConfig(cfg), nil
+	return sqsclient.NewFromConfig(cfg, sqsclient.HTTPOptions{})
 }

@@ -18,10 +18,14 @@
 //
 // A Go client (aws-sdk-go-v2) on the same machine can lose an answer to a race of its
 // own and retry, leaving the first answer's messages in flight until their visibility
-// timeout; package sqstest's documentation ("Over a real socket") explains it. Give
-// such a client an HTTP client whose transport is sqstest.RebufferingTransport:
+// timeout; package sqstest's documentation ("Over a real socket") explains it, and
+// production clients meet it too. Make such a client with package sqsclient (as in
+// production), or give it an HTTP client whose transport is
+// sqstest.RebufferingTransport:
 //
-//	HTTPClient: &http.Client{Transport: sqstest.RebufferingTransport(nil)},
+//	client, err := sqsclient.New(sqs.Options{Region: "us-east-1",
+//		BaseEndpoint: aws.String("http://127.0.0.1:9324"),
+//		Credentials:  credentials.NewStaticCredentialsProvider("local", "local", "")}, sqsclient.HTTPOptions{})
 package main
 
 import (

@@ -62,11 +62,11 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqskit/sqsconsumer"
 	"github.com/sqskit/sqsconsumer/examples/internal/orders"
 	"github.com/sqskit/sqsconsumer/lambdasqs"
+	"github.com/sqskit/sqsconsumer/sqsclient"
 )
 
 func main() {
@@ -76,7 +76,12 @@ func main() {
 		logger.Error("loading the AWS configuration", "error", err)
 		os.Exit(1)
 	}
-	h, err := newHandler(sqs.NewFromConfig(cfg), os.Getenv, os.Stderr)
+	client, err := sqsclient.NewFromConfig(cfg, sqsclient.HTTPOptions{})
+	if err != nil {
+		logger.Error("making the SQS client", "error", err)
+		os.Exit(1)
+	}
+	h, err := newHandler(client, os.Getenv, os.Stderr)
 	if err != nil {
 		logger.Error("invalid configuration", "error", err)
 		os.Exit(1)

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqskit/sqsconsumer"
+	"github.com/sqskit/sqsconsumer/sqsclient"
 	"github.com/sqskit/sqsconsumer/sqstest"
 )
 
@@ -72,7 +73,10 @@ func awsQueue(ctx context.Context, url string) (*queue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading the AWS configuration: %w", err)
 	}
-	sc := sqs.NewFromConfig(awsCfg)
+	sc, err := sqsclient.NewFromConfig(awsCfg, sqsclient.HTTPOptions{})
+	if err != nil {
+		return nil, err
+	}
 	cc := &countingClient{c: sc, n: map[string]int{}}
 	return &queue{
 		where:  "SQS " + url,

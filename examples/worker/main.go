@@ -109,10 +109,10 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqskit/sqsconsumer"
 	"github.com/sqskit/sqsconsumer/examples/internal/orders"
+	"github.com/sqskit/sqsconsumer/sqsclient"
 )
 
 // Exit codes.
@@ -153,7 +153,7 @@ func awsClient(ctx context.Context) (sqsconsumer.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading the AWS configuration: %w", err)
 	}
-	return sqs.NewFromConfig(cfg), nil
+	return sqsclient.NewFromConfig(cfg, sqsclient.HTTPOptions{})
 }
 
 // settings is the worker's configuration, read from the environment.
