@@ -200,3 +200,9 @@ func entryResults[T any](n int, op string, successful []T, id func(T) *string, f
 	}
 	return errs
 }
+
+// minDeleteCalls is the least number of delete calls a Consumer lets be
+// in flight at once (otherwise one per receive it may have in flight): a
+// burst of settlements waits for a call instead of opening a connection
+// of its own.
+const minDeleteCalls = 4

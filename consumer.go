@@ -375,12 +375,6 @@ func (c *Consumer) setup(ctx context.Context) error {
 	return nil
 }
 
-// minDeleteCalls is the least number of delete calls a Consumer lets be
-// in flight at once (otherwise one per receive it may have in flight): a
-// burst of settlements waits for a call instead of opening a connection
-// of its own.
-const minDeleteCalls = 4
-
 // init connects package fleet to Consumers through internal/share, so
 // that the root package exports nothing for the shared budget: fleet.Add
 // calls share.Attach, which sets the Consumer's member before Run.
@@ -449,21 +443,3 @@ func (c *Consumer) Resume() {
 
 // Paused reports whether the Consumer is paused (see Pause).
 func (c *Consumer) Paused() bool { return c.paused.Load() }
-
-// taking reports whether the Consumer takes new messages: not shutting
-// down, not paused, its breaker (if any) not open.
-func (c *Consumer) taking() bool {
-	return !c.stopping.Load() && !c.paused.Load() && (c.br == nil || !c.br.refusing())
-}
-
-// observe tells the Consumer's event sink of kind for d.
-func (c *Consumer) observe(kind EventKind, d *delivery, err error) {
-	c.ev.emit(kind, &d.msg, d.msg.ReceiveCount, d.lease.arrivedAt(), d.workStarted(), 0, err)
-}
-
-func (c *Consumer) log(level slog.Level, msg string, args ...any) {
-	if c.s.logger == nil {
-		return
-	}
-	logSafely(c.s.logger, level, msg, append([]any{"queue_url", c.queueURL}, args...)...)
-}

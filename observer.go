@@ -203,3 +203,15 @@ func logSafely(logger *slog.Logger, level slog.Level, msg string, args ...any) {
 	defer func() { _ = recover() }()
 	logger.Log(context.Background(), level, msg, args...)
 }
+
+// observe tells the Consumer's event sink of kind for d.
+func (c *Consumer) observe(kind EventKind, d *delivery, err error) {
+	c.ev.emit(kind, &d.msg, d.msg.ReceiveCount, d.lease.arrivedAt(), d.workStarted(), 0, err)
+}
+
+func (c *Consumer) log(level slog.Level, msg string, args ...any) {
+	if c.s.logger == nil {
+		return
+	}
+	logSafely(c.s.logger, level, msg, append([]any{"queue_url", c.queueURL}, args...)...)
+}

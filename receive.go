@@ -358,3 +358,9 @@ func (c *Consumer) releaseRaw(m types.Message, after time.Duration) {
 		c.log(slog.LevelWarn, "sqsconsumer: could not hand a message back", "message_id", aws.ToString(m.MessageId), "error", err)
 	}
 }
+
+// taking reports whether the Consumer takes new messages: not shutting
+// down, not paused, its breaker (if any) not open.
+func (c *Consumer) taking() bool {
+	return !c.stopping.Load() && !c.paused.Load() && (c.br == nil || !c.br.refusing())
+}
