@@ -56,6 +56,7 @@ type Consumer struct {
 	dlq      deadLetter    // where Permanent errors' messages go
 	br       *breaker      // WithBreaker; nil when off
 
+	pool      poolInfo    // the HTTP client's idle pool, as New saw it
 	dlqWarned atomic.Bool // the missing dead-letter queue was logged
 	failLog   failureLog  // the rate of failure lines
 	progress  progress    // for Health
@@ -73,7 +74,6 @@ type Consumer struct {
 	settleCtx   context.Context
 	pollCtx     context.Context
 	hardStop    context.CancelFunc
-	stopPolls   chan struct{}      // closed at shutdown: parked pollers return
 	fatalStop   context.CancelFunc // ends Run's wait after a permanent receive error
 	probeCtx    context.Context    // a probe's context; cancelled at shutdown
 	cancelProbe context.CancelFunc // cancels probeCtx
@@ -128,10 +128,16 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	pool, poolKnown := idleConnsPerHost(c)
+	poolCapped := false
 	if s.pollers == 0 {
 		// Enough receives in flight to ask for every slot and the whole
-		// read-ahead in full receives.
+		// read-ahead in full receives, unless the HTTP client's pool
+		// keeps fewer connections (see lanesPerIdleConn).
 		s.pollers = (s.concurrency+s.maxAhead+s.receiveSize-1)/s.receiveSize + 1
+		if bound := max(lanesPerIdleConn*pool, 2); poolKnown && bound < s.pollers {
+			s.pollers, poolCapped = bound, true
+		}
 	}
 	bt, _ := h.(*batcher)
 	if bt != nil && bt.maxSize() > s.concurrency {
@@ -153,6 +159,7 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 		stats:    stats,
 		ev:       eventSink{observer: s.observer, logger: s.logger, stats: stats, queueURL: queueURL},
 		batch:    bt,
+		pool:     poolInfo{idle: pool, known: poolKnown, capped: poolCapped},
 	}
 	if bt != nil && !bt.attach(c2, len(s.middleware) == 0) {
 		return nil, fmt.Errorf("%w: the Handler from Batch is already used by another Consumer; call Batch once per Consumer", ErrInvalidOption)
@@ -172,6 +179,7 @@ func (c *Consumer) Stats() Stats {
 	if fl := c.flowOf(); fl != nil {
 		st.Running, st.Waiting, st.Asked, _ = fl.snapshot()
 	}
+	st.MaxCallsInFlight, st.IdleConnsPerHost, st.LimitedByPool = c.s.pollers, c.pool.idle, c.pool.limited.Load()
 	return st
 }
 
@@ -248,8 +256,9 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 
 	c.progress.stage.Store(runDraining)
 	c.shutdown()
-	c.pollers.Wait()
 	close(c.quit)
+	c.pollers.Wait()
+	c.fl.closeLanes() // calls made from now on run on goroutines of their own
 	c.workers.Wait()
 	// The breaker's goroutines: none starts after shutdown stopped it.
 	c.aux.Wait()
@@ -341,7 +350,11 @@ func (c *Consumer) setup(ctx context.Context) error {
 		spawn: func() {
 			c.pollers.Add(1)
 			go c.poll()
-		}}
+		},
+		// A coalesced call no poller took in time; the coalescer counts it
+		// until it returns, and Run waits for that (calls.close).
+		overflow: func(job func()) { go job() },
+		atLimit:  c.atCallLimit}
 	if c.batch != nil {
 		fc.burst = c.batch.maxSize()
 	}
@@ -352,7 +365,6 @@ func (c *Consumer) setup(ctx context.Context) error {
 	if c.s.rateLimit > 0 {
 		fc.limiter = newTokenBucket(c.s.rateLimit, c.s.rateBurst)
 	}
-	c.stopPolls = make(chan struct{})
 	c.work = make(chan *delivery)
 	c.runs = make(chan *hbatch)
 	c.quit = make(chan struct{})
@@ -365,6 +377,7 @@ func (c *Consumer) setup(ctx context.Context) error {
 	}
 	c.fl = fl // under mu for flowOf and Pause
 	c.mu.Unlock()
+	c.calls.runOn(fl.submit)
 	c.pollWait = c.s.waitTime
 	if c.pollWait > 0 {
 		// A receive in flight at shutdown is never cancelled, so it must

@@ -46,7 +46,15 @@ type flow struct {
 	ready   []*delivery     // waiting messages free to start, oldest first
 	rate    rateMeter
 	rtt     time.Duration // smoothed round trip of receives answered at once
-	hold    time.Duration // smoothed time a message holds its handler slot
+	// rttMin is the shortest such round trip in the last 10 to 20 s (the
+	// least of the current window's, rttCur, and the previous one's,
+	// rttPrev): the network's round trip, without the time calls wait for
+	// a CPU. The read-ahead covers it: covering the smoothed round trip
+	// instead, which grows as a saturated CPU makes calls wait, would ask
+	// for more and more in flight, which only makes them wait longer.
+	rttMin, rttCur, rttPrev time.Duration
+	rttWindow               time.Time     // when the current window began
+	hold                    time.Duration // smoothed time a message holds its handler slot
 	// holdHigh follows the longest recent hold times: it jumps to a
 	// longer one and creeps back toward shorter ones. A handler is due
 	// to finish only once it is that old (less a round trip), so varied
@@ -92,9 +100,27 @@ type flow struct {
 
 	pollers   int // poller goroutines started
 	idle      int // pollers parked on kick
+	receiving int // pollers in a receive
 	kick      chan struct{}
-	spawn     func() // starts one more poller; called with mu held
-	peakAhead int    // most messages waiting + asked beyond the free slots
+
+	// The pollers are the Consumer's lanes: between receives they make its
+	// coalesced calls (deletes, visibility changes: jobs), one call at a
+	// time each, as a bare receive-and-delete loop does, so that its calls
+	// in flight are no more than its busy pollers and stay as steady as
+	// theirs: a connection pool then keeps the connections they use
+	// instead of closing some and dialling others. A job waits for a
+	// poller at most jobWait (all of them may be in long polls); then it
+	// runs on a goroutine of its own (overflow). lanesClosed: the pollers
+	// have returned, and jobs run on goroutines of their own.
+	jobs        []func()
+	jobTimer    *time.Timer
+	jobArmed    bool
+	lastTake    time.Time // a poller last took work: they make progress
+	overflow    func(job func())
+	lanesClosed bool
+	atLimit     func() // see flowConfig
+	spawn       func() // starts one more poller; called with mu held
+	peakAhead   int    // most messages waiting + asked beyond the free slots
 
 	// burst is how many slots handlers free at once, when more than one:
 	// a Batch handler's size. The read-ahead covers at least that many, so
@@ -116,8 +142,10 @@ type flow struct {
 // flowConfig is what a flow is made with.
 type flowConfig struct {
 	conc, size, maxAhead, maxPollers int
-	spawn                            func() // starts one more poller; called with the flow's mu held
-	burst                            int    // slots freed at once (a Batch handler's size), 0 for one
+	spawn                            func()           // starts one more poller; called with the flow's mu held
+	overflow                         func(job func()) // runs a job no poller took in time
+	atLimit                          func()           // the flow wanted another poller beyond maxPollers (with mu held)
+	burst                            int              // slots freed at once (a Batch handler's size), 0 for one
 	gate                             func(held int) int
 	limiter                          *tokenBucket // WithRateLimit; nil for none
 	member                           *share.Member
@@ -125,7 +153,7 @@ type flowConfig struct {
 }
 
 func newFlow(c flowConfig) *flow {
-	f := &flow{conc: c.conc, size: c.size, maxAhead: c.maxAhead, maxPollers: c.maxPollers, spawn: c.spawn,
+	f := &flow{conc: c.conc, size: c.size, maxAhead: c.maxAhead, maxPollers: c.maxPollers, spawn: c.spawn, overflow: c.overflow, atLimit: c.atLimit,
 		burst: c.burst, gate: c.gate, limiter: c.limiter, member: c.member, paused: c.paused,
 		kick: make(chan struct{}, 1), quiet: true, full: true}
 	f.epoch = time.Now()
@@ -164,7 +192,7 @@ func (f *flow) countsLocked(now time.Time) flowCounts {
 		running: f.running, waiting: f.waiting, asked: f.asked,
 		quiet: f.quiet,
 	}
-	c.cover, c.ahead = readAhead(f.rate.value(now), f.capacity(), max(f.dueLocked(now), f.burst), f.rtt, f.size, f.maxAhead)
+	c.cover, c.ahead = readAhead(f.rate.value(now), f.capacity(), max(f.dueLocked(now), f.burst), f.rttMin, f.size, f.maxAhead)
 	return c
 }
 
@@ -359,7 +387,7 @@ func (f *flow) handOut() {
 // wakeLocked makes sure a poller will look, if a receive is due.
 func (f *flow) wakeLocked(now time.Time) {
 	f.tellLocked()
-	if f.nextLocked(now) == 0 {
+	if len(f.jobs) == 0 && f.nextLocked(now) == 0 {
 		return
 	}
 	if f.idle == 0 && f.pollers < f.maxPollers {
@@ -367,24 +395,38 @@ func (f *flow) wakeLocked(now time.Time) {
 		f.spawn()
 		return
 	}
+	if f.idle == 0 && f.atLimit != nil {
+		f.atLimit()
+	}
 	select {
 	case f.kick <- struct{}{}:
 	default:
 	}
 }
 
-// take reserves the next receive for a poller: the number of messages to
-// ask for, or 0 if none is due; then the poller counts as idle and must
-// wait on kick (or for the stop) and call unpark.
-func (f *flow) take() int {
+// take gives a poller its next work: a job (a coalesced call to make),
+// or the number of messages the receive due asks for; with neither the
+// poller counts as idle and must wait on kick (or for the end) and call
+// unpark. A receive taken must be ended by received, failed or
+// abandoned.
+func (f *flow) take() (job func(), n int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now()
-	n := f.nextLocked(now)
+	f.lastTake = now
+	if len(f.jobs) > 0 {
+		job = f.jobs[0]
+		f.jobs[0] = nil
+		f.jobs = f.jobs[1:]
+		f.wakeLocked(now) // another job, or a receive, may be waiting too
+		return job, 0
+	}
+	n = f.nextLocked(now)
 	if n == 0 {
 		f.idle++
-		return 0
+		return nil, 0
 	}
+	f.receiving++
 	f.asked += n
 	f.sentAt = now
 	if f.limiter != nil {
@@ -394,7 +436,83 @@ func (f *flow) take() int {
 		f.peakAhead = f.waiting + f.asked - free
 	}
 	f.wakeLocked(now) // another receive may be due as well
-	return n
+	return nil, n
+}
+
+// jobWait is how long a job may wait for a poller to be free before it
+// runs on a goroutine of its own: about a round trip, the time a busy
+// poller takes to finish its call.
+func (f *flow) jobWait() time.Duration { return max(2*f.rtt, 20*time.Millisecond) }
+
+// submit hands a job (a coalesced call) to the pollers: an idle one takes
+// it, or a new one if there is room, or the first to finish its call
+// (within jobWait, else it overflows). It returns false, having done
+// nothing, once the pollers are gone (closeLanes): the caller runs job.
+func (f *flow) submit(job func()) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.lanesClosed {
+		return false
+	}
+	f.jobs = append(f.jobs, job)
+	switch {
+	case f.idle > 0:
+		select {
+		case f.kick <- struct{}{}:
+		default:
+		}
+	case f.pollers < f.maxPollers:
+		f.pollers++
+		f.spawn()
+	case !f.jobArmed:
+		f.jobArmed = true
+		if f.jobTimer == nil {
+			f.jobTimer = time.AfterFunc(f.jobWait(), f.overflowJobs)
+		} else {
+			f.jobTimer.Reset(f.jobWait())
+		}
+	}
+	return true
+}
+
+// overflowJobs runs the jobs waiting on goroutines of their own when no
+// poller took any work for jobWait (all of them wait in long polls);
+// while they make progress, the jobs wait their turn.
+func (f *flow) overflowJobs() {
+	f.mu.Lock()
+	if len(f.jobs) == 0 {
+		f.jobArmed = false
+		f.mu.Unlock()
+		return
+	}
+	if since := time.Since(f.lastTake); since < f.jobWait() {
+		f.jobTimer.Reset(f.jobWait() - since)
+		f.mu.Unlock()
+		return
+	}
+	f.jobArmed = false
+	jobs := f.jobs
+	f.jobs = nil
+	f.mu.Unlock()
+	for _, job := range jobs {
+		f.overflow(job)
+	}
+}
+
+// closeLanes records that the pollers have returned and runs the jobs
+// still waiting on goroutines of their own; from now on submit refuses.
+func (f *flow) closeLanes() {
+	f.mu.Lock()
+	f.lanesClosed = true
+	if f.jobTimer != nil {
+		f.jobTimer.Stop()
+	}
+	jobs := f.jobs
+	f.jobs = nil
+	f.mu.Unlock()
+	for _, job := range jobs {
+		f.overflow(job)
+	}
 }
 
 // unpark counts a poller that take left idle as busy again.
@@ -413,6 +531,7 @@ func (f *flow) failed(asked int, err error, persistent bool) (same int, backoff 
 	defer f.mu.Unlock()
 	now := time.Now()
 	f.asked -= asked
+	f.receiving--
 	if f.limiter != nil {
 		f.limiter.giveBack(now, asked)
 	}
@@ -437,6 +556,7 @@ func (f *flow) abandoned(asked int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.asked -= asked
+	f.receiving--
 }
 
 // received records a receive that asked for asked messages and got got
@@ -447,6 +567,7 @@ func (f *flow) received(asked, got int, took time.Duration) {
 	now := time.Now()
 	f.failures, f.same, f.lastErr = 0, 0, ""
 	f.asked -= asked
+	f.receiving--
 	f.waiting += got
 	f.quiet = got == 0
 	f.full = got == asked
@@ -467,8 +588,26 @@ func (f *flow) received(asked, got int, took time.Duration) {
 		} else {
 			f.rtt += (took - f.rtt) / 8
 		}
+		f.sampleRTTLocked(now, took)
 	}
 	f.wakeLocked(now)
+}
+
+// rttWindowLength is the length of rttMin's windows.
+const rttWindowLength = 10 * time.Second
+
+// sampleRTTLocked takes a receive's round trip into rttMin.
+func (f *flow) sampleRTTLocked(now time.Time, took time.Duration) {
+	if now.Sub(f.rttWindow) >= rttWindowLength {
+		f.rttPrev, f.rttCur, f.rttWindow = f.rttCur, 0, now
+	}
+	if f.rttCur == 0 || took < f.rttCur {
+		f.rttCur = took
+	}
+	f.rttMin = f.rttCur
+	if f.rttPrev > 0 && f.rttPrev < f.rttMin {
+		f.rttMin = f.rttPrev
+	}
 }
 
 // drop takes n waiting messages out that never became deliveries (adopted
@@ -663,11 +802,11 @@ func (f *flow) pace() (rate, capacity float64) {
 	return f.rate.value(time.Now()), f.capacity()
 }
 
-// receiving is how many receives are in flight now (pollers not parked).
-func (f *flow) receiving() int {
+// receivesInFlight is how many receives are in flight now.
+func (f *flow) receivesInFlight() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.pollers - f.idle
+	return f.receiving
 }
 
 // snapshot returns the flow's counts for Stats.

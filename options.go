@@ -59,7 +59,7 @@ type settings struct {
 	pollers         int // 0 = derived from concurrency and maxAhead
 	maxAhead        int // read-ahead bound
 	shutdownTimeout time.Duration
-	cancelIdlePolls bool // WithCancelIdlePollsAtShutdown
+	cancelIdlePolls bool          // WithCancelIdlePollsAtShutdown
 	handlerTimeout  time.Duration // 0 = none
 	backoff         func(receiveCount int) time.Duration
 	middleware      []Middleware

@@ -18,19 +18,24 @@ import (
 	"github.com/sqskit/sqsconsumer/internal/fifo"
 )
 
-// poll is one poller: it takes the receive the flow says is due, sends it,
-// and dispatches what comes back; with nothing due it parks until the flow
-// kicks it. It returns when receiving stops.
+// poll is one poller, a lane of the Consumer's calls: it makes the
+// coalesced call the flow hands it (a job), or sends the receive the flow
+// says is due and dispatches what comes back; with neither it parks until
+// the flow kicks it. It returns once Run has stopped the workers (quit).
 func (c *Consumer) poll() {
 	defer c.pollers.Done()
 	for {
-		n := c.fl.take()
+		job, n := c.fl.take()
+		if job != nil {
+			job()
+			continue
+		}
 		if n == 0 {
 			select {
 			case <-c.fl.kicked():
 				c.fl.unpark()
 				continue
-			case <-c.stopPolls:
+			case <-c.quit:
 				c.fl.unpark()
 				return
 			}

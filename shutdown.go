@@ -27,7 +27,6 @@ func (c *Consumer) shutdown() {
 		c.batch.shutdown() // messages gathering for a batch are handed back at once
 	}
 	unstarted := c.unstarted(c.fl.stop())
-	close(c.stopPolls)
 	if c.s.cancelIdlePolls {
 		if n := c.polls.cancelIdle(time.Now()); n > 0 {
 			c.log(slog.LevelDebug, "sqsconsumer: idle long polls cancelled", "polls", n)
@@ -35,7 +34,7 @@ func (c *Consumer) shutdown() {
 	}
 	running, _, _, _ := c.fl.snapshot()
 	c.log(slog.LevelInfo, "sqsconsumer: shutting down: receiving stopped, unstarted messages released, running handlers have the shutdown timeout to finish",
-		"running", running, "released_unstarted", len(unstarted), "receives_in_flight", c.fl.receiving(), "shutdown_timeout", c.s.shutdownTimeout.String())
+		"running", running, "released_unstarted", len(unstarted), "receives_in_flight", c.fl.receivesInFlight(), "shutdown_timeout", c.s.shutdownTimeout.String())
 	c.handBack(unstarted)
 
 	done := make(chan struct{})

@@ -199,6 +199,17 @@ type Stats struct {
 	// Asked, messages asked for by receives in flight.
 	Running, Waiting, Asked int
 
+	// How the Consumer reaches SQS: MaxCallsInFlight is the most calls
+	// (receives, deletes, visibility changes) it makes at once
+	// (WithPollers, or its default); IdleConnsPerHost the idle connections
+	// its HTTP client keeps for reuse (0 when the Consumer cannot tell);
+	// LimitedByPool is set once the Consumer wanted more calls in flight
+	// than that pool lets it make without opening new connections (see
+	// New): a larger pool would let it go faster.
+	MaxCallsInFlight int
+	IdleConnsPerHost int
+	LimitedByPool    bool
+
 	dist *latency.Snapshot
 }
 

@@ -171,6 +171,10 @@ func (h HTTPOptions) apply(err *error) func(*sqs.Options) {
 // concurrent use when next is.
 type rebuffering struct{ next aws.HTTPClient }
 
+// Unwrap returns the HTTP client r wraps: a Consumer reads its connection
+// pool through it (sqsconsumer.New).
+func (r rebuffering) Unwrap() aws.HTTPClient { return r.next }
+
 // Do implements aws.HTTPClient. A body that fails to read fails the request
 // with that error, before next is called.
 func (r rebuffering) Do(req *http.Request) (*http.Response, error) {

@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sqskit/sqsconsumer"
 	"github.com/sqskit/sqsconsumer/sqsclient"
 )
 
@@ -301,5 +302,25 @@ func TestDependencies(t *testing.T) {
 			strings.HasPrefix(pkg, "github.com/aws/smithy-go") ||
 			pkg == "github.com/sqskit/sqsconsumer/sqsclient"
 		require.True(t, ok, "sqsclient depends on %s", pkg)
+	}
+}
+
+// A Consumer sees the pool of a client made here, through the wrapper,
+// and sizes its calls in flight to it.
+func TestConsumerSeesThePool(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{0, 64} {
+		client, err := sqsclient.New(sqs.Options{Region: "us-east-1", Credentials: aws.AnonymousCredentials{}}, sqsclient.HTTPOptions{MaxIdleConnsPerHost: n})
+		require.NoError(t, err)
+		c, err := sqsconsumer.New(client, "https://sqs.us-east-1.amazonaws.com/123456789012/q",
+			sqsconsumer.HandlerFunc(func(context.Context, *sqsconsumer.Message) error { return nil }))
+		require.NoError(t, err)
+		want := n
+		if n == 0 {
+			want = awshttp.DefaultHTTPTransportMaxIdleConnsPerHost
+		}
+		st := c.Stats()
+		require.Equal(t, want, st.IdleConnsPerHost)
+		require.Equal(t, min(2*want, (10+1000+9)/10+1), st.MaxCallsInFlight, "twice the pool, at most what the read-ahead could ask for")
 	}
 }

@@ -46,8 +46,9 @@ type Coalescer[E any] struct {
 	gen     uint64      // counts cut batches: a window timer only flushes its own
 	timer   *time.Timer // the window of the pending batch, while armed
 	closed  bool
-	busy    int            // flusher goroutines running
-	queued  [][]request[E] // cut batches waiting for a flusher (maxCalls reached)
+	busy    int                    // flushers running
+	queued  [][]request[E]         // cut batches waiting for a flusher (maxCalls reached)
+	runOn   func(call func()) bool // RunOn's; nil: a goroutine per flusher
 
 	work     sync.WaitGroup // batches cut and not yet answered, and armed window timers
 	flushers sync.WaitGroup // flusher goroutines
@@ -165,8 +166,23 @@ func (b *Coalescer[E]) dispatch(batch []request[E]) {
 	}
 	b.busy++
 	b.flushers.Add(1)
+	run := b.runOn
 	b.mu.Unlock()
-	go b.flusher(batch)
+	if run == nil || !run(func() { b.flusher(batch) }) {
+		go b.flusher(batch)
+	}
+}
+
+// RunOn makes the Coalescer hand each batch call to run instead of a
+// goroutine of its own: run takes the call (a function that sends the
+// batch, and any batches queued behind it, and returns) and reports true,
+// or false to leave it to a goroutine after all (run is called without
+// the Coalescer's lock). The calls stay counted until they return, so
+// Close waits for them wherever they run. Set it before the first entry.
+func (b *Coalescer[E]) RunOn(run func(call func()) bool) {
+	b.mu.Lock()
+	b.runOn = run
+	b.mu.Unlock()
 }
 
 // flusher sends batch, then any batches queued meanwhile, and exits.
