@@ -37,6 +37,11 @@ func (c *Consumer) start(d *delivery) {
 // back (the next message, already holding the slot do freed), then
 // whatever arrives on ch, until it has waited workerIdle for more or the
 // Consumer quits.
+//
+// The idle timer is not reset every time the worker waits (a timer reset
+// takes the runtime's timer lock, once a message): it fires at most
+// workerIdle after it was last armed, and the worker then exits only if it
+// has really waited that long, else it arms it again for the rest.
 func serve[T any](c *Consumer, first T, ch <-chan T, do func(T) (T, bool)) {
 	defer c.workers.Done()
 	idle := time.NewTimer(workerIdle)
@@ -46,10 +51,15 @@ func serve[T any](c *Consumer, first T, ch <-chan T, do func(T) (T, bool)) {
 			v = next
 			continue
 		}
-		idle.Reset(workerIdle)
+		waiting := time.Now()
+	wait:
 		select {
 		case v = <-ch:
 		case <-idle.C:
+			if waited := time.Since(waiting); waited < workerIdle {
+				idle.Reset(workerIdle - waited)
+				goto wait
+			}
 			return
 		case <-c.quit:
 			return
