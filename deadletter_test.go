@@ -174,10 +174,11 @@ func TestDeadLetterSendFailureLeavesTheMessage(t *testing.T) {
 		b.srv.FailNext("SendMessage", 1, sqstest.FaultInternalError)
 		client := &callLog{Client: b.client}
 		var logs bytes.Buffer
+		var logMu sync.Mutex // the Consumer logs from its goroutines
 		c, err := New(client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
 			return Permanent(errors.New("schema violation"))
 		}), WithVisibilityTimeout(30*time.Second), WithBackoff(func(int) time.Duration { return 10 * time.Second }),
-			WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+			WithLogger(slog.New(slog.NewTextHandler(&lockedWriter{mu: &logMu, w: &logs}, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 		require.NoError(t, err)
 		stop := running(t, c)
 		time.Sleep(5 * time.Second)
@@ -186,7 +187,9 @@ func TestDeadLetterSendFailureLeavesTheMessage(t *testing.T) {
 		require.True(t, st.InFlight, "released for a retry after its backoff")
 		require.Equal(t, 10*time.Second, st.VisibilityChanges[len(st.VisibilityChanges)-1].Timeout)
 		require.Empty(t, client.list())
+		logMu.Lock()
 		require.Contains(t, logs.String(), "could not move a permanently failing message")
+		logMu.Unlock()
 
 		time.Sleep(time.Minute) // the retry moves it
 		require.NoError(t, stop())

@@ -98,9 +98,9 @@ type flow struct {
 	timer   *time.Timer
 	timerAt time.Time
 
-	pollers   int // poller goroutines started
-	idle      int // pollers parked on kick
-	receiving int // pollers in a receive
+	pollers   int             // poller goroutines started
+	idle      int             // pollers parked on kick
+	recvSince []time.Duration // when each receive in flight was sent (since epoch)
 	kick      chan struct{}
 
 	// The pollers are the Consumer's lanes: between receives they make its
@@ -405,11 +405,11 @@ func (f *flow) wakeLocked(now time.Time) {
 }
 
 // take gives a poller its next work: a job (a coalesced call to make),
-// or the number of messages the receive due asks for; with neither the
-// poller counts as idle and must wait on kick (or for the end) and call
-// unpark. A receive taken must be ended by received, failed or
-// abandoned.
-func (f *flow) take() (job func(), n int) {
+// or the number of messages the receive due asks for, sent from now
+// (sent: the receive's send time for received, failed or abandoned,
+// which must end it); with neither the poller counts as idle and must
+// wait on kick (or for the end) and call unpark.
+func (f *flow) take() (job func(), n int, sent time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now()
@@ -419,14 +419,14 @@ func (f *flow) take() (job func(), n int) {
 		f.jobs[0] = nil
 		f.jobs = f.jobs[1:]
 		f.wakeLocked(now) // another job, or a receive, may be waiting too
-		return job, 0
+		return job, 0, now
 	}
 	n = f.nextLocked(now)
 	if n == 0 {
 		f.idle++
-		return nil, 0
+		return nil, 0, now
 	}
-	f.receiving++
+	f.recvSince = append(f.recvSince, now.Sub(f.epoch))
 	f.asked += n
 	f.sentAt = now
 	if f.limiter != nil {
@@ -436,7 +436,34 @@ func (f *flow) take() (job func(), n int) {
 		f.peakAhead = f.waiting + f.asked - free
 	}
 	f.wakeLocked(now) // another receive may be due as well
-	return nil, n
+	return nil, n, now
+}
+
+// endReceiveLocked counts the receive sent at sent as no longer in flight.
+func (f *flow) endReceiveLocked(sent time.Time) {
+	at := sent.Sub(f.epoch)
+	for i, s := range f.recvSince {
+		if s == at {
+			f.recvSince = append(f.recvSince[:i], f.recvSince[i+1:]...)
+			return
+		}
+	}
+}
+
+// stuckLocked reports whether every poller is busy in a receive sent
+// jobWait ago or more: long polls, which may go on for their whole wait,
+// so a job must not wait for them.
+func (f *flow) stuckLocked(now time.Time) bool {
+	if f.idle > 0 || len(f.recvSince) < f.pollers {
+		return false
+	}
+	cut := now.Sub(f.epoch) - f.jobWait()
+	for _, s := range f.recvSince {
+		if s > cut {
+			return false
+		}
+	}
+	return true
 }
 
 // jobWait is how long a job may wait for a poller to be free before it
@@ -464,6 +491,10 @@ func (f *flow) submit(job func()) bool {
 	case f.pollers < f.maxPollers:
 		f.pollers++
 		f.spawn()
+	case f.stuckLocked(time.Now()):
+		// Every poller waits in a long poll: run it now, on its own.
+		f.jobs = f.jobs[:len(f.jobs)-1]
+		f.overflow(job)
 	case !f.jobArmed:
 		f.jobArmed = true
 		if f.jobTimer == nil {
@@ -526,12 +557,12 @@ func (f *flow) unpark() {
 // returns how many receives in a row failed with this same client error
 // (persistent: see persistentClientError), and the backoff before the
 // next receive, which it arms for every poller.
-func (f *flow) failed(asked int, err error, persistent bool) (same int, backoff time.Duration) {
+func (f *flow) failed(asked int, sent time.Time, err error, persistent bool) (same int, backoff time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now()
 	f.asked -= asked
-	f.receiving--
+	f.endReceiveLocked(sent)
 	if f.limiter != nil {
 		f.limiter.giveBack(now, asked)
 	}
@@ -552,22 +583,22 @@ func (f *flow) failed(asked int, err error, persistent bool) (same int, backoff 
 
 // abandoned records a receive for asked messages that was cancelled at
 // shutdown (it got nothing this process will see).
-func (f *flow) abandoned(asked int) {
+func (f *flow) abandoned(asked int, sent time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.asked -= asked
-	f.receiving--
+	f.endReceiveLocked(sent)
 }
 
 // received records a receive that asked for asked messages and got got
 // after took; the got messages are waiting until dispatched.
-func (f *flow) received(asked, got int, took time.Duration) {
+func (f *flow) received(asked, got int, sent time.Time, took time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now()
 	f.failures, f.same, f.lastErr = 0, 0, ""
 	f.asked -= asked
-	f.receiving--
+	f.endReceiveLocked(sent)
 	f.waiting += got
 	f.quiet = got == 0
 	f.full = got == asked
@@ -806,7 +837,7 @@ func (f *flow) pace() (rate, capacity float64) {
 func (f *flow) receivesInFlight() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.receiving
+	return len(f.recvSince)
 }
 
 // snapshot returns the flow's counts for Stats.

@@ -98,7 +98,7 @@ func TestFlowCounts(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		f := newFlow(flowConfig{conc: 2, size: 10, maxAhead: 1, maxPollers: 1, spawn: func() {}})
-		f.received(0, 4, time.Millisecond)
+		f.received(0, 4, time.Now(), time.Millisecond)
 		ds := []*delivery{{}, {}, {}, {}}
 		var slots []slot
 		for i, d := range ds {

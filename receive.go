@@ -25,7 +25,7 @@ import (
 func (c *Consumer) poll() {
 	defer c.pollers.Done()
 	for {
-		job, n := c.fl.take()
+		job, n, sent := c.fl.take()
 		if job != nil {
 			job()
 			continue
@@ -40,7 +40,7 @@ func (c *Consumer) poll() {
 				return
 			}
 		}
-		err := c.receive(n)
+		err := c.receive(n, sent)
 		if err == nil {
 			continue
 		}
@@ -48,10 +48,10 @@ func (c *Consumer) poll() {
 			return
 		}
 		if c.shuttingDown() && errors.Is(err, context.Canceled) {
-			c.fl.abandoned(n) // an idle poll the shutdown cancelled
+			c.fl.abandoned(n, sent) // an idle poll the shutdown cancelled
 			return
 		}
-		same, backoff := c.fl.failed(n, err, persistentClientError(err))
+		same, backoff := c.fl.failed(n, sent, err, persistentClientError(err))
 		c.fl.handOut()
 		if classify(err) == kindPermanent {
 			c.fail(err, "sqsconsumer: permanent receive error; shutting down")
@@ -83,12 +83,12 @@ func (c *Consumer) fail(err error, msg string) {
 	c.fatalStop()
 }
 
-// receive sends one ReceiveMessage for n messages and dispatches the
-// answer. Its context is not Run's: a receive is never cancelled by a
+// receive sends one ReceiveMessage for n messages, taken from the flow at
+// sent (the hand-over estimate may not count from later), and dispatches
+// the answer. Its context is not Run's: a receive is never cancelled by a
 // shutdown, only by the hard stop after it.
-func (c *Consumer) receive(n int) error {
+func (c *Consumer) receive(n int, sent time.Time) error {
 	cfg := c.leaseFor()
-	sent := time.Now()
 	ctx, cancel := context.WithTimeoutCause(c.pollCtx, c.pollWait+receiveCallTimeout, errReceiveTimeout)
 	if c.s.cancelIdlePolls {
 		var done func()
@@ -124,7 +124,7 @@ func (c *Consumer) receive(n int) error {
 		msgs = msgs[:n]
 	}
 	msgs = c.dropCorrupt(msgs)
-	c.fl.received(n, len(msgs), arrived.Sub(sent))
+	c.fl.received(n, len(msgs), sent, arrived.Sub(sent))
 	c.dispatch(msgs, HandoverTime(sent, arrived), arrived, cfg)
 	c.fl.handOut()
 	return nil
