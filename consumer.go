@@ -28,7 +28,8 @@ import (
 // worker.go runs its handler (batch.go gathers it into a batch for a Batch
 // handler), settle.go is the one door after the handler (delete, retry,
 // dead-letter, hand back), and calls.go coalesces the SQS calls of many
-// leases. shutdown.go winds it all down.
+// leases, which the pollers make between receives (lanes.go). shutdown.go
+// winds it all down.
 //
 // Lock order: a Consumer's locks are leaves, each taken alone, except
 // that the flow's mu is held while it asks the breaker's mu (its gate) and
@@ -268,17 +269,6 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.fatal
-}
-
-// logStats logs the run's figures, when a logger is set and anything was
-// processed. Judging them is package doctor's work (doctor.Advise).
-func (c *Consumer) logStats() {
-	if c.s.logger == nil {
-		return
-	}
-	if st := c.Stats(); st.Processed > 0 {
-		c.log(slog.LevelInfo, "sqsconsumer: stats", "stats", st)
-	}
 }
 
 // setup reads what the options left to the queue, checks the lease

@@ -164,19 +164,6 @@ func newFlow(c flowConfig) *flow {
 	return f
 }
 
-// nudge makes a parked poller look again (the fleet's budget has a slot
-// for this flow).
-func (f *flow) nudge() {
-	select {
-	case f.kick <- struct{}{}:
-	default:
-	}
-}
-
-// kicked is where parked pollers wait for a receive to be due (take
-// returned 0).
-func (f *flow) kicked() <-chan struct{} { return f.kick }
-
 func (f *flow) countsLocked(now time.Time) flowCounts {
 	conc := f.conc
 	if f.member != nil {
@@ -402,155 +389,6 @@ func (f *flow) wakeLocked(now time.Time) {
 	case f.kick <- struct{}{}:
 	default:
 	}
-}
-
-// take gives a poller its next work: a job (a coalesced call to make),
-// or the number of messages the receive due asks for, sent from now
-// (sent: the receive's send time for received, failed or abandoned,
-// which must end it); with neither the poller counts as idle and must
-// wait on kick (or for the end) and call unpark.
-func (f *flow) take() (job func(), n int, sent time.Time) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	now := time.Now()
-	f.lastTake = now
-	if len(f.jobs) > 0 {
-		job = f.jobs[0]
-		f.jobs[0] = nil
-		f.jobs = f.jobs[1:]
-		f.wakeLocked(now) // another job, or a receive, may be waiting too
-		return job, 0, now
-	}
-	n = f.nextLocked(now)
-	if n == 0 {
-		f.idle++
-		return nil, 0, now
-	}
-	f.recvSince = append(f.recvSince, now.Sub(f.epoch))
-	f.asked += n
-	f.sentAt = now
-	if f.limiter != nil {
-		f.limiter.take(now, n)
-	}
-	if free := f.conc - f.running; f.waiting+f.asked-free > f.peakAhead {
-		f.peakAhead = f.waiting + f.asked - free
-	}
-	f.wakeLocked(now) // another receive may be due as well
-	return nil, n, now
-}
-
-// endReceiveLocked counts the receive sent at sent as no longer in flight.
-func (f *flow) endReceiveLocked(sent time.Time) {
-	at := sent.Sub(f.epoch)
-	for i, s := range f.recvSince {
-		if s == at {
-			f.recvSince = append(f.recvSince[:i], f.recvSince[i+1:]...)
-			return
-		}
-	}
-}
-
-// stuckLocked reports whether every poller is busy in a receive sent
-// jobWait ago or more: long polls, which may go on for their whole wait,
-// so a job must not wait for them.
-func (f *flow) stuckLocked(now time.Time) bool {
-	if f.idle > 0 || len(f.recvSince) < f.pollers {
-		return false
-	}
-	cut := now.Sub(f.epoch) - f.jobWait()
-	for _, s := range f.recvSince {
-		if s > cut {
-			return false
-		}
-	}
-	return true
-}
-
-// jobWait is how long a job may wait for a poller to be free before it
-// runs on a goroutine of its own: about a round trip, the time a busy
-// poller takes to finish its call.
-func (f *flow) jobWait() time.Duration { return max(2*f.rtt, 20*time.Millisecond) }
-
-// submit hands a job (a coalesced call) to the pollers: an idle one takes
-// it, or a new one if there is room, or the first to finish its call
-// (within jobWait, else it overflows). It returns false, having done
-// nothing, once the pollers are gone (closeLanes): the caller runs job.
-func (f *flow) submit(job func()) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.lanesClosed {
-		return false
-	}
-	f.jobs = append(f.jobs, job)
-	switch {
-	case f.idle > 0:
-		select {
-		case f.kick <- struct{}{}:
-		default:
-		}
-	case f.pollers < f.maxPollers:
-		f.pollers++
-		f.spawn()
-	case f.stuckLocked(time.Now()):
-		// Every poller waits in a long poll: run it now, on its own.
-		f.jobs = f.jobs[:len(f.jobs)-1]
-		f.overflow(job)
-	case !f.jobArmed:
-		f.jobArmed = true
-		if f.jobTimer == nil {
-			f.jobTimer = time.AfterFunc(f.jobWait(), f.overflowJobs)
-		} else {
-			f.jobTimer.Reset(f.jobWait())
-		}
-	}
-	return true
-}
-
-// overflowJobs runs the jobs waiting on goroutines of their own when no
-// poller took any work for jobWait (all of them wait in long polls);
-// while they make progress, the jobs wait their turn.
-func (f *flow) overflowJobs() {
-	f.mu.Lock()
-	if len(f.jobs) == 0 {
-		f.jobArmed = false
-		f.mu.Unlock()
-		return
-	}
-	if since := time.Since(f.lastTake); since < f.jobWait() {
-		f.jobTimer.Reset(f.jobWait() - since)
-		f.mu.Unlock()
-		return
-	}
-	f.jobArmed = false
-	jobs := f.jobs
-	f.jobs = nil
-	f.mu.Unlock()
-	for _, job := range jobs {
-		f.overflow(job)
-	}
-}
-
-// closeLanes records that the pollers have returned and runs the jobs
-// still waiting on goroutines of their own; from now on submit refuses.
-func (f *flow) closeLanes() {
-	f.mu.Lock()
-	f.lanesClosed = true
-	if f.jobTimer != nil {
-		f.jobTimer.Stop()
-	}
-	jobs := f.jobs
-	f.jobs = nil
-	f.mu.Unlock()
-	for _, job := range jobs {
-		f.overflow(job)
-	}
-}
-
-// unpark counts a poller that take left idle as busy again.
-func (f *flow) unpark() {
-	f.mu.Lock()
-	f.idle--
-	f.mu.Unlock()
 }
 
 // failed records a receive for asked messages that failed with err and
@@ -831,13 +669,6 @@ func (f *flow) pace() (rate, capacity float64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.rate.value(time.Now()), f.capacity()
-}
-
-// receivesInFlight is how many receives are in flight now.
-func (f *flow) receivesInFlight() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.recvSince)
 }
 
 // snapshot returns the flow's counts for Stats.
