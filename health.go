@@ -105,21 +105,11 @@ func (h Health) MarshalJSON() ([]byte, error) {
 
 // HTTPStatus is the status HealthHandler answers with for h: 200 when
 // healthy, 503 when not (see Health for each state).
-func (h Health) HTTPStatus() int {
-	if h.Healthy {
-		return http.StatusOK
-	}
-	return http.StatusServiceUnavailable
-}
+func (h Health) HTTPStatus() int { return healthprobe.Status(h.Healthy) }
 
 // ReadyHTTPStatus is the status ReadyHandler answers with for h: 200 when
 // ready, 503 when not (see Health for each state).
-func (h Health) ReadyHTTPStatus() int {
-	if h.Ready {
-		return http.StatusOK
-	}
-	return http.StatusServiceUnavailable
-}
+func (h Health) ReadyHTTPStatus() int { return healthprobe.Status(h.Ready) }
 
 // Health limits' defaults.
 const (

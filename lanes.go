@@ -139,12 +139,7 @@ func (f *flow) overflowJobs() {
 		return
 	}
 	f.jobArmed = false
-	jobs := f.jobs
-	f.jobs = nil
-	f.mu.Unlock()
-	for _, job := range jobs {
-		f.overflow(job)
-	}
+	f.overflowLocked()
 }
 
 // closeLanes records that the pollers have returned and runs the jobs
@@ -155,6 +150,12 @@ func (f *flow) closeLanes() {
 	if f.jobTimer != nil {
 		f.jobTimer.Stop()
 	}
+	f.overflowLocked()
+}
+
+// overflowLocked takes the jobs waiting, unlocks f.mu and runs them on
+// goroutines of their own.
+func (f *flow) overflowLocked() {
 	jobs := f.jobs
 	f.jobs = nil
 	f.mu.Unlock()

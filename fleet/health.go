@@ -123,21 +123,11 @@ func (f *Fleet) Health() Health {
 
 // HTTPStatus is the status HealthHandler answers with: 200 when healthy,
 // 503 when not.
-func (h Health) HTTPStatus() int {
-	if h.Healthy {
-		return http.StatusOK
-	}
-	return http.StatusServiceUnavailable
-}
+func (h Health) HTTPStatus() int { return probe.Status(h.Healthy) }
 
 // ReadyHTTPStatus is the status ReadyHandler answers with: 200 when
 // ready, 503 when not.
-func (h Health) ReadyHTTPStatus() int {
-	if h.Ready {
-		return http.StatusOK
-	}
-	return http.StatusServiceUnavailable
-}
+func (h Health) ReadyHTTPStatus() int { return probe.Status(h.Ready) }
 
 // HealthHandler returns an http.Handler for the fleet's liveness and health
 // checks, as sqsconsumer.Consumer.HealthHandler does for one queue: it

@@ -8,6 +8,14 @@ import (
 	"net/http"
 )
 
+// Status is the HTTP status for a verdict: 200 when ok, 503 when not.
+func Status(ok bool) int {
+	if ok {
+		return http.StatusOK
+	}
+	return http.StatusServiceUnavailable
+}
+
 // Handler returns an http.Handler that answers GET and HEAD with the
 // status report returns and the report as a JSON body (for GET), marked
 // not to be cached, and 405 to other methods. report is called once per
