@@ -49,9 +49,10 @@ type flow struct {
 	// rttMin is the shortest such round trip in the last 10 to 20 s (the
 	// least of the current window's, rttCur, and the previous one's,
 	// rttPrev): the network's round trip, without the time calls wait for
-	// a CPU. The read-ahead covers it: covering the smoothed round trip
-	// instead, which grows as a saturated CPU makes calls wait, would ask
-	// for more and more in flight, which only makes them wait longer.
+	// a CPU. The read-ahead covers the smoothed round trip up to twice
+	// this (coverRTTLocked): the smoothed one alone grows as a saturated
+	// CPU makes calls wait, and covering it would ask for more and more in
+	// flight, which only makes them wait longer.
 	rttMin, rttCur, rttPrev time.Duration
 	rttWindow               time.Time     // when the current window began
 	hold                    time.Duration // smoothed time a message holds its handler slot
@@ -179,7 +180,7 @@ func (f *flow) countsLocked(now time.Time) flowCounts {
 		running: f.running, waiting: f.waiting, asked: f.asked,
 		quiet: f.quiet,
 	}
-	c.cover, c.ahead = readAhead(f.rate.value(now), f.capacity(), max(f.dueLocked(now), f.burst), f.rttMin, f.size, f.maxAhead)
+	c.cover, c.ahead = readAhead(f.rate.value(now), f.capacity(), max(f.dueLocked(now), f.burst), f.coverRTTLocked(), f.size, f.maxAhead)
 	return c
 }
 
@@ -460,6 +461,17 @@ func (f *flow) received(asked, got int, sent time.Time, took time.Duration) {
 		f.sampleRTTLocked(now, took)
 	}
 	f.wakeLocked(now)
+}
+
+// coverRTTLocked is the round trip the read-ahead covers: the smoothed
+// one, but at most twice the shortest recent one (rttMin). Calls that wait
+// a little for a busy CPU are covered; a saturated CPU, whose waits grow
+// with every call added, does not make the read-ahead grow with them.
+func (f *flow) coverRTTLocked() time.Duration {
+	if f.rttMin <= 0 {
+		return f.rtt
+	}
+	return min(max(f.rtt, f.rttMin), 2*f.rttMin)
 }
 
 // rttWindowLength is the length of rttMin's windows.
