@@ -674,15 +674,6 @@ func (f *flow) resume() {
 	f.wakeLocked(time.Now())
 }
 
-// pace returns the measured completion rate (messages a second) and the
-// slots' capacity: what they would finish a second if never starved,
-// concurrency / mean slot hold time (+Inf before any measurement).
-func (f *flow) pace() (rate, capacity float64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.rate.value(time.Now()), f.capacity()
-}
-
 // snapshot returns the flow's counts for Stats.
 func (f *flow) snapshot() (running, waiting, asked, peakAhead int) {
 	f.mu.Lock()
