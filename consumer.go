@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sqskit/sqsconsumer/internal/scaling"
 	"github.com/sqskit/sqsconsumer/internal/share"
 )
 
@@ -56,6 +57,7 @@ type Consumer struct {
 	pollWait time.Duration // WaitTimeSeconds of every receive
 	dlq      deadLetter    // where Permanent errors' messages go
 	br       *breaker      // WithBreaker; nil when off
+	scaler   *scaler       // WithScaling; nil when off (set by New)
 
 	pool      poolInfo    // the HTTP client's idle pool, as New saw it
 	dlqWarned atomic.Bool // the missing dead-letter queue was logged
@@ -153,7 +155,7 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 	stats := newStatsRecorder()
 	s.stats = stats
 	c2 := &Consumer{
-		client:   c,
+		client:   countCalls(c, &stats.calls),
 		queueURL: queueURL,
 		handler:  handler,
 		s:        s,
@@ -161,6 +163,10 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 		ev:       eventSink{observer: s.observer, logger: s.logger, stats: stats, queueURL: queueURL},
 		batch:    bt,
 		pool:     poolInfo{idle: pool, known: poolKnown, capped: poolCapped},
+	}
+	if s.scaling != nil {
+		c2.scaler = &scaler{p: *s.scaling, sig: scaling.NewSignal(s.scaling.internal()),
+			fig: Scaling{Reason: "Run has not read the queue's counts yet", Target: s.scaling.Target}}
 	}
 	if bt != nil && !bt.attach(c2, len(s.middleware) == 0) {
 		return nil, fmt.Errorf("%w: the Handler from Batch is already used by another Consumer; call Batch once per Consumer", ErrInvalidOption)
@@ -181,6 +187,7 @@ func (c *Consumer) Stats() Stats {
 		st.Running, st.Waiting, st.Asked, _ = fl.snapshot()
 	}
 	st.MaxCallsInFlight, st.IdleConnsPerHost, st.LimitedByPool = c.s.pollers, c.pool.idle, c.pool.limited.Load()
+	st.Concurrency = c.s.concurrency
 	return st
 }
 
@@ -253,6 +260,13 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	defer fatalStop()
 	c.fatalStop = fatalStop
 	c.fl.begin()
+	if c.scaler != nil {
+		c.aux.Add(1)
+		go func() {
+			defer c.aux.Done()
+			c.runScaler(runCtx)
+		}()
+	}
 	<-runCtx.Done()
 
 	c.progress.stage.Store(runDraining)

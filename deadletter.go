@@ -139,7 +139,7 @@ func deadLetterFor(c Client, queueURL string, fifo bool, given string, attrs map
 	}
 	s, ok := c.(messageSender)
 	if !ok || isNil(s) {
-		d.why = fmt.Sprintf("the client (%T) has no SendMessage method", c)
+		d.why = fmt.Sprintf("the client (%T) has no SendMessage method", userClient(c))
 		return d, nil
 	}
 	d.sender = s

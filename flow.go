@@ -674,6 +674,13 @@ func (f *flow) resume() {
 	f.wakeLocked(time.Now())
 }
 
+// capacityNow is capacity under the flow's lock, for the scaling signal.
+func (f *flow) capacityNow() float64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.capacity()
+}
+
 // snapshot returns the flow's counts for Stats.
 func (f *flow) snapshot() (running, waiting, asked, peakAhead int) {
 	f.mu.Lock()

@@ -144,13 +144,26 @@ type eventSink struct {
 // its handler was called (zero: not yet), vis the visibility SQS accepted
 // (EventRenewed, EventReleased).
 func (s *eventSink) emit(kind EventKind, m *Message, count int, arrived, started time.Time, vis time.Duration, err error) {
+	var now time.Time
 	if s.stats != nil {
 		s.stats.countKind(kind, count)
+		switch kind {
+		case EventStarted:
+			now = time.Now()
+			s.stats.started(m, now)
+		case EventSucceeded, EventFailed:
+			if !started.IsZero() {
+				now = time.Now()
+				s.stats.handled(now.Sub(started))
+			}
+		}
 	}
 	if s.observer == nil {
 		return
 	}
-	now := time.Now()
+	if now.IsZero() {
+		now = time.Now()
+	}
 	var sinceStart time.Duration
 	if !started.IsZero() {
 		sinceStart = now.Sub(started)

@@ -78,6 +78,8 @@ type settings struct {
 	stallLimit    time.Duration // Health: 0 = default
 	startupLimit  time.Duration // Health: 0 = DefaultStartupLimit
 	handlerLimit  time.Duration // Health: 0 = default
+
+	scaling *ScalingPolicy // WithScaling; nil = off
 }
 
 func defaultSettings() settings {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -69,8 +70,11 @@ func ceilSecond(d time.Duration) time.Duration {
 // Safe for concurrent use: counters are atomics, the histogram and the
 // window have their own locks.
 type statsRecorder struct {
-	all    latency.Histogram // every recorded duration
-	recent *latency.Window   // the latest 256..512 durations
+	all     latency.Histogram // every recorded duration
+	recent  *latency.Window   // the latest 256..512 durations
+	handler latency.Histogram // handler calls, start to return
+	wait    latency.Histogram // send (SentTimestamp) to handler start
+	calls   callCounter       // SQS calls by action
 
 	kinds             [len(eventNames)]atomic.Int64 // by EventKind
 	receiveCounts     [maxReceiveCountKey + 1]atomic.Int64
@@ -107,6 +111,29 @@ func (r *statsRecorder) settled(d time.Duration, renewals int) {
 	r.recent.Record(d)
 }
 
+// started records the wait of a message whose handler starts at now:
+// from its SentTimestamp (epoch milliseconds, as SQS sends it), when it
+// has one that parses and is not in the future.
+func (r *statsRecorder) started(m *Message, now time.Time) {
+	ms, err := strconv.ParseInt(m.Attributes["SentTimestamp"], 10, 64)
+	if err != nil || ms <= 0 {
+		return
+	}
+	if d := now.Sub(time.UnixMilli(ms)); d >= 0 {
+		r.wait.Record(d)
+	}
+}
+
+// handled records a handler call's running time.
+func (r *statsRecorder) handled(d time.Duration) { r.handler.Record(d) }
+
+// recentMean is the mean of the recent window's durations (0 when
+// empty): a message's mean time in flight, for the scaling signal.
+func (r *statsRecorder) recentMean() time.Duration {
+	s := r.recent.Snapshot()
+	return s.Mean()
+}
+
 // unstarted counts a message handed back before its handler started.
 func (r *statsRecorder) unstarted() { r.releasedUnstarted.Add(1) }
 
@@ -136,6 +163,14 @@ func (r *statsRecorder) Stats() Stats {
 	s.Max, s.Mean = snap.Max(), snap.Mean()
 	recent := r.recent.Snapshot()
 	s.RecentP99, s.RecentCount = recent.Quantile(0.99), int(recent.Count())
+	h := r.handler.Snapshot()
+	s.HandlerP50, s.HandlerP99, s.HandlerMean = h.Quantile(0.50), h.Quantile(0.99), h.Mean()
+	w := r.wait.Snapshot()
+	s.WaitP50, s.WaitP99 = w.Quantile(0.50), w.Quantile(0.99)
+	s.Calls = r.calls.counts()
+	if s.Processed > 0 {
+		s.CallsPerMessage = float64(s.Calls.Total()) / float64(s.Processed)
+	}
 	return s
 }
 
@@ -182,6 +217,22 @@ type Stats struct {
 	RecentP99   time.Duration
 	RecentCount int
 
+	// HandlerP50, HandlerP99 and HandlerMean are of the handler calls'
+	// running times, from start to return (a Batch handler's messages
+	// each count its call's time).
+	HandlerP50, HandlerP99, HandlerMean time.Duration
+	// WaitP50 and WaitP99 are of the waits from a message's send
+	// (SentTimestamp, SQS's clock, to the millisecond) to its handler's
+	// start (this host's clock: a skew between the two shifts them):
+	// what the scaling signal's target (WithScalingTarget) bounds.
+	WaitP50, WaitP99 time.Duration
+
+	// Calls counts the SQS API calls made, by action; CallsPerMessage is
+	// their total over Processed (0 before anything was processed): with
+	// the price per million requests, what a message costs.
+	Calls           CallCounts
+	CallsPerMessage float64
+
 	// ReceiveCounts maps ApproximateReceiveCount at each receive to how
 	// many receives had it (counts above 1000 are counted under 1000;
 	// 0 means SQS did not say). "All 1" is healthy; a few 2s are the
@@ -198,6 +249,9 @@ type Stats struct {
 	// started (the read-ahead, and FIFO messages behind their group);
 	// Asked, messages asked for by receives in flight.
 	Running, Waiting, Asked int
+
+	// Concurrency is WithConcurrency: the handlers that may run at once.
+	Concurrency int
 
 	// How the Consumer reaches SQS: MaxCallsInFlight is the most calls
 	// (receives, deletes, visibility changes) it makes at once

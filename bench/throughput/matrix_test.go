@@ -55,7 +55,11 @@ func TestMatrix(t *testing.T) {
 		require.Contains(t, s, want)
 	}
 	require.NotContains(t, s, "duplicate handler runs")
-	require.NotContains(t, s, "received more than once")
+	// A rung of the raw loop's ladder may stall on the SDK's request-body
+	// race over a real socket (its messages then come back after their
+	// visibility timeout, and the ladder says "received more than once"):
+	// that is the baseline's fault, printed as measured. The Consumer's
+	// rows must show no duplicate and nothing received again.
 	// Four rows (2 RTTs × 2 handlers) of four contenders, each stating its
 	// RTT, its messages and its client.
 	rows := map[string]int{}
@@ -70,6 +74,10 @@ func TestMatrix(t *testing.T) {
 		if strings.HasPrefix(name, "raw (") {
 			name = "raw"
 		} else {
+			if name == "sqsconsumer" {
+				require.Equal(t, "0", f[15], "duplicates: "+line)
+				require.Equal(t, "0 |", f[16], "received again: "+line)
+			}
 			require.Regexp(t, `^[0-9,]+ \([0-9.]+\)$`, f[5], "a rate with its ratio to the raw loop: "+line)
 		}
 		rows[name]++

@@ -1,0 +1,384 @@
+package sqsconsumer
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	healthprobe "github.com/sqskit/sqsconsumer/internal/probe"
+	"github.com/sqskit/sqsconsumer/internal/scaling"
+)
+
+// The scaling signal's defaults and limits (ScalingPolicy).
+const (
+	// DefaultScalingInterval is how often the signal reads the queue's
+	// counts: one GetQueueAttributes call per replica every 30 s, 86,400
+	// a month (about $0.035 at $0.40 per million requests).
+	DefaultScalingInterval = 30 * time.Second
+	// MinScalingInterval and MaxScalingInterval bound ScalingPolicy.Interval.
+	MinScalingInterval = 5 * time.Second
+	MaxScalingInterval = 15 * time.Minute
+	// DefaultScaleInAfter is how long the figure holds before it falls:
+	// the highest figure of the last 5 minutes (Kubernetes' default
+	// scale-down stabilization window is also 5 minutes).
+	DefaultScaleInAfter = 5 * time.Minute
+	// DefaultScalingUtilization is the share of a replica's measured
+	// capacity the figure plans for, leaving room for bursts and noise.
+	DefaultScalingUtilization = 0.85
+)
+
+// scalingCallTimeout bounds one reading's GetQueueAttributes call.
+const scalingCallTimeout = 10 * time.Second
+
+// staleReadings is how many failed readings in a row make the figure
+// unknown: the last one is then too old to follow.
+const staleReadings = 3
+
+// ScalingPolicy configures the scaling signal (WithScaling): the number
+// of replicas of this service the queue needs so that a message waits at
+// most Target from its send to its handler's start. Only Target is
+// required; the zero value of every other field is its default.
+type ScalingPolicy struct {
+	// Target is the longest acceptable wait from a message's send to its
+	// handler's start. Required, at least a second, at most 12 h.
+	Target time.Duration
+	// Interval is how often the queue's counts are read
+	// (GetQueueAttributes). Default DefaultScalingInterval (30 s), range
+	// [MinScalingInterval, MaxScalingInterval] (5 s to 15 min).
+	Interval time.Duration
+	// ScaleInAfter is how long the figure holds before it falls: it is
+	// the highest of the readings of the last ScaleInAfter, so it rises at
+	// once and falls only when the need has stayed lower that long.
+	// Default DefaultScaleInAfter (5 min), at most 1 h; 0 takes the
+	// default, use a negative value for no holding at all.
+	ScaleInAfter time.Duration
+	// Utilization is the share of one replica's measured capacity the
+	// figure plans for, in (0, 1]. Default DefaultScalingUtilization (0.85).
+	Utilization float64
+	// ScaleToZero lets the figure be 0 once two readings in a row found
+	// the queue empty (nothing visible, in flight or delayed). Without it
+	// the figure is at least 1. Note that a replica that is not running
+	// cannot serve the figure (see ScalingHandler).
+	ScaleToZero bool
+	// CountDelayed counts delayed messages (DelaySeconds, delay queues)
+	// as backlog. Default off: they cannot be received before their delay
+	// ends, and the figure rises when they become visible.
+	CountDelayed bool
+	// MinReplicas and MaxReplicas clamp the figure; 0 means no clamp.
+	// MinReplicas does not lift a 0 that ScaleToZero allowed.
+	MinReplicas, MaxReplicas int
+	// EMFNamespace, when set, makes each reading log one line in
+	// CloudWatch's embedded metric format through the Consumer's logger
+	// (WithLogger, which must then write JSON: slog.NewJSONHandler, with
+	// no groups). See the README for the ECS target-tracking policy that
+	// follows it. At most 255 characters.
+	EMFNamespace string
+}
+
+// WithScalingTarget turns on the scaling signal with wait as its target
+// (the longest acceptable wait from a message's send to its handler's
+// start) and every other field of ScalingPolicy at its default. It is
+// WithScaling(ScalingPolicy{Target: wait}).
+func WithScalingTarget(wait time.Duration) Option {
+	return WithScaling(ScalingPolicy{Target: wait})
+}
+
+// WithScaling turns on the scaling signal (Consumer.Scaling,
+// Consumer.ScalingHandler): while Run runs, the Consumer reads the queue's
+// counts every p.Interval and computes the number of replicas the queue
+// needs. See ScalingPolicy for each field's default and range. Default: off.
+//
+// The figure is ceil((arrival + backlog/Target) / (capacity ×
+// Utilization)), where capacity is what this replica's handler slots
+// finish a second when never starved (WithConcurrency over the mean time a
+// message holds a slot), backlog the smoothed visible count, and arrival
+// the whole queue's inferred arrival rate: its departures (messages in
+// flight over their mean time in flight, Little's law) plus the backlog's
+// smoothed slope. Counts are smoothed (half weight to each reading), the
+// figure rises at once and falls only after ScaleInAfter, and it is never
+// 0 while anything is visible or in flight (nor at all without
+// ScaleToZero). Replicas reading one queue read the same counts and, with
+// the same settings and work, compute about the same figure.
+func WithScaling(p ScalingPolicy) Option {
+	return option(func(s *settings) {
+		if p.Interval == 0 {
+			p.Interval = DefaultScalingInterval
+		}
+		switch {
+		case p.ScaleInAfter == 0:
+			p.ScaleInAfter = DefaultScaleInAfter
+		case p.ScaleInAfter < 0:
+			p.ScaleInAfter = 0
+		}
+		if p.Utilization == 0 {
+			p.Utilization = DefaultScalingUtilization
+		}
+		switch {
+		case p.Target < time.Second || p.Target > MaxVisibilityTimeout:
+			s.fail("WithScaling: Target %v out of range [1s, 12h] (the longest acceptable wait from send to handler start)", p.Target)
+		case p.Interval < MinScalingInterval || p.Interval > MaxScalingInterval:
+			s.fail("WithScaling: Interval %v out of range [%v, %v]", p.Interval, MinScalingInterval, MaxScalingInterval)
+		case p.ScaleInAfter > time.Hour:
+			s.fail("WithScaling: ScaleInAfter %v above 1h", p.ScaleInAfter)
+		case len(p.EMFNamespace) > 255:
+			s.fail("WithScaling: EMFNamespace is %d characters, CloudWatch allows 255", len(p.EMFNamespace))
+		default:
+			if err := p.internal().Check(); err != nil {
+				s.fail("WithScaling: %v", err)
+				return
+			}
+			s.scaling = &p
+		}
+	})
+}
+
+func (p ScalingPolicy) internal() scaling.Policy {
+	return scaling.Policy{Target: p.Target, ScaleInAfter: p.ScaleInAfter, Utilization: p.Utilization,
+		ScaleToZero: p.ScaleToZero, CountDelayed: p.CountDelayed, Min: p.MinReplicas, Max: p.MaxReplicas}
+}
+
+// Scaling is the scaling signal's latest figure (Consumer.Scaling). It is
+// a value: it does not change after it is returned.
+type Scaling struct {
+	// Known is false while the figure cannot be computed: the signal is
+	// off, Run has not read the queue yet, no handler has finished (one
+	// replica's capacity is unknown), or the latest readings failed.
+	// Reason says which, plainly; Replicas is then the last known figure
+	// (0 if none).
+	Known  bool   `json:"known"`
+	Reason string `json:"reason,omitempty"`
+	// Replicas is the signal: how many replicas like this one the queue
+	// needs to meet Target.
+	Replicas int `json:"replicas"`
+	// Raw is the latest reading's figure before rounding up, the scale-in
+	// window and the clamps.
+	Raw float64 `json:"raw"`
+	// Visible, InFlight and Delayed are the smoothed queue counts
+	// (ApproximateNumberOfMessages, ...NotVisible, ...Delayed).
+	Visible  float64 `json:"visible"`
+	InFlight float64 `json:"in_flight"`
+	Delayed  float64 `json:"delayed"`
+	// ArrivalRate is the whole queue's inferred arrival rate and Demand
+	// the rate the replicas must finish to keep up and start the backlog
+	// within Target, both in messages a second.
+	ArrivalRate float64 `json:"arrival_rate"`
+	Demand      float64 `json:"demand"`
+	// CapacityPerReplica is what this replica's handler slots finish a
+	// second when never starved (messages a second; 0 when unknown).
+	CapacityPerReplica float64 `json:"capacity_per_replica"`
+	// SlotTime is the mean time a message holds a handler slot here: with
+	// Demand, the handler slots the queue keeps busy (Demand × SlotTime),
+	// which a fleet adds up across queues that share its budget.
+	SlotTime time.Duration `json:"-"`
+	// Target is the policy's target wait.
+	Target time.Duration `json:"-"`
+	// At is when the latest reading was taken (zero before one).
+	At time.Time `json:"at"`
+	// Err is the latest reading's failure, "" when it succeeded.
+	Err string `json:"error,omitempty"`
+}
+
+// scaler is a Consumer's scaling signal: it owns the Signal and the
+// latest figure. Its readings run on one goroutine that Run starts and
+// joins; Scaling may be read from any goroutine.
+type scaler struct {
+	p ScalingPolicy
+
+	mu     sync.Mutex // guards the fields below
+	sig    *scaling.Signal
+	fig    Scaling
+	failed int // failed readings in a row
+}
+
+// Scaling returns the scaling signal's latest figure. Without WithScaling
+// (or WithScalingTarget) it is never Known. Safe for concurrent use, at any
+// time.
+func (c *Consumer) Scaling() Scaling {
+	sc := c.scaler
+	if sc == nil {
+		return Scaling{Reason: "the scaling signal is off: set WithScalingTarget"}
+	}
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return sc.fig
+}
+
+// ScalingHandler returns an http.Handler that serves the scaling signal
+// as JSON, in the shape KEDA's metrics-api scaler reads: the figure is at
+// valueLocation "replicas". It answers GET and HEAD, 200 when the figure
+// is known and 503 (with the reason in "reason") when it is not, so that
+// KEDA counts a failure and applies its fallback rather than act on a
+// guess; the body is Scaling's JSON: known, reason, replicas, raw,
+// visible, in_flight, delayed, arrival_rate, demand,
+// capacity_per_replica, target_seconds, at, error. With KEDA, use
+// metricType AverageValue and targetValue "1": the HPA then sets replicas
+// = ceil(replicas / 1). The README has a complete ScaledObject. Safe for
+// concurrent use.
+func (c *Consumer) ScalingHandler() http.Handler {
+	return healthprobe.Handler(func() (any, int) {
+		s := c.Scaling()
+		return scalingJSON{s, s.Target.Seconds()}, healthprobe.Status(s.Known)
+	})
+}
+
+type scalingJSON struct {
+	Scaling
+	TargetSeconds float64 `json:"target_seconds"`
+}
+
+// runScaler reads the queue's counts every interval until ctx is done.
+func (c *Consumer) runScaler(ctx context.Context) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.scale(ctx)
+		t.Reset(c.scaler.p.Interval)
+	}
+}
+
+// scale takes one reading and updates the figure.
+func (c *Consumer) scale(ctx context.Context) {
+	sc := c.scaler
+	c.stats.calls.scalingAttrs.Add(1)
+	cctx, cancel := context.WithTimeout(ctx, scalingCallTimeout)
+	out, err := c.client.GetQueueAttributes(cctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(c.queueURL),
+		AttributeNames: []types.QueueAttributeName{
+			types.QueueAttributeNameApproximateNumberOfMessages,
+			types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
+			types.QueueAttributeNameApproximateNumberOfMessagesDelayed,
+		},
+	})
+	cancel()
+	var r scaling.Reading
+	if err == nil {
+		r, err = queueCounts(out)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return // shutting down
+		}
+		sc.mu.Lock()
+		sc.failed++
+		sc.fig.Err = err.Error()
+		if sc.failed >= staleReadings {
+			sc.fig.Known = false
+			sc.fig.Reason = fmt.Sprintf("the last %d readings of the queue's counts failed", sc.failed)
+		}
+		sc.mu.Unlock()
+		c.log(slog.LevelWarn, "sqsconsumer: scaling signal: reading the queue's counts failed", "error", err, "failures_in_a_row", sc.failed)
+		return
+	}
+	r.At = time.Now()
+	if fl := c.flowOf(); fl != nil {
+		r.Capacity = fl.capacityNow()
+	}
+	r.MeanInFlight = c.stats.recentMean()
+	sc.mu.Lock()
+	sc.failed = 0
+	f := sc.sig.Update(r)
+	sc.fig = Scaling{
+		Known: f.Known, Reason: f.Reason, Replicas: f.Replicas, Raw: f.Raw,
+		Visible: f.Visible, InFlight: f.InFlight, Delayed: f.Delayed,
+		ArrivalRate: f.ArrivalRate, Demand: f.Demand, Target: sc.p.Target, At: f.At,
+	}
+	if !math.IsInf(f.Capacity, 0) && f.Capacity > 0 {
+		sc.fig.CapacityPerReplica = f.Capacity
+		sc.fig.SlotTime = time.Duration(float64(c.s.concurrency) / f.Capacity * float64(time.Second))
+	}
+	fig := sc.fig
+	sc.mu.Unlock()
+	if sc.p.EMFNamespace != "" && fig.Known {
+		c.logEMF(fig)
+	}
+}
+
+// queueCounts parses the counts of a GetQueueAttributes answer.
+func queueCounts(out *sqs.GetQueueAttributesOutput) (scaling.Reading, error) {
+	var r scaling.Reading
+	if out == nil {
+		return r, fmt.Errorf("sqsconsumer: GetQueueAttributes returned no answer")
+	}
+	for _, f := range []struct {
+		name types.QueueAttributeName
+		dst  *int64
+	}{
+		{types.QueueAttributeNameApproximateNumberOfMessages, &r.Visible},
+		{types.QueueAttributeNameApproximateNumberOfMessagesNotVisible, &r.InFlight},
+		{types.QueueAttributeNameApproximateNumberOfMessagesDelayed, &r.Delayed},
+	} {
+		v, ok := out.Attributes[string(f.name)]
+		if !ok {
+			return r, fmt.Errorf("sqsconsumer: GetQueueAttributes returned no %s", f.name)
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return r, fmt.Errorf("sqsconsumer: GetQueueAttributes returned %s %q, not a count", f.name, v)
+		}
+		*f.dst = n
+	}
+	return r, nil
+}
+
+// emfDirective is the "_aws" member of an embedded-metric-format line
+// (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format_Specification.html).
+type emfDirective struct {
+	Timestamp         int64       `json:"Timestamp"`
+	CloudWatchMetrics []emfMetric `json:"CloudWatchMetrics"`
+}
+
+type emfMetric struct {
+	Namespace  string       `json:"Namespace"`
+	Dimensions [][]string   `json:"Dimensions"`
+	Metrics    []emfMetricV `json:"Metrics"`
+}
+
+type emfMetricV struct {
+	Name string `json:"Name"`
+	Unit string `json:"Unit"`
+}
+
+// emfMetrics are the metrics each line carries.
+var emfMetrics = []emfMetricV{
+	{"DesiredReplicas", "Count"}, {"Backlog", "Count"}, {"ArrivalRate", "Count/Second"},
+}
+
+// logEMF logs f as one CloudWatch embedded-metric-format line: the
+// "_aws" directive and the metric values as top-level members, dimensioned
+// by QueueName. slog's JSON handler adds time, level and msg, which EMF
+// allows.
+func (c *Consumer) logEMF(f Scaling) {
+	if c.s.logger == nil {
+		return
+	}
+	d := emfDirective{
+		Timestamp: f.At.UnixMilli(),
+		CloudWatchMetrics: []emfMetric{{
+			Namespace: c.scaler.p.EMFNamespace, Dimensions: [][]string{{"QueueName"}}, Metrics: emfMetrics,
+		}},
+	}
+	logSafely(c.s.logger, slog.LevelInfo, "sqsconsumer: scaling signal",
+		slog.Any("_aws", d), slog.String("QueueName", queueName(c.queueURL)),
+		slog.Int("DesiredReplicas", f.Replicas), slog.Float64("Backlog", math.Round(f.Visible)),
+		slog.Float64("ArrivalRate", math.Round(f.ArrivalRate*100)/100))
+}
+
+// queueName is the last path element of a queue URL.
+func queueName(url string) string {
+	return url[strings.LastIndexByte(url, '/')+1:]
+}

@@ -1,0 +1,265 @@
+package sqsconsumer
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/stretchr/testify/require"
+)
+
+// produce sends a message every 1/rate seconds until ctx is done, on a
+// goroutine the returned func waits for.
+func produce(t *testing.T, b bundle, ctx context.Context, rate float64) (wait func()) {
+	t.Helper()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		every := time.Duration(float64(time.Second) / rate)
+		for ctx.Err() == nil {
+			if _, err := b.srv.Send(b.url, "x"); err != nil {
+				t.Error(err)
+				return
+			}
+			time.Sleep(every)
+		}
+	})
+	return wg.Wait
+}
+
+func sleepHandler(d time.Duration) Handler {
+	return HandlerFunc(func(ctx context.Context, _ *Message) error {
+		time.Sleep(d)
+		return nil
+	})
+}
+
+// One replica of capacity 10 msg/s (10 slots, 1 s a message): the queue
+// needs 1 at 6 msg/s (6 / 8.5 = 0.7); at 20 msg/s it needs 20 / 8.5 =
+// 2.4, so 3, and more for the backlog that grew meanwhile (some 1,000
+// messages after 2 minutes), which must start within the target: (20 +
+// 1,000/30) / 8.5 = 6.3. The arrival rate is inferred from SQS's counts
+// alone.
+func TestScalingSignalFollowsTheLoad(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		rate     float64
+		min, max int
+	}{
+		{6, 1, 1},
+		{20, 5, 9},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			b := setup(t, nil)
+			c, err := New(b.client, b.url, sleepHandler(time.Second), WithConcurrency(10),
+				WithVisibilityTimeout(30*time.Second), WithScaling(ScalingPolicy{Target: 30 * time.Second, ScaleInAfter: -1}))
+			require.NoError(t, err)
+			ctx, cancel := context.WithCancel(context.Background())
+			waitProducer := produce(t, b, ctx, tt.rate)
+			stop := running(t, c)
+			time.Sleep(2 * time.Minute)
+			f := c.Scaling()
+			cancel()
+			waitProducer()
+			require.NoError(t, stop())
+
+			require.True(t, f.Known, f.Reason)
+			require.InDelta(t, 10, f.CapacityPerReplica, 0.5)
+			require.InEpsilon(t, tt.rate, f.ArrivalRate, 0.25, "%+v", f)
+			require.GreaterOrEqual(t, f.Replicas, tt.min, "%+v", f)
+			require.LessOrEqual(t, f.Replicas, tt.max, "%+v", f)
+			require.Equal(t, time.Second, f.SlotTime.Round(100*time.Millisecond))
+			st := c.Stats()
+			// One reading at Run's start, then one each 30 s for 2 min.
+			require.EqualValues(t, 5, st.Calls.ScalingAttributes)
+		})
+	}
+}
+
+func TestScalingHandler(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		c, err := New(b.client, b.url, sleepHandler(time.Second), WithVisibilityTimeout(30*time.Second), WithScalingTarget(time.Minute))
+		require.NoError(t, err)
+		get := func() (int, map[string]any) {
+			rec := httptest.NewRecorder()
+			c.ScalingHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/scaling", nil))
+			var body map[string]any
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body))
+			return rec.Code, body
+		}
+		code, body := get()
+		require.Equal(t, http.StatusServiceUnavailable, code)
+		require.Equal(t, false, body["known"])
+		require.Contains(t, body["reason"], "not read the queue's counts yet")
+
+		b.send(t, 50)
+		stop := running(t, c)
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		code, body = get()
+		require.Equal(t, http.StatusServiceUnavailable, code, "messages, but no completion measured yet")
+		require.Contains(t, body["reason"], "no completions measured yet")
+
+		time.Sleep(time.Minute)
+		code, body = get()
+		require.Equal(t, http.StatusOK, code, "%v", body)
+		require.Equal(t, true, body["known"])
+		require.EqualValues(t, 1, body["replicas"]) // 50 messages, 10 a second: drained
+		require.EqualValues(t, 60, body["target_seconds"])
+		require.NoError(t, stop())
+	})
+}
+
+func TestScalingOffByDefault(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	c, err := New(b.client, b.url, sleepHandler(0))
+	require.NoError(t, err)
+	f := c.Scaling()
+	require.False(t, f.Known)
+	require.Contains(t, f.Reason, "WithScalingTarget")
+}
+
+func TestScalingEMFLine(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		var mu sync.Mutex
+		var buf bytes.Buffer
+		logger := slog.New(slog.NewJSONHandler(&lockedWriter{mu: &mu, w: &buf}, nil))
+		c, err := New(b.client, b.url, sleepHandler(100*time.Millisecond), WithVisibilityTimeout(30*time.Second), WithLogger(logger),
+			WithScaling(ScalingPolicy{Target: 30 * time.Second, EMFNamespace: "Orders/Workers"}))
+		require.NoError(t, err)
+		b.send(t, 20)
+		stop := running(t, c)
+		time.Sleep(31 * time.Second)
+		require.NoError(t, stop())
+
+		mu.Lock()
+		defer mu.Unlock()
+		var line map[string]any
+		for l := range bytes.Lines(buf.Bytes()) {
+			if bytes.Contains(l, []byte(`"_aws"`)) {
+				require.NoError(t, json.Unmarshal(l, &line))
+			}
+		}
+		require.NotNil(t, line, "no EMF line in:\n%s", buf.String())
+		aws := line["_aws"].(map[string]any)
+		require.EqualValues(t, time.Now().Add(-time.Second).Truncate(30*time.Second).UnixMilli(), aws["Timestamp"])
+		d := aws["CloudWatchMetrics"].([]any)[0].(map[string]any)
+		require.Equal(t, "Orders/Workers", d["Namespace"])
+		require.Equal(t, []any{[]any{"QueueName"}}, d["Dimensions"])
+		names := []string{}
+		for _, m := range d["Metrics"].([]any) {
+			name := m.(map[string]any)["Name"].(string)
+			names = append(names, name)
+			require.Contains(t, line, name, "every metric has its value at the root")
+		}
+		require.Equal(t, []string{"DesiredReplicas", "Backlog", "ArrivalRate"}, names)
+		require.Equal(t, "q", line["QueueName"])
+		require.EqualValues(t, 1, line["DesiredReplicas"])
+	})
+}
+
+// badCounts answers GetQueueAttributes for the scaling signal with a
+// count that is not a number.
+type badCounts struct {
+	Client
+}
+
+func (b badCounts) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, optFns ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) {
+	out, err := b.Client.GetQueueAttributes(ctx, in, optFns...)
+	if err == nil {
+		if _, ok := out.Attributes["ApproximateNumberOfMessages"]; ok {
+			out.Attributes["ApproximateNumberOfMessages"] = "lots"
+		}
+	}
+	return out, err
+}
+
+func TestScalingMalformedCounts(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		c, err := New(badCounts{b.client}, b.url, sleepHandler(0), WithVisibilityTimeout(30*time.Second),
+			WithScaling(ScalingPolicy{Target: 30 * time.Second, Interval: 10 * time.Second}))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(time.Second)
+		f := c.Scaling()
+		require.Contains(t, f.Err, `ApproximateNumberOfMessages "lots", not a count`)
+		require.Contains(t, f.Reason, "not read the queue's counts yet")
+		time.Sleep(25 * time.Second) // three failures in a row
+		f = c.Scaling()
+		require.False(t, f.Known)
+		require.Contains(t, f.Reason, "the last 3 readings of the queue's counts failed")
+		require.NoError(t, stop())
+	})
+}
+
+func TestScalingOptionsValidate(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	for _, tt := range []struct {
+		p    ScalingPolicy
+		want string
+	}{
+		{ScalingPolicy{}, "Target 0s out of range"},
+		{ScalingPolicy{Target: 13 * time.Hour}, "Target 13h0m0s out of range"},
+		{ScalingPolicy{Target: time.Minute, Interval: time.Second}, "Interval 1s out of range [5s, 15m0s]"},
+		{ScalingPolicy{Target: time.Minute, ScaleInAfter: 2 * time.Hour}, "ScaleInAfter 2h0m0s above 1h"},
+		{ScalingPolicy{Target: time.Minute, Utilization: 1.2}, "Utilization 1.2: must be in (0, 1]"},
+		{ScalingPolicy{Target: time.Minute, MinReplicas: 4, MaxReplicas: 2}, "Min 4 above Max 2"},
+		{ScalingPolicy{Target: time.Minute, MinReplicas: -1}, "must not be negative"},
+	} {
+		_, err := New(b.client, b.url, sleepHandler(0), WithScaling(tt.p))
+		require.ErrorIs(t, err, ErrInvalidOption)
+		require.ErrorContains(t, err, tt.want)
+	}
+}
+
+// Stats counts what the Consumer paid for: calls by action, empty
+// receives, calls per message; and the handler and wait percentiles the
+// capacity plan reads.
+func TestStatsCountCallsAndTimes(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		c, err := New(b.client, b.url, sleepHandler(200*time.Millisecond), WithConcurrency(5), WithVisibilityTimeout(30*time.Second))
+		require.NoError(t, err)
+		b.send(t, 30)
+		time.Sleep(3 * time.Second) // the messages wait 3 s before Run
+		stop := running(t, c)
+		time.Sleep(time.Minute)
+		require.NoError(t, stop())
+		st := c.Stats()
+		require.EqualValues(t, 30, st.Processed)
+		n := st.Calls
+		require.EqualValues(t, 1, n.GetQueueAttributes, "Run's start; no scaling signal")
+		require.Zero(t, n.ScalingAttributes)
+		require.Positive(t, n.Receive)
+		require.Positive(t, n.EmptyReceive, "a minute of idle long polls after the drain")
+		require.Less(t, n.EmptyReceive, n.Receive)
+		require.Zero(t, n.Delete, "deletes go in batches")
+		require.GreaterOrEqual(t, n.DeleteBatch, int64(3)) // 30 messages, 10 a call at most
+		require.Zero(t, n.ChangeVisibility+n.ChangeVisibilityBatch, "0.2 s handlers need no renewal")
+		require.Equal(t, n.Receive+n.DeleteBatch+n.GetQueueAttributes, n.Total())
+		require.InDelta(t, float64(n.Total())/30, st.CallsPerMessage, 1e-9)
+		require.Equal(t, 5, st.Concurrency)
+
+		require.InEpsilon(t, 200*time.Millisecond, st.HandlerP50, 0.05)
+		require.InEpsilon(t, 200*time.Millisecond, st.HandlerMean, 0.05)
+		// The first 5 start after 3 s; the last after 3 s + 5 × 0.2 s.
+		require.GreaterOrEqual(t, st.WaitP50, 3*time.Second)
+		require.InEpsilon(t, 4*time.Second, st.WaitP99, 0.06)
+	})
+}
