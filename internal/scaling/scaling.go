@@ -189,15 +189,15 @@ func (s *Signal) Last() Figure { return s.last }
 func (p Policy) Check() error {
 	switch {
 	case p.Target <= 0:
-		return fmt.Errorf("Target %v: must be positive (the longest acceptable wait from send to handler start)", p.Target)
+		return fmt.Errorf("policy: Target %v: must be positive (the longest acceptable wait from send to handler start)", p.Target)
 	case p.ScaleInAfter < 0:
-		return fmt.Errorf("ScaleInAfter %v: must not be negative", p.ScaleInAfter)
+		return fmt.Errorf("policy: ScaleInAfter %v: must not be negative", p.ScaleInAfter)
 	case !(p.Utilization > 0 && p.Utilization <= 1):
-		return fmt.Errorf("Utilization %v: must be in (0, 1]", p.Utilization)
+		return fmt.Errorf("policy: Utilization %v: must be in (0, 1]", p.Utilization)
 	case p.Min < 0 || p.Max < 0:
-		return fmt.Errorf("Min %d, Max %d: must not be negative", p.Min, p.Max)
+		return fmt.Errorf("policy: Min %d, Max %d: must not be negative", p.Min, p.Max)
 	case p.Max > 0 && p.Min > p.Max:
-		return fmt.Errorf("Min %d above Max %d", p.Min, p.Max)
+		return fmt.Errorf("policy: Min %d above Max %d", p.Min, p.Max)
 	}
 	return nil
 }
