@@ -1,6 +1,8 @@
 // Package otelsqs connects sqsconsumer to OpenTelemetry: an Observer that
-// records metrics of every message's life, and a Middleware that wraps
-// each handler call in a span continuing the producer's trace.
+// records metrics of every message's life, RegisterConsumer for what a
+// Consumer measured (its scaling signal and its SQS calls), and a
+// Middleware that wraps each handler call in a span continuing the
+// producer's trace.
 //
 // The root package imports no OpenTelemetry code; this package does, so
 // only programs that want telemetry pay for it.
@@ -9,7 +11,12 @@
 //	...
 //	c, err := sqsconsumer.New(client, queueURL, handler,
 //		sqsconsumer.WithObserver(obs),
-//		sqsconsumer.WithMiddleware(otelsqs.Middleware(otelsqs.WithQueueURL(queueURL))))
+//		sqsconsumer.WithMiddleware(otelsqs.Middleware(otelsqs.WithQueueURL(queueURL))),
+//		sqsconsumer.WithScalingTarget(30*time.Second))
+//	...
+//	reg, err := otelsqs.RegisterConsumer(c)
+//	...
+//	defer reg.Unregister()
 //
 // # Metrics
 //
@@ -31,6 +38,37 @@
 //	sqsconsumer.handler.duration           histogram  s          handler call, start to return
 //	sqsconsumer.message.duration           histogram  s          receive to the delivery's end, in-process queueing included:
 //	                                                             what the visibility timeout must cover
+//
+// RegisterConsumer adds observable instruments, read from the Consumer's
+// Scaling and Stats at each collection:
+//
+//	sqsconsumer.scaling.replicas              gauge    {replica}    the scaling signal: replicas the queue needs
+//	sqsconsumer.scaling.backlog               gauge    {message}    visible messages, smoothed
+//	sqsconsumer.scaling.arrival_rate          gauge    {message}/s  the whole queue's inferred arrival rate
+//	sqsconsumer.scaling.demand                gauge    {message}/s  rate to finish: arrivals plus the backlog within the target
+//	sqsconsumer.scaling.capacity_per_replica  gauge    {message}/s  what one replica's slots finish when never starved
+//	sqsconsumer.api.calls                     counter  {call}       SQS API calls, by rpc.method
+//	sqsconsumer.api.empty_receives            counter  {call}       ReceiveMessage calls that returned no message
+//	sqsconsumer.scaling.calls                 counter  {call}       GetQueueAttributes calls made for the signal
+//
+// The scaling gauges are observed only while Consumer.Scaling is Known
+// (without sqsconsumer.WithScalingTarget or WithScaling, never), so an
+// unknown figure is a gap, not a 0; the backlog also while one replica's
+// capacity is not yet measured, as long as the latest reading succeeded.
+//
+// The call counters carry rpc.method, the SQS action as the AWS SDK's
+// semantic conventions name it (ReceiveMessage, DeleteMessage,
+// DeleteMessageBatch, ChangeMessageVisibility,
+// ChangeMessageVisibilityBatch, GetQueueAttributes, SendMessage), so they
+// line up with the SDK's client instrumentation; the empty receives and
+// the signal's calls are subsets of sqsconsumer.api.calls, counted apart
+// and carrying the rpc.method of their action. The series of
+// sqsconsumer.api.calls add up to Stats.Calls.Total. Each call counts
+// once, however many attempts the SDK's retryer made. Calls per message
+// is a division left to the query, rate(sqsconsumer.api.calls) over
+// rate(sqsconsumer.messages.processed) (the Observer's), which, unlike a
+// ratio gauge, still adds up across replicas; Stats.CallsPerMessage is
+// the same figure for one Consumer since it started.
 //
 // The in-flight count and the message durations come from a Consumer's
 // EventReceived and EventDone; a Lease made with NewLease emits neither, so
