@@ -36,6 +36,24 @@
 //	WORKER_IDEMPOTENCY_TTL     how long a processed order is remembered, e.g. 96h
 //	                           (default 24h; from 1s to 366 days)
 //	LOG_LEVEL                  debug, info, warn or error (default info)
+//	WORKER_HTTP_ADDR           where to serve HTTP, e.g. :8080 (default: no server):
+//	                           /healthz (liveness), /readyz (readiness) and /scaling
+//	WORKER_SCALING_TARGET      turn on the scaling signal with this target, the longest
+//	                           acceptable wait from send to handler start, e.g. 30s
+//	                           (default off; from 1s to 12h). Costs one GetQueueAttributes
+//	                           call every 30 s
+//	WORKER_EMF_NAMESPACE       log each reading of the signal as a CloudWatch embedded
+//	                           metric format line in this namespace, e.g. Orders/Worker
+//	                           (default none; needs WORKER_SCALING_TARGET)
+//
+// /scaling answers the signal as JSON in the shape KEDA's metrics-api
+// scaler reads (valueLocation "replicas"): 200 once the figure is known,
+// 503 with the reason before that (or when WORKER_SCALING_TARGET is not
+// set). The EMF lines are the worker's own JSON log lines on standard
+// error, so a log pipeline that extracts EMF (the CloudWatch agent,
+// FireLens) turns them into the DesiredReplicas metric, dimension
+// QueueName, for an ECS target-tracking policy. docs/scaling.md of this
+// module has the KEDA ScaledObject and the ECS policy.
 //
 // The SQS client comes from the default AWS configuration (environment,
 // shared files, the ECS task role), so the SDK's usual variables apply:
@@ -43,7 +61,7 @@
 //	AWS_REGION                 the queue's region, e.g. us-east-1 (required unless a profile sets it)
 //	AWS_ACCESS_KEY_ID,         static credentials; on ECS leave them unset and give the
 //	AWS_SECRET_ACCESS_KEY      task role sqs:ReceiveMessage, DeleteMessage, ChangeMessageVisibility
-//	                           and GetQueueAttributes
+//	                           and GetQueueAttributes (the scaling signal needs no more)
 //	AWS_PROFILE                a profile of the shared config files
 //	AWS_ENDPOINT_URL           send the requests elsewhere, e.g. to a local server
 //	                           (AWS_ENDPOINT_URL_SQS for SQS alone)
@@ -101,6 +119,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -131,6 +151,9 @@ const (
 	// shutdownMargin is what the default shutdown timeout leaves of the
 	// stop timeout for handing messages back and flushing logs.
 	shutdownMargin = 5 * time.Second
+	// httpShutdownTimeout bounds how long the HTTP server's requests in
+	// progress may take to finish after the consumer stopped.
+	httpShutdownTimeout = 2 * time.Second
 )
 
 func main() {
@@ -165,6 +188,9 @@ type settings struct {
 	shutdownTimeout time.Duration
 	idempotencyTTL  time.Duration
 	logLevel        slog.Level
+	httpAddr        string        // "": no HTTP server
+	scalingTarget   time.Duration // 0: the scaling signal is off
+	emfNamespace    string        // "": no EMF lines
 }
 
 // loadSettings reads the settings through getenv and reports every invalid
@@ -200,6 +226,12 @@ func loadSettings(getenv func(string) string) (settings, error) {
 	s.shutdownTimeout = max(s.stopTimeout-shutdownMargin, s.stopTimeout/2)
 	duration("WORKER_SHUTDOWN_TIMEOUT", &s.shutdownTimeout)
 	duration("WORKER_IDEMPOTENCY_TTL", &s.idempotencyTTL)
+	duration("WORKER_SCALING_TARGET", &s.scalingTarget)
+	s.httpAddr = strings.TrimSpace(getenv("WORKER_HTTP_ADDR"))
+	s.emfNamespace = strings.TrimSpace(getenv("WORKER_EMF_NAMESPACE"))
+	if s.emfNamespace != "" && s.scalingTarget == 0 {
+		errs = append(errs, fmt.Errorf("WORKER_EMF_NAMESPACE=%q needs WORKER_SCALING_TARGET: the EMF lines report the scaling signal", s.emfNamespace))
+	}
 	if s.idempotencyTTL < time.Second || s.idempotencyTTL > sqsconsumer.MaxIdempotencyTTL {
 		errs = append(errs, fmt.Errorf("WORKER_IDEMPOTENCY_TTL (%v): must be from 1s to %v", s.idempotencyTTL, sqsconsumer.MaxIdempotencyTTL))
 	}
@@ -218,11 +250,13 @@ func loadSettings(getenv func(string) string) (settings, error) {
 // and the consumer has shut down, or on a permanent error. newClient makes
 // the SQS client.
 func run(ctx context.Context, getenv func(string) string, stderr io.Writer, newClient func(context.Context) (sqsconsumer.Client, error)) int {
-	return runWith(ctx, getenv, stderr, newClient, 50*time.Millisecond)
+	return runWith(ctx, getenv, stderr, newClient, 50*time.Millisecond, net.Listen)
 }
 
-// runWith is run with the example handler's work time.
-func runWith(ctx context.Context, getenv func(string) string, stderr io.Writer, newClient func(context.Context) (sqsconsumer.Client, error), work time.Duration) int {
+// runWith is run with the example handler's work time and the function
+// that opens the HTTP server's listener.
+func runWith(ctx context.Context, getenv func(string) string, stderr io.Writer, newClient func(context.Context) (sqsconsumer.Client, error),
+	work time.Duration, listen func(network, addr string) (net.Listener, error)) int {
 	s, err := loadSettings(getenv)
 	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: s.logLevel}))
 	if err != nil {
@@ -258,18 +292,69 @@ func runWith(ctx context.Context, getenv func(string) string, stderr io.Writer, 
 	if s.visibility > 0 {
 		opts = append(opts, sqsconsumer.WithVisibilityTimeout(s.visibility))
 	}
+	if s.scalingTarget > 0 {
+		// EMF lines go through the logger above: slog's JSON handler
+		// with no groups, which is what the embedded metric format needs.
+		opts = append(opts, sqsconsumer.WithScaling(sqsconsumer.ScalingPolicy{Target: s.scalingTarget, EMFNamespace: s.emfNamespace}))
+	}
 	c, err := sqsconsumer.New(client, s.queueURL, handler, opts...)
 	if err != nil {
 		logger.Error("invalid consumer options", "error", err)
 		return exitConfig
 	}
+	if s.httpAddr != "" {
+		ln, err := listen("tcp", s.httpAddr)
+		if err != nil {
+			logger.Error("cannot listen on WORKER_HTTP_ADDR", "addr", s.httpAddr, "error", err)
+			return exitConfig
+		}
+		stopHTTP := serveHTTP(ln, c, logger)
+		defer stopHTTP()
+	}
 
 	logger.Info("worker started", "queue_url", s.queueURL, "concurrency", s.concurrency,
-		"shutdown_timeout", s.shutdownTimeout.String(), "stop_timeout", s.stopTimeout.String())
+		"shutdown_timeout", s.shutdownTimeout.String(), "stop_timeout", s.stopTimeout.String(),
+		"http_addr", s.httpAddr, "scaling_target", s.scalingTarget.String())
 	if err := c.Run(ctx); err != nil {
 		logger.Error("worker stopped on an error", "error", err)
 		return exitFailed
 	}
 	logger.Info("worker stopped cleanly", "cause", fmt.Sprint(context.Cause(ctx)))
 	return exitOK
+}
+
+// routes are the worker's HTTP endpoints: the orchestrator's probes and
+// the scaling signal.
+func routes(c *sqsconsumer.Consumer) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/healthz", c.HealthHandler())
+	mux.Handle("/readyz", c.ReadyHandler())
+	mux.Handle("/scaling", c.ScalingHandler())
+	return mux
+}
+
+// serveHTTP serves routes(c) on ln until the returned function is called;
+// that function shuts the server down and waits for it.
+func serveHTTP(ln net.Listener, c *sqsconsumer.Consumer, logger *slog.Logger) (stop func()) {
+	srv := &http.Server{
+		Handler:           routes(c),
+		ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("HTTP server stopped", "error", err)
+		}
+	}()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			logger.Warn("HTTP server shutdown", "error", err)
+			_ = srv.Close()
+		}
+		<-done
+	}
 }

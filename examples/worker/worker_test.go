@@ -5,6 +5,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -39,9 +44,10 @@ func TestLoadSettings(t *testing.T) {
 			env: map[string]string{
 				"SQS_QUEUE_URL": url, "WORKER_CONCURRENCY": "40", "WORKER_VISIBILITY_TIMEOUT": "2m",
 				"WORKER_STOP_TIMEOUT": "120s", "WORKER_SHUTDOWN_TIMEOUT": "100s", "WORKER_IDEMPOTENCY_TTL": "96h",
-				"LOG_LEVEL": "debug",
+				"LOG_LEVEL": "debug", "WORKER_HTTP_ADDR": ":8080", "WORKER_SCALING_TARGET": "30s", "WORKER_EMF_NAMESPACE": "Orders/Worker",
 			},
-			want: settings{queueURL: url, concurrency: 40, visibility: 2 * time.Minute, stopTimeout: 120 * time.Second, shutdownTimeout: 100 * time.Second, idempotencyTTL: 96 * time.Hour, logLevel: -4},
+			want: settings{queueURL: url, concurrency: 40, visibility: 2 * time.Minute, stopTimeout: 120 * time.Second, shutdownTimeout: 100 * time.Second, idempotencyTTL: 96 * time.Hour, logLevel: -4,
+				httpAddr: ":8080", scalingTarget: 30 * time.Second, emfNamespace: "Orders/Worker"},
 		},
 		{
 			name: "shutdown budget follows the stop timeout",
@@ -71,12 +77,17 @@ func TestLoadSettings(t *testing.T) {
 			wantErr: []string{"WORKER_IDEMPOTENCY_TTL (9000h0m0s): must be from 1s to 8784h0m0s"},
 		},
 		{
+			name:    "EMF without the signal",
+			env:     map[string]string{"SQS_QUEUE_URL": url, "WORKER_EMF_NAMESPACE": "Orders/Worker"},
+			wantErr: []string{`WORKER_EMF_NAMESPACE="Orders/Worker" needs WORKER_SCALING_TARGET`},
+		},
+		{
 			name: "every bad value reported",
 			env: map[string]string{
 				"WORKER_CONCURRENCY": "0", "WORKER_VISIBILITY_TIMEOUT": "soon", "WORKER_STOP_TIMEOUT": "-1s", "LOG_LEVEL": "loud",
-				"WORKER_IDEMPOTENCY_TTL": "forever",
+				"WORKER_IDEMPOTENCY_TTL": "forever", "WORKER_SCALING_TARGET": "0s",
 			},
-			wantErr: []string{"SQS_QUEUE_URL", `WORKER_CONCURRENCY="0"`, `WORKER_VISIBILITY_TIMEOUT="soon"`, `WORKER_STOP_TIMEOUT="-1s"`, `LOG_LEVEL="loud"`, `WORKER_IDEMPOTENCY_TTL="forever"`},
+			wantErr: []string{"SQS_QUEUE_URL", `WORKER_CONCURRENCY="0"`, `WORKER_VISIBILITY_TIMEOUT="soon"`, `WORKER_STOP_TIMEOUT="-1s"`, `LOG_LEVEL="loud"`, `WORKER_IDEMPOTENCY_TTL="forever"`, `WORKER_SCALING_TARGET="0s"`},
 		},
 	}
 	for _, tt := range tests {
@@ -222,7 +233,7 @@ func TestRunShutdownBudget(t *testing.T) {
 		done := make(chan int, 1)
 		slow := func(context.Context) (sqsconsumer.Client, error) { return srv.Client(), nil }
 		go func() {
-			done <- runWith(ctx, env(map[string]string{"SQS_QUEUE_URL": url}), &out, slow, time.Hour)
+			done <- runWith(ctx, env(map[string]string{"SQS_QUEUE_URL": url}), &out, slow, time.Hour, net.Listen)
 		}()
 		time.Sleep(time.Second)
 		sigterm()
@@ -330,4 +341,156 @@ func TestRunProcessesEachOrderOnce(t *testing.T) {
 			})
 		})
 	}
+}
+
+// pipeListener is an in-memory net.Listener: each dial is a net.Pipe, so
+// the worker's HTTP server runs inside a synctest bubble.
+type pipeListener struct {
+	conns     chan net.Conn
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func newPipeListener() *pipeListener {
+	return &pipeListener{conns: make(chan net.Conn), closed: make(chan struct{})}
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *pipeListener) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *pipeListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080} }
+
+func (l *pipeListener) dial(ctx context.Context, _, _ string) (net.Conn, error) {
+	client, server := net.Pipe()
+	select {
+	case l.conns <- server:
+		return client, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// get fetches path from the worker's server and decodes its JSON body.
+func get(t *testing.T, hc *http.Client, path string) (int, map[string]any) {
+	t.Helper()
+	resp, err := hc.Get("http://worker:8080" + path)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(body, &m), "%s: %q", path, body)
+	return resp.StatusCode, m
+}
+
+// TestRunServesScaling runs the worker with WORKER_HTTP_ADDR,
+// WORKER_SCALING_TARGET and WORKER_EMF_NAMESPACE against the in-memory
+// SQS, 5 orders a second: /scaling answers 503 until a handler has
+// finished and the next reading (30 s later) is taken, then the figure
+// KEDA reads at "replicas"; every known reading is one EMF line carrying
+// the same figure; the probes answer; the server is gone after shutdown.
+func TestRunServesScaling(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		srv := sqstest.New(t)
+		url, err := srv.CreateQueue("orders", map[string]string{"VisibilityTimeout": "30"})
+		require.NoError(t, err)
+		// An order waits before Run's first reading: a reading of an empty
+		// queue would be known at once (the floor of 1 replica).
+		_, err = srv.Send(url, `{"order_id":"first"}`)
+		require.NoError(t, err)
+		ctx, sigterm := context.WithCancel(context.Background())
+		var producer sync.WaitGroup
+		producer.Go(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				_, err := srv.Send(url, fmt.Sprintf(`{"order_id":"o-%d","amount_cents":100}`, i))
+				require.NoError(t, err)
+				time.Sleep(200 * time.Millisecond)
+			}
+		})
+
+		ln := newPipeListener()
+		listen := func(network, addr string) (net.Listener, error) {
+			require.Equal(t, "tcp", network)
+			require.Equal(t, ":8080", addr)
+			return ln, nil
+		}
+		var out syncBuffer
+		done := make(chan int, 1)
+		go func() {
+			done <- runWith(ctx, env(map[string]string{
+				"SQS_QUEUE_URL": url, "WORKER_HTTP_ADDR": ":8080",
+				"WORKER_SCALING_TARGET": "30s", "WORKER_EMF_NAMESPACE": "Orders/Worker",
+			}), &out, func(context.Context) (sqsconsumer.Client, error) { return srv.Client(), nil }, 50*time.Millisecond, listen)
+		}()
+		hc := &http.Client{Transport: &http.Transport{DialContext: ln.dial, DisableKeepAlives: true}}
+
+		time.Sleep(time.Second)
+		code, body := get(t, hc, "/scaling")
+		require.Equal(t, http.StatusServiceUnavailable, code, "%v", body)
+		require.Equal(t, false, body["known"])
+		require.Contains(t, body["reason"], "no completions measured yet")
+		code, _ = get(t, hc, "/healthz")
+		require.Equal(t, http.StatusOK, code)
+		code, _ = get(t, hc, "/readyz")
+		require.Equal(t, http.StatusOK, code)
+
+		time.Sleep(time.Minute) // readings at 30 and 60 s are known
+		code, body = get(t, hc, "/scaling")
+		require.Equal(t, http.StatusOK, code, "%v", body)
+		require.Equal(t, true, body["known"])
+		require.Equal(t, 1.0, body["replicas"], "5 orders a second on 10 slots of 50 ms: %v", body)
+		require.Equal(t, 30.0, body["target_seconds"])
+
+		sigterm()
+		producer.Wait()
+		require.Equal(t, exitOK, <-done)
+		_, err = hc.Get("http://worker:8080/healthz")
+		require.ErrorIs(t, err, net.ErrClosed, "the server is shut down with the worker")
+
+		var emf []map[string]any
+		for _, l := range out.lines(t) {
+			if _, ok := l["_aws"]; ok {
+				emf = append(emf, l)
+			}
+		}
+		require.Len(t, emf, 2, "the known readings at 30 and 60 s")
+		for _, l := range emf {
+			require.Equal(t, "orders", l["QueueName"])
+			require.Equal(t, 1.0, l["DesiredReplicas"])
+			cw := l["_aws"].(map[string]any)["CloudWatchMetrics"].([]any)[0].(map[string]any)
+			require.Equal(t, "Orders/Worker", cw["Namespace"])
+			require.Equal(t, []any{[]any{"QueueName"}}, cw["Dimensions"])
+		}
+	})
+}
+
+func TestRunListenError(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		srv := sqstest.New(t)
+		url, err := srv.CreateQueue("orders", nil)
+		require.NoError(t, err)
+		var out syncBuffer
+		code := runWith(context.Background(), env(map[string]string{"SQS_QUEUE_URL": url, "WORKER_HTTP_ADDR": ":8080"}), &out,
+			func(context.Context) (sqsconsumer.Client, error) { return srv.Client(), nil }, time.Millisecond,
+			func(string, string) (net.Listener, error) { return nil, errors.New("address already in use") })
+		require.Equal(t, exitConfig, code)
+		lines := out.lines(t)
+		require.Equal(t, 1, messages(lines, "cannot listen on WORKER_HTTP_ADDR"))
+		require.Equal(t, 0, messages(lines, "worker started"))
+	})
 }
