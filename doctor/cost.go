@@ -75,12 +75,12 @@ func (p *CapacityPlan) cost() Cost {
 	c := Cost{Messages: in.ArrivalAvg * month}
 	c.BatchFill = in.BatchFill
 	if c.BatchFill == 0 {
-		c.BatchFill = poissonFill(lam*in.HandOff.Seconds(), 1, in.BatchSize)
+		c.BatchFill = poissonFill(lam*in.HandOff.Seconds(), 0, in.BatchSize)
 		c.Estimated = append(c.Estimated, "BatchFill")
 	}
 	c.DeleteFill = in.DeleteFill
 	if c.DeleteFill == 0 {
-		c.DeleteFill = poissonFill(lam*coalesceWindow.Seconds(), 0, 10)
+		c.DeleteFill = poissonFill(lam*coalesceWindow.Seconds(), 1, 10)
 		c.Estimated = append(c.Estimated, "DeleteFill")
 	}
 	c.RenewalsPerMessage = in.RenewalsPerMessage
@@ -99,7 +99,7 @@ func (p *CapacityPlan) cost() Cost {
 		empty = receives * math.Exp(-lam*in.HandOff.Seconds()) / math.Expm1(x)
 	}
 	renewals := c.Messages * c.RenewalsPerMessage
-	renewFill := poissonFill(lam*c.RenewalsPerMessage*coalesceWindow.Seconds(), 0, 10)
+	renewFill := poissonFill(lam*c.RenewalsPerMessage*coalesceWindow.Seconds(), 1, 10)
 	c.Lines = []CostLine{
 		{Action: "ReceiveMessage", Calls: receives, Requests: receives * float64(c.ReceiveChunks)},
 		{Action: "ReceiveMessage (empty)", Calls: empty, Requests: empty},

@@ -646,7 +646,7 @@ func (p *CapacityPlan) step() StepPlan {
 			fig := 0
 			keep := raws[:0]
 			for _, r := range raws {
-				if r.at > t-in.ScaleInAfter.Seconds()-1e-9 {
+				if r.at > t-in.ScaleInAfter.Seconds()+1e-6 { // the last ScaleInAfter: (t − hold, t]
 					keep = append(keep, r)
 					fig = max(fig, r.n)
 				}
