@@ -399,7 +399,7 @@ func (p *CapacityPlan) resolve(in *PlanInput) error {
 			bad(r.name, "%v must be a finite rate of 0 or more msg/s", r.v)
 		}
 	}
-	if in.ArrivalPeak < in.ArrivalAvg {
+	if in.ArrivalAvg >= 0 && in.ArrivalPeak < in.ArrivalAvg {
 		bad("ArrivalPeak", "%v is below ArrivalAvg (%v)", in.ArrivalPeak, in.ArrivalAvg)
 	}
 	if in.Target <= 0 {
@@ -985,4 +985,23 @@ func nonNil[T any](s []T) []T {
 		return []T{}
 	}
 	return s
+}
+
+// InputFromStats starts a PlanInput from what a Consumer measured (its
+// Stats, for example decoded from a running service's JSON with
+// json.Unmarshal): the handler times, the lease's p99 (Stats.P99, receive
+// to settle) and the renewals per message. The caller adds the arrival
+// rates, the target and the concurrency. It fails when nothing was
+// processed. Until Stats reports handler times of its own, the handler
+// percentiles are the receive-to-settle ones: an upper bound that counts
+// the time a message waits in the process for a slot.
+func InputFromStats(st sqsconsumer.Stats) (PlanInput, error) {
+	if st.Processed == 0 {
+		return PlanInput{}, &InputError{Field: "Stats", Problem: "holds no processed message: nothing to plan from"}
+	}
+	return PlanInput{
+		HandlerP50: st.P50, HandlerP99: st.P99, HandlerMean: st.Mean,
+		HoldP99:            st.P99,
+		RenewalsPerMessage: st.RenewalsPerMessage,
+	}, nil
 }
