@@ -989,19 +989,33 @@ func nonNil[T any](s []T) []T {
 
 // InputFromStats starts a PlanInput from what a Consumer measured (its
 // Stats, for example decoded from a running service's JSON with
-// json.Unmarshal): the handler times, the lease's p99 (Stats.P99, receive
-// to settle) and the renewals per message. The caller adds the arrival
-// rates, the target and the concurrency. It fails when nothing was
-// processed. Until Stats reports handler times of its own, the handler
-// percentiles are the receive-to-settle ones: an upper bound that counts
-// the time a message waits in the process for a slot.
+// json.Unmarshal): the handler times (HandlerP50, HandlerP99,
+// HandlerMean; a Stats from before they existed has only the
+// receive-to-settle ones, P50/P99/Mean, an upper bound that counts the
+// time a message waits in the process for a slot, and those are used
+// then), the lease's p99 (Stats.P99, receive to settle), the renewals per
+// message, the concurrency, and the batch fills its calls show (messages
+// per non-empty receive, deletes per delete call). The caller adds the
+// arrival rates and the target. It fails when nothing was processed.
 func InputFromStats(st sqsconsumer.Stats) (PlanInput, error) {
 	if st.Processed == 0 {
 		return PlanInput{}, &InputError{Field: "Stats", Problem: "holds no processed message: nothing to plan from"}
 	}
-	return PlanInput{
-		HandlerP50: st.P50, HandlerP99: st.P99, HandlerMean: st.Mean,
+	in := PlanInput{
+		HandlerP50: st.HandlerP50, HandlerP99: st.HandlerP99, HandlerMean: st.HandlerMean,
 		HoldP99:            st.P99,
 		RenewalsPerMessage: st.RenewalsPerMessage,
-	}, nil
+		Concurrency:        st.Concurrency,
+	}
+	if in.HandlerP50 <= 0 || in.HandlerP99 <= 0 {
+		in.HandlerP50, in.HandlerP99, in.HandlerMean = st.P50, st.P99, st.Mean
+	}
+	n := st.Calls
+	if full := n.Receive - n.EmptyReceive; full > 0 && st.Received > 0 {
+		in.BatchFill = min(max(float64(st.Received)/float64(full), 1), float64(DefaultPlanBatchSize))
+	}
+	if calls := n.Delete + n.DeleteBatch; calls > 0 && st.Deleted > 0 {
+		in.DeleteFill = min(max(float64(st.Deleted)/float64(calls), 1), 10)
+	}
+	return in, nil
 }

@@ -421,3 +421,24 @@ func TestSig3(t *testing.T) {
 		require.Equal(t, want, sig3(in), "sig3(%v)", in)
 	}
 }
+
+// A Consumer's Stats gives the plan its handler times (not the longer
+// receive-to-settle ones), its concurrency and its measured batch fills.
+func TestInputFromMeasuredStats(t *testing.T) {
+	t.Parallel()
+	st := measure(t, spread(40, 500*time.Millisecond, 1500*time.Millisecond))
+	in, err := InputFromStats(st)
+	require.NoError(t, err)
+	require.Equal(t, 40, in.Concurrency)
+	require.Equal(t, st.HandlerP50, in.HandlerP50)
+	require.InEpsilon(t, time.Second, in.HandlerP50, 0.05)
+	require.InEpsilon(t, time.Second, in.HandlerMean, 0.05)
+	require.Less(t, in.HandlerP99, st.P99, "the handler alone, without the delete's round trip")
+	require.GreaterOrEqual(t, in.BatchFill, 1.0)
+	require.LessOrEqual(t, in.BatchFill, 10.0)
+	require.InDelta(t, float64(st.Received)/float64(st.Calls.Receive-st.Calls.EmptyReceive), in.BatchFill, 1e-9)
+	require.InDelta(t, float64(st.Deleted)/float64(st.Calls.DeleteBatch), in.DeleteFill, 1e-9)
+	_, err = Plan(PlanInput{HandlerP50: in.HandlerP50, HandlerP99: in.HandlerP99, HandlerMean: in.HandlerMean,
+		Concurrency: in.Concurrency, ArrivalAvg: 10, ArrivalPeak: 10, Target: time.Minute, BatchFill: in.BatchFill, DeleteFill: in.DeleteFill})
+	require.NoError(t, err)
+}
