@@ -14,7 +14,7 @@ import (
 )
 
 const planUsage = `Usage: sqsdoctor plan -p50 D -p99 D -rate R [-peak R] -target D -concurrency N [flags]
-       sqsdoctor plan -stats FILE -rate R [-peak R] -target D -concurrency N [flags]
+       sqsdoctor plan -stats FILE -rate R [-peak R] -target D [-concurrency N] [flags]
 
 Plans the capacity and cost of a service consuming one SQS queue
 (package doctor's Plan): replicas at the average and the peak arrival
@@ -148,6 +148,13 @@ func runPlan(stdin io.Reader, args []string, stdout, stderr io.Writer) int {
 			"mean":     func() { in.HandlerMean = base.HandlerMean },
 			"hold-p99": func() { in.HoldP99 = base.HoldP99 },
 			"renewals": func() { in.RenewalsPerMessage = base.RenewalsPerMessage },
+			"concurrency": func() {
+				if base.Concurrency > 0 {
+					in.Concurrency = base.Concurrency
+				}
+			},
+			"batch-fill":  func() { in.BatchFill = base.BatchFill },
+			"delete-fill": func() { in.DeleteFill = base.DeleteFill },
 		} {
 			if !set[name] {
 				pick()
@@ -157,7 +164,7 @@ func runPlan(stdin io.Reader, args []string, stdout, stderr io.Writer) int {
 	var missing []string
 	for name, unset := range map[string]bool{
 		"-p50": in.HandlerP50 == 0 && *statsFile == "", "-p99": in.HandlerP99 == 0 && *statsFile == "",
-		"-rate": !set["rate"], "-target": !set["target"], "-concurrency": !set["concurrency"],
+		"-rate": !set["rate"], "-target": !set["target"], "-concurrency": in.Concurrency == 0,
 	} {
 		if unset {
 			missing = append(missing, name+" is required")

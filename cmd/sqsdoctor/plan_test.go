@@ -162,3 +162,35 @@ func TestPlanStats(t *testing.T) {
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, errs, "holds no processed message")
 }
+
+// A Stats with handler times and a concurrency needs no -concurrency, and
+// its handler times, not its receive-to-settle ones, size the replicas.
+func TestPlanStatsWithHandlerTimes(t *testing.T) {
+	t.Parallel()
+	st := sqsconsumer.Stats{Processed: 5000, P50: 3 * time.Second, P99: 8 * time.Second, Mean: 3 * time.Second,
+		HandlerP50: 2 * time.Second, HandlerP99: 6 * time.Second, HandlerMean: 2500 * time.Millisecond, Concurrency: 10,
+		Received: 5000, Deleted: 5000, Calls: sqsconsumer.CallCounts{Receive: 1500, EmptyReceive: 500, DeleteBatch: 1000}}
+	b, err := json.Marshal(st)
+	require.NoError(t, err)
+	code, out, errs := plan(t, string(b), "-stats", "-", "-rate", "40", "-target", "1m", "-json")
+	require.Equal(t, exitOK, code, errs)
+	var v struct {
+		Input struct {
+			P50         float64 `json:"handler_p50_seconds"`
+			Concurrency int     `json:"concurrency"`
+		} `json:"input"`
+		Average struct {
+			Replicas int `json:"replicas"`
+		} `json:"average"`
+		Requests struct {
+			BatchFill  float64 `json:"batch_fill"`
+			DeleteFill float64 `json:"delete_fill"`
+		} `json:"requests"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &v), out)
+	require.Equal(t, 2.0, v.Input.P50)
+	require.Equal(t, 10, v.Input.Concurrency)
+	require.Equal(t, 12, v.Average.Replicas) // 10 / 2.5 s × 0.85 = 3.4 msg/s: 40 / 3.4 → 12
+	require.Equal(t, 5.0, v.Requests.BatchFill)  // 5,000 messages over 1,000 full receives
+	require.Equal(t, 5.0, v.Requests.DeleteFill) // 5,000 deletes over 1,000 calls
+}
