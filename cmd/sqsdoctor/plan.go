@@ -164,7 +164,7 @@ func runPlan(stdin io.Reader, args []string, stdout, stderr io.Writer) int {
 	var missing []string
 	for name, unset := range map[string]bool{
 		"-p50": in.HandlerP50 == 0 && *statsFile == "", "-p99": in.HandlerP99 == 0 && *statsFile == "",
-		"-rate": !set["rate"], "-target": !set["target"], "-concurrency": in.Concurrency == 0,
+		"-rate": !set["rate"], "-target": !set["target"], "-concurrency": !set["concurrency"] && in.Concurrency == 0,
 	} {
 		if unset {
 			missing = append(missing, name+" is required")

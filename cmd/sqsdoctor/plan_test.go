@@ -190,7 +190,7 @@ func TestPlanStatsWithHandlerTimes(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &v), out)
 	require.Equal(t, 2.0, v.Input.P50)
 	require.Equal(t, 10, v.Input.Concurrency)
-	require.Equal(t, 12, v.Average.Replicas) // 10 / 2.5 s × 0.85 = 3.4 msg/s: 40 / 3.4 → 12
+	require.Equal(t, 12, v.Average.Replicas)     // 10 / 2.5 s × 0.85 = 3.4 msg/s: 40 / 3.4 → 12
 	require.Equal(t, 5.0, v.Requests.BatchFill)  // 5,000 messages over 1,000 full receives
 	require.Equal(t, 5.0, v.Requests.DeleteFill) // 5,000 deletes over 1,000 calls
 }
