@@ -95,9 +95,21 @@ type Signal struct {
 	del    float64
 	slope  float64 // smoothed d(visible)/dt, messages a second
 	prevAt time.Time
-	empty  int     // readings in a row that found the queue empty
-	window []point // raw figures (rounded up) of the last ScaleInAfter
+	empty  int  // readings in a row that found the queue empty
+	hold   Hold // raw figures (rounded up) of the last ScaleInAfter
 	last   Figure
+}
+
+// NewSignal returns a Signal for p.
+func NewSignal(p Policy) *Signal { return &Signal{p: p} }
+
+// Hold is the highest of the figures added within a window: it rises at
+// once and falls only when a figure has been out of the window for
+// Window. The zero value holds for no time (the latest figure). Not safe
+// for concurrent use.
+type Hold struct {
+	Window time.Duration
+	points []point
 }
 
 type point struct {
@@ -105,8 +117,24 @@ type point struct {
 	n  int
 }
 
-// NewSignal returns a Signal for p.
-func NewSignal(p Policy) *Signal { return &Signal{p: p} }
+// Add adds figure n taken at at (not before the previous one's) and
+// returns the highest figure of the window ending at at.
+func (h *Hold) Add(at time.Time, n int) int {
+	h.points = append(h.points, point{at, n})
+	cut := 0
+	for cut < len(h.points)-1 && at.Sub(h.points[cut].at) >= h.Window {
+		cut++
+	}
+	h.points = h.points[cut:]
+	high := 0
+	for _, p := range h.points {
+		high = max(high, p.n)
+	}
+	return high
+}
+
+// Reset forgets every figure.
+func (h *Hold) Reset() { h.points = h.points[:0] }
 
 // Update takes one reading and returns the figure.
 func (s *Signal) Update(r Reading) Figure {
@@ -114,9 +142,9 @@ func (s *Signal) Update(r Reading) Figure {
 		s.vis, s.infl, s.del = float64(r.Visible), float64(r.InFlight), float64(r.Delayed)
 	} else {
 		prev := s.vis
-		s.vis += smoothing * (float64(r.Visible) - s.vis)
-		s.infl += smoothing * (float64(r.InFlight) - s.infl)
-		s.del += smoothing * (float64(r.Delayed) - s.del)
+		follow(&s.vis, r.Visible)
+		follow(&s.infl, r.InFlight)
+		follow(&s.del, r.Delayed)
 		if dt := r.At.Sub(s.prevAt).Seconds(); dt > 0 {
 			s.slope += smoothing * ((s.vis-prev)/dt - s.slope)
 		}
@@ -135,13 +163,16 @@ func (s *Signal) Update(r Reading) Figure {
 		backlog += s.del
 	}
 	zeroOK := s.p.ScaleToZero && s.empty >= emptyReadings
+	var steady float64 // the replicas the arrivals alone need
 	measured := r.Capacity > 0 && !math.IsInf(r.Capacity, 1) && r.MeanInFlight > 0
 	switch {
 	case measured:
 		departures := s.infl / r.MeanInFlight.Seconds()
 		f.ArrivalRate = max(0, departures+s.slope)
 		f.Demand = f.ArrivalRate + backlog/s.p.Target.Seconds()
-		f.Raw = f.Demand / (r.Capacity * s.p.Utilization)
+		per := r.Capacity * s.p.Utilization
+		f.Raw = f.Demand / per
+		steady = f.ArrivalRate / per
 	case s.empty > 0:
 		// Nothing to do and nothing measured: the floor is the answer.
 	default:
@@ -157,19 +188,21 @@ func (s *Signal) Update(r Reading) Figure {
 	default:
 		need = max(need, 1) // never 0 while anything is, or may soon be, there
 	}
-	s.window = append(s.window, point{r.At, need})
-	cut := 0
-	for cut < len(s.window)-1 && r.At.Sub(s.window[cut].at) >= s.p.ScaleInAfter {
-		cut++
-	}
-	s.window = s.window[cut:]
-	for _, p := range s.window {
-		f.Replicas = max(f.Replicas, p.n)
+	// The arrivals' figure is held for ScaleInAfter: it is what noise in
+	// the counts makes go up and down. The backlog's share is not: once
+	// the backlog is started, the replicas that drained it are not needed.
+	s.hold.Window = s.p.ScaleInAfter
+	f.Replicas = max(need, s.hold.Add(r.At, max(int(math.Ceil(steady-1e-9)), 1)))
+	if l := s.last.Replicas; s.last.Known && l > 0 && f.Replicas != l && abs(f.Replicas-l)*10 <= l {
+		// Within a tenth of the last figure: not worth a change (the
+		// Kubernetes autoscaler's tolerance is a tenth too).
+		f.Replicas = l
 	}
 	if zeroOK {
 		// An empty queue ends the window: what it held was for work
 		// that is gone.
-		f.Replicas, s.window = 0, s.window[len(s.window)-1:]
+		f.Replicas = 0
+		s.hold.Reset()
 	}
 	if f.Replicas > 0 && s.p.Min > 0 {
 		f.Replicas = max(f.Replicas, s.p.Min)
@@ -180,6 +213,24 @@ func (s *Signal) Update(r Reading) Figure {
 	f.Known = true
 	s.last = f
 	return f
+}
+
+// follow moves a smoothed count toward the reading v: at once when v is
+// higher (a backlog that grows must be seen at once), by half otherwise
+// (a count that falls may be SQS's approximation).
+func follow(cur *float64, v int64) {
+	if f := float64(v); f > *cur {
+		*cur = f
+	} else {
+		*cur += smoothing * (f - *cur)
+	}
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
 }
 
 // Last returns the latest figure (the zero Figure before any reading).
