@@ -1,6 +1,8 @@
 package scalesim_test
 
 import (
+	"os"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -16,11 +18,19 @@ func cpu() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+var scaleFlag = func() int {
+	if s := os.Getenv("SCALESIM_K"); s != "" {
+		k, _ := strconv.Atoi(s)
+		return k
+	}
+	return 40
+}()
+
 func TestMeasureCost(t *testing.T) {
 	c0, w0 := cpu(), time.Now()
 	res, err := scalesim.Run(t, scalesim.Config{
 		Trace:  scalesim.Step(20, 2000, 2*time.Minute, 8*time.Minute),
-		Policy: scalesim.KEDA{}, Scale: 40,
+		Policy: scalesim.KEDA{}, Scale: scaleFlag,
 	})
 	require.NoError(t, err)
 	c := cpu() - c0

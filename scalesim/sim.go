@@ -34,9 +34,7 @@ const (
 	DefaultDrain           = 30 * time.Minute
 )
 
-// produceTick is how often the producers send: every 100 ms, the messages due
-// since the last send (SentTimestamp has millisecond resolution, so waits are
-// exact to the millisecond and the clumping adds at most 100 ms).
+// produceTick is how often an idle producer looks at the trace's rate again.
 const produceTick = 100 * time.Millisecond
 
 // z99 is the standard normal's 0.99 quantile.
@@ -183,6 +181,9 @@ type Result struct {
 	// WaitP50 and WaitP99 are over every handler start, from SentTimestamp;
 	// SteadyP50 and SteadyP99 over the starts in the trace's Steady window.
 	WaitP50, WaitP99, SteadyP50, SteadyP99 time.Duration
+	// SettledP50 and SettledP99 are over the starts in the trace's
+	// ReplicasWindow, where the replica count is judged.
+	SettledP50, SettledP99 time.Duration
 	// SteadyMaxReplicas and SteadyMinReplicas are the most and fewest replicas
 	// the service had in the trace's ReplicasWindow.
 	SteadyMaxReplicas, SteadyMinReplicas int
@@ -246,18 +247,19 @@ type sim struct {
 	sigma  float64
 	wg     sync.WaitGroup // the replicas' goroutines and the producer
 
-	mu         sync.Mutex // guards the fields below
-	rng        *rand.Rand
-	calls      []uint8 // handler calls per message (by sequence number), saturating
-	done       []uint8 // successes per message, saturating
-	handled    int64   // messages with at least one success
-	waitAll    hist
-	waitSteady hist
-	handlerSum time.Duration // normal-speed handler times
-	handlerN   int64
-	replicas   []*replica // every replica ever, oldest first
-	released   int64      // started but not succeeded on replicas scaled in
-	errs       []error
+	mu          sync.Mutex // guards the fields below
+	rng         *rand.Rand
+	calls       []uint8 // handler calls per message (by sequence number), saturating
+	done        []uint8 // successes per message, saturating
+	handled     int64   // messages with at least one success
+	waitAll     hist
+	waitSteady  hist
+	waitSettled hist
+	handlerSum  time.Duration // normal-speed handler times
+	handlerN    int64
+	replicas    []*replica // every replica ever, oldest first
+	released    int64      // started but not succeeded on replicas scaled in
+	errs        []error
 }
 
 func run(ctx context.Context, cfg Config) (*Result, error) {
@@ -352,6 +354,7 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 	res.ReleasedStarted = s.released
 	res.WaitP50, res.WaitP99 = s.waitAll.quantile(0.50), s.waitAll.quantile(0.99)
 	res.SteadyP50, res.SteadyP99 = s.waitSteady.quantile(0.50), s.waitSteady.quantile(0.99)
+	res.SettledP50, res.SettledP99 = s.waitSettled.quantile(0.50), s.waitSettled.quantile(0.99)
 	if s.handlerN > 0 {
 		res.MeanHandler = s.handlerSum / time.Duration(s.handlerN)
 		res.CapacityPerReplica = float64(cfg.Concurrency) / res.MeanHandler.Seconds()
@@ -478,24 +481,48 @@ func (s *sim) removeReplicas(n int) {
 	}
 }
 
-// produce sends the trace's messages every produceTick until its end.
+// produce sends the trace's messages until its end: steady arrivals as a Poisson
+// process (exponential gaps at the trace's rate of the moment, divided by the
+// scale), each sent at its arrival time rounded up to the millisecond
+// (SentTimestamp's resolution, so the waits measured are exact), and bursts in
+// one instant.
 func (s *sim) produce(ctx context.Context) {
 	defer s.wg.Done()
 	tr, k := s.cfg.Trace, float64(s.cfg.Scale)
 	bursts := slices.Clone(tr.Bursts)
-	var owed float64
-	tick := time.NewTicker(produceTick)
-	defer tick.Stop()
+	arrivals := rand.New(rand.NewPCG(s.cfg.Seed, 0xa771)) // this goroutine's alone
+	rate := func(at time.Duration) float64 {
+		if tr.Rate == nil {
+			return 0
+		}
+		return tr.Rate(at) / k
+	}
+	// draw returns the arrival after from, exact (not rounded), and whether it
+	// is one: while the rate is 0 it is only the time to look again.
+	draw := func(from time.Duration) (time.Duration, bool) {
+		r := rate(from)
+		if r <= 0 {
+			return from + produceTick, false
+		}
+		return from + time.Duration(arrivals.ExpFloat64()/r*float64(time.Second)), true
+	}
+	ms := func(d time.Duration) time.Duration {
+		return (d + time.Millisecond - 1) / time.Millisecond * time.Millisecond
+	}
+	next, real := draw(0)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
 	for {
 		at := time.Since(s.start)
 		if at >= tr.Duration {
 			return
 		}
 		n := 0
-		if tr.Rate != nil {
-			owed += tr.Rate(at) / k * produceTick.Seconds()
-			n = int(owed)
-			owed -= float64(n)
+		for ms(next) <= at {
+			if real {
+				n++
+			}
+			next, real = draw(next)
 		}
 		for len(bursts) > 0 && bursts[0].At <= at {
 			n += int(math.Round(float64(bursts[0].N) / k))
@@ -516,8 +543,13 @@ func (s *sim) produce(ctx context.Context) {
 				}
 			}
 		}
+		wake := ms(next)
+		if len(bursts) > 0 && bursts[0].At < wake {
+			wake = bursts[0].At
+		}
+		timer.Reset(max(wake-time.Since(s.start), 0))
 		select {
-		case <-tick.C:
+		case <-timer.C:
 		case <-ctx.Done():
 			return
 		}
@@ -559,6 +591,9 @@ func (s *sim) handle(ctx context.Context, m *sqsconsumer.Message) error {
 	s.waitAll.record(wait)
 	if s.cfg.Trace.Steady.Contains(at) {
 		s.waitSteady.record(wait)
+	}
+	if s.cfg.Trace.ReplicasWindow.Contains(at) {
+		s.waitSettled.record(wait)
 	}
 	if slow == 1 {
 		s.handlerSum += d

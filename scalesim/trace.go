@@ -161,7 +161,7 @@ var Names = []string{"step", "ramp", "burst", "slow", "idle"}
 // Standard returns the named trace of issue 26 at full scale:
 //
 //   - step: 20 msg/s for 10 min, then 2,000 msg/s for 30 min;
-//   - ramp: a day compressed into 2 h, 200 to 2,000 msg/s and back along a cosine;
+//   - ramp: a day compressed into 1 h, 200 to 2,000 msg/s and back along a cosine;
 //   - burst: 100,000 messages at minute 1 on an idle queue, 30 min in all;
 //   - slow: 1,000 msg/s for 40 min, handlers 2× slower from minute 10 to 20;
 //   - idle: 1,000 msg/s for 15 min, then nothing for 20 min.
@@ -170,7 +170,7 @@ func Standard(name string) (Trace, error) {
 	case "step":
 		return Step(20, 2000, 10*time.Minute, 30*time.Minute), nil
 	case "ramp":
-		return Ramp(200, 2000, 2*time.Hour), nil
+		return Ramp(200, 2000, time.Hour), nil
 	case "burst":
 		return BurstOnIdle(100_000, time.Minute, 29*time.Minute), nil
 	case "slow":
