@@ -22,9 +22,9 @@ import (
 // Defaults of a [Config].
 const (
 	DefaultTarget          = 30 * time.Second
-	DefaultHandlerP50      = 200 * time.Millisecond
-	DefaultHandlerP99      = 600 * time.Millisecond
-	DefaultConcurrency     = 40
+	DefaultHandlerP50      = 400 * time.Millisecond
+	DefaultHandlerP99      = 1200 * time.Millisecond
+	DefaultConcurrency     = 80
 	DefaultStartDelayMin   = 30 * time.Second
 	DefaultStartDelayMax   = 60 * time.Second
 	DefaultDecisionPeriod  = time.Minute
@@ -52,11 +52,11 @@ type Config struct {
 	Target time.Duration
 	// HandlerP50 and HandlerP99 define the handler time at normal speed: a
 	// lognormal distribution with that median and 99th percentile. Defaults
-	// DefaultHandlerP50 (200 ms) and DefaultHandlerP99 (600 ms), a mean of
-	// 223.6 ms. P99 must be at least P50 (equal means fixed).
+	// DefaultHandlerP50 (400 ms) and DefaultHandlerP99 (1.2 s), a mean of
+	// 447.2 ms. P99 must be at least P50 (equal means fixed).
 	HandlerP50, HandlerP99 time.Duration
 	// Concurrency is each replica's handler slots at full scale. Default
-	// DefaultConcurrency (40): with the default handler times a replica
+	// DefaultConcurrency (80): with the default handler times a replica
 	// finishes about 179 messages per second. Must be a multiple of Scale.
 	Concurrency int
 	// Scale divides rates, bursts and concurrency: the replica counts and waits
