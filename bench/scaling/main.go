@@ -11,8 +11,9 @@
 // A synctest bubble needs a *testing.T, so the program runs its simulations as the
 // subtests of one test through testing.Main; -test.parallel bounds how many run at
 // once (default GOMAXPROCS). The sim sustains about 4,000 messages of virtual
-// throughput per CPU second (4,275 measured at full rate, 3,783 at 1/40 on this
-// repository's CI-sized machine, without -race).
+// throughput per CPU second at full rate (4,275 measured on a 2-core machine,
+// without -race), fewer per message at high scales (see package scalesim); the
+// program prints what it measured under the table.
 package main
 
 import (
