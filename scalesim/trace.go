@@ -108,7 +108,8 @@ func BurstOnIdle(n int, at, length time.Duration) Trace {
 		Name:           "burst",
 		Duration:       at + length,
 		Bursts:         []Burst{{At: at, N: n}},
-		Steady:         Window{at + length/2, at + length},
+		// Every message belongs to the burst: its waits are the whole run's.
+		Steady:         Window{0, at + length},
 		ReplicasWindow: Window{at + length - 5*time.Minute, at + length},
 		Need: func(target time.Duration) float64 {
 			return float64(n) / target.Seconds()
