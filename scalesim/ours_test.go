@@ -1,3 +1,5 @@
+//go:build !scalingsignal
+
 package scalesim_test
 
 import (

@@ -179,9 +179,11 @@ type Result struct {
 	// stopping) over the trace's Duration.
 	ReplicaMinutes float64
 	// WaitP50 and WaitP99 are over every handler start, from SentTimestamp;
-	// SteadyP50 and SteadyP99 over the starts in the trace's Steady window.
+	// SteadyP50 and SteadyP99 over the messages sent in the trace's Steady
+	// window (by SentTimestamp: a message sent during a transient counts in it
+	// even if it starts after it).
 	WaitP50, WaitP99, SteadyP50, SteadyP99 time.Duration
-	// SettledP50 and SettledP99 are over the starts in the trace's
+	// SettledP50 and SettledP99 are over the messages sent in the trace's
 	// ReplicasWindow, where the replica count is judged.
 	SettledP50, SettledP99 time.Duration
 	// SteadyMaxReplicas and SteadyMinReplicas are the most and fewest replicas
@@ -589,10 +591,11 @@ func (s *sim) handle(ctx context.Context, m *sqsconsumer.Message) error {
 		s.calls[seq]++
 	}
 	s.waitAll.record(wait)
-	if s.cfg.Trace.Steady.Contains(at) {
+	sentAt := time.UnixMilli(sentMs).Sub(s.start)
+	if s.cfg.Trace.Steady.Contains(sentAt) {
 		s.waitSteady.record(wait)
 	}
-	if s.cfg.Trace.ReplicasWindow.Contains(at) {
+	if s.cfg.Trace.ReplicasWindow.Contains(sentAt) {
 		s.waitSettled.record(wait)
 	}
 	if slow == 1 {

@@ -1,10 +1,14 @@
 package scalesim
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"time"
 )
+
+// ours is Signal when the build has it (signal.go), nil before.
+var ours Policy
 
 // PolicyNames are the policies [PolicyByName] knows, in the table's order.
 var PolicyNames = []string{"ours", "keda", "backlog"}
@@ -13,6 +17,11 @@ var PolicyNames = []string{"ours", "keda", "backlog"}
 // "backlog" ([BacklogPerInstance]).
 func PolicyByName(name string) (Policy, error) {
 	switch name {
+	case "ours":
+		if ours == nil {
+			return nil, errors.New(`scalesim: policy "ours" needs the root package's scaling signal: build with -tags scalingsignal once it is there`)
+		}
+		return ours, nil
 	case "keda":
 		return KEDA{}, nil
 	case "backlog":

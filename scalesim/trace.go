@@ -26,8 +26,7 @@ type Trace struct {
 	Slowdown func(at time.Duration) float64
 	// Steady is the window judged as steady state: after the trace's transient
 	// (for a step, three of the longest start delays after it) and until Duration.
-	// Waits of messages whose handlers start in it make SteadyP99, and the replicas
-	// running in it make SteadyReplicas.
+	// Waits of messages sent in it make SteadyP99.
 	Steady Window
 	// ReplicasWindow is the part of Steady in which the replica count is compared
 	// with the fewest that meet the target: once a scale-in could have happened
