@@ -104,9 +104,9 @@ func Ramp(low, high float64, period time.Duration) Trace {
 // length after it.
 func BurstOnIdle(n int, at, length time.Duration) Trace {
 	return Trace{
-		Name:           "burst",
-		Duration:       at + length,
-		Bursts:         []Burst{{At: at, N: n}},
+		Name:     "burst",
+		Duration: at + length,
+		Bursts:   []Burst{{At: at, N: n}},
 		// Every message belongs to the burst: its waits are the whole run's.
 		Steady:         Window{0, at + length},
 		ReplicasWindow: Window{at + length - 5*time.Minute, at + length},
