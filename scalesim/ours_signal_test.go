@@ -22,6 +22,11 @@ func requireOurs(t *testing.T, results map[string]*scalesim.Result) {
 	t.Helper()
 	ours := results["ours"]
 	require.NotNil(t, ours, "ours")
+	t.Run("plan agrees", func(t *testing.T) { requirePlanAgrees(t, stepInput(scalesim.Signal{}), ours) })
+	t.Run("claims", func(t *testing.T) { requireClaims(t, ours, results) })
+}
+
+func requireClaims(t *testing.T, ours *scalesim.Result, results map[string]*scalesim.Result) {
 	require.LessOrEqual(t, ours.SteadyP99, ours.Target, "p99 wait after the transient")
 	require.Positive(t, ours.Fewest)
 	lo, hi := int(math.Ceil(0.75*float64(ours.Fewest))), int(math.Floor(1.25*float64(ours.Fewest)))
