@@ -180,9 +180,8 @@ type Scaling struct {
 	// Demand, the handler slots the queue keeps busy (Demand × SlotTime),
 	// which a fleet adds up across queues that share its budget.
 	SlotTime time.Duration `json:"-"`
-	// Target is the policy's target wait; Utilization and ScaleInAfter
-	// the policy's (0 when the signal is off), which a fleet's figure
-	// follows.
+	// Target, Utilization and ScaleInAfter are the policy's (0 when the
+	// signal is off).
 	Target       time.Duration `json:"-"`
 	Utilization  float64       `json:"-"`
 	ScaleInAfter time.Duration `json:"-"`

@@ -1,5 +1,3 @@
-//go:build scalingsignal
-
 package scalesim_test
 
 import (

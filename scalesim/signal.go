@@ -1,5 +1,3 @@
-//go:build scalingsignal
-
 package scalesim
 
 import (
@@ -34,5 +32,3 @@ func (Signal) Desired(_ context.Context, v View) (int, error) {
 	}
 	return sc.Replicas, nil
 }
-
-func init() { ours = Signal{} }

@@ -15,6 +15,13 @@ import (
 // half way and two readings in a row move it three quarters of the way.
 const smoothing = 0.5
 
+// departureSmoothing is the weight of a new reading in the smoothed
+// departure rate: a quarter, a time constant of about 4 readings (2
+// minutes at 30 s), so that the noise of small in-flight counts (a count
+// of 15 varies by ±4 from one reading to the next) does not reach the
+// figure, which the scale-in window would then hold at its highest.
+const departureSmoothing = 0.25
+
 // emptyReadings is how many readings in a row must find the queue empty
 // (nothing visible, in flight or delayed) before the figure may be 0
 // (Policy.ScaleToZero): one empty reading may be SQS's approximation.
@@ -88,16 +95,18 @@ type Figure struct {
 // slope and the scale-in window between readings. Not safe for concurrent
 // use: its owner serialises Update.
 type Signal struct {
-	p      Policy
-	n      int // readings so far
-	vis    float64
-	infl   float64
-	del    float64
-	slope  float64 // smoothed d(visible)/dt, messages a second
-	prevAt time.Time
-	empty  int  // readings in a row that found the queue empty
-	hold   Hold // raw figures (rounded up) of the last ScaleInAfter
-	last   Figure
+	p     Policy
+	n     int // readings so far
+	vis   float64
+	infl  float64
+	del   float64
+	slope float64 // smoothed d(visible)/dt, messages a second
+	// departures is the smoothed departure rate, messages a second.
+	departures float64
+	prevAt     time.Time
+	empty      int  // readings in a row that found the queue empty
+	hold       Hold // raw figures (rounded up) of the last ScaleInAfter
+	last       Figure
 }
 
 // NewSignal returns a Signal for p.
@@ -143,7 +152,7 @@ func (s *Signal) Update(r Reading) Figure {
 	} else {
 		prev := s.vis
 		follow(&s.vis, r.Visible)
-		follow(&s.infl, r.InFlight)
+		s.infl += smoothing * (float64(r.InFlight) - s.infl)
 		follow(&s.del, r.Delayed)
 		if dt := r.At.Sub(s.prevAt).Seconds(); dt > 0 {
 			s.slope += smoothing * ((s.vis-prev)/dt - s.slope)
@@ -167,8 +176,16 @@ func (s *Signal) Update(r Reading) Figure {
 	measured := r.Capacity > 0 && !math.IsInf(r.Capacity, 1) && r.MeanInFlight > 0
 	switch {
 	case measured:
+		// The whole queue's departures, by Little's law: noisy where few
+		// messages are in flight, so smoothed over some minutes (the
+		// backlog's slope, which a change of load moves first, is not).
 		departures := s.infl / r.MeanInFlight.Seconds()
-		f.ArrivalRate = max(0, departures+s.slope)
+		if s.departures == 0 {
+			s.departures = departures
+		} else {
+			s.departures += departureSmoothing * (departures - s.departures)
+		}
+		f.ArrivalRate = max(0, s.departures+s.slope)
 		f.Demand = f.ArrivalRate + backlog/s.p.Target.Seconds()
 		per := r.Capacity * s.p.Utilization
 		f.Raw = f.Demand / per
@@ -199,10 +216,11 @@ func (s *Signal) Update(r Reading) Figure {
 		f.Replicas = l
 	}
 	if zeroOK {
-		// An empty queue ends the window: what it held was for work
-		// that is gone.
+		// An empty queue ends the window and the smoothing: what they
+		// held was for work that is gone.
 		f.Replicas = 0
 		s.hold.Reset()
+		s.vis, s.infl, s.del, s.slope, s.departures = 0, 0, 0, 0, 0
 	}
 	if f.Replicas > 0 && s.p.Min > 0 {
 		f.Replicas = max(f.Replicas, s.p.Min)

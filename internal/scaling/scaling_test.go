@@ -92,10 +92,10 @@ func TestScaleInWindow(t *testing.T) {
 		at += 30 * time.Second
 	}
 	// 12 while high and for the five minutes after the last high
-	// reading (at 90 s, held until 360 s), then down the smoothed low
-	// readings' own window (120 s: 8, 150 s: 5, 180 s: 4) to the low
-	// figure, 3 (40/17 = 2.35): never up again.
-	want := []int{12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 8, 5, 4, 3, 3}
+	// reading (at 90 s, held until 390 s), then down as the smoothed
+	// departures fall toward the low figure, 3 (40/17 = 2.35): never up
+	// again.
+	want := []int{12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 10, 8, 7, 6}
 	require.Equal(t, want, got)
 	reversals := 0
 	for i := 2; i < len(got); i++ {
@@ -162,10 +162,10 @@ func TestUnknownUntilMeasured(t *testing.T) {
 
 	// Once known, an unknown reading (capacity lost?) keeps the last figure.
 	f = s.Update(Reading{At: t0.Add(30 * time.Second), InFlight: 100, Capacity: 20, MeanInFlight: time.Second})
-	require.Equal(t, 6, f.Replicas) // a rise is followed at once: 100/17 = 5.9
+	require.Equal(t, 3, f.Replicas) // 50 in flight once smoothed: 50/17 = 2.9
 	f = s.Update(Reading{At: t0.Add(time.Minute), InFlight: 100})
 	require.False(t, f.Known)
-	require.Equal(t, 6, f.Replicas)
+	require.Equal(t, 3, f.Replicas)
 }
 
 func TestDelayedCountsWhenAsked(t *testing.T) {
