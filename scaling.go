@@ -180,8 +180,11 @@ type Scaling struct {
 	// Demand, the handler slots the queue keeps busy (Demand × SlotTime),
 	// which a fleet adds up across queues that share its budget.
 	SlotTime time.Duration `json:"-"`
-	// Target is the policy's target wait.
-	Target time.Duration `json:"-"`
+	// Target, Utilization and ScaleInAfter are the policy's (0 when the
+	// signal is off).
+	Target       time.Duration `json:"-"`
+	Utilization  float64       `json:"-"`
+	ScaleInAfter time.Duration `json:"-"`
 	// At is when the latest reading was taken (zero before one).
 	At time.Time `json:"at"`
 	// Err is the latest reading's failure, "" when it succeeded.
@@ -295,7 +298,8 @@ func (c *Consumer) scale(ctx context.Context) {
 	sc.fig = Scaling{
 		Known: f.Known, Reason: f.Reason, Replicas: f.Replicas, Raw: f.Raw,
 		Visible: f.Visible, InFlight: f.InFlight, Delayed: f.Delayed,
-		ArrivalRate: f.ArrivalRate, Demand: f.Demand, Target: sc.p.Target, At: f.At,
+		ArrivalRate: f.ArrivalRate, Demand: f.Demand, At: f.At,
+		Target: sc.p.Target, Utilization: sc.p.Utilization, ScaleInAfter: sc.p.ScaleInAfter,
 	}
 	if !math.IsInf(f.Capacity, 0) && f.Capacity > 0 {
 		sc.fig.CapacityPerReplica = f.Capacity

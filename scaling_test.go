@@ -43,18 +43,21 @@ func sleepHandler(d time.Duration) Handler {
 
 // One replica of capacity 10 msg/s (10 slots, 1 s a message): the queue
 // needs 1 at 6 msg/s (6 / 8.5 = 0.7); at 20 msg/s it needs 20 / 8.5 =
-// 2.4, so 3, and more for the backlog that grew meanwhile (some 1,000
-// messages after 2 minutes), which must start within the target: (20 +
-// 1,000/30) / 8.5 = 6.3. The arrival rate is inferred from SQS's counts
-// alone.
+// 2.4, so 3, and more for the backlog that grew meanwhile (some 1,500
+// messages after 3 minutes), which must start within the target: (20 +
+// 1,500/30) / 8.5 = 8.2. The arrival rate is inferred from SQS's counts
+// alone (its departures are smoothed over some minutes, hence the runs'
+// lengths).
 func TestScalingSignalFollowsTheLoad(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		rate     float64
 		min, max int
+		run      time.Duration
+		readings int64 // one at Run's start, then one each 30 s
 	}{
-		{6, 1, 1},
-		{20, 5, 9},
+		{6, 1, 1, 5 * time.Minute, 11}, // the smoothed departures need some minutes
+		{20, 5, 12, 3 * time.Minute, 7},
 	} {
 		synctest.Test(t, func(t *testing.T) {
 			b := setup(t, nil)
@@ -64,7 +67,7 @@ func TestScalingSignalFollowsTheLoad(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			waitProducer := produce(t, b, ctx, tt.rate)
 			stop := running(t, c)
-			time.Sleep(2 * time.Minute)
+			time.Sleep(tt.run)
 			f := c.Scaling()
 			cancel()
 			waitProducer()
@@ -77,8 +80,7 @@ func TestScalingSignalFollowsTheLoad(t *testing.T) {
 			require.LessOrEqual(t, f.Replicas, tt.max, "%+v", f)
 			require.Equal(t, time.Second, f.SlotTime.Round(100*time.Millisecond))
 			st := c.Stats()
-			// One reading at Run's start, then one each 30 s for 2 min.
-			require.EqualValues(t, 5, st.Calls.ScalingAttributes)
+			require.Equal(t, tt.readings, st.Calls.ScalingAttributes)
 		})
 	}
 }

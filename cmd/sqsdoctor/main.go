@@ -12,11 +12,17 @@
 //	sqsdoctor dlq redrive -queue-url DLQ_URL [-to URL] [-rate N] [-json]
 //	sqsdoctor dlq replay  -queue-url DLQ_URL (-filter EXPR ... | -all) [-to URL]
 //	          [-rate R] [-dry-run] [-lease D] [-max N] [-audit FILE] [-json]
+//	sqsdoctor plan (-p50 D -p99 D | -stats FILE) -rate R [-peak R] -target D
+//	          -concurrency N [-json] [more: sqsdoctor plan -help]
 //
 // The dlq actions act on what is in a dead-letter queue: inspect counts and
 // peeks (saying what peeking costs), redrive runs an SQS message move task
 // (Ctrl-C cancels it), replay sends filtered messages back with an audit line
 // each. Their logic lives in package doctor (InspectDLQ, Redrive, Replay).
+//
+// plan prints a capacity and cost plan (replicas, waits, lease, SQS
+// requests a month) from handler times and arrival rates, or from a
+// Consumer's Stats as JSON; it calls nothing (package doctor's Plan).
 //
 // Run sqsdoctor -help for the checks, the JSON schema and the exit codes.
 // The checks themselves live in package doctor, for use from Go tests; its
@@ -61,6 +67,8 @@ const (
 const usageText = `Usage: sqsdoctor -queue-url URL [flags]
        sqsdoctor dlq inspect|redrive|replay -queue-url DLQ_URL [flags]
                  (acts on what is in a dead-letter queue: sqsdoctor dlq -help)
+       sqsdoctor plan -p50 D -p99 D -rate R -target D -concurrency N [flags]
+                 (a capacity and cost plan: sqsdoctor plan -help)
 
 Checks an SQS queue's settings and its dead-letter queue's (found through
 RedrivePolicy) and prints findings, most severe first, each with a
@@ -175,6 +183,9 @@ func main() {
 // sqsdoctor checks a queue's settings. Each gets the arguments after its name.
 var subcommands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer, mk newClientFunc) int{
 	"dlq": runDLQ,
+	"plan": func(_ context.Context, args []string, stdout, stderr io.Writer, _ newClientFunc) int {
+		return runPlan(os.Stdin, args, stdout, stderr)
+	},
 }
 
 // run is the whole command minus the process: it parses args, checks the

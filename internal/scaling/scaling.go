@@ -15,6 +15,13 @@ import (
 // half way and two readings in a row move it three quarters of the way.
 const smoothing = 0.5
 
+// departureSmoothing is the weight of a new reading in the smoothed
+// departure rate: a quarter, a time constant of about 4 readings (2
+// minutes at 30 s), so that the noise of small in-flight counts (a count
+// of 15 varies by ±4 from one reading to the next) does not reach the
+// figure, which the scale-in window would then hold at its highest.
+const departureSmoothing = 0.25
+
 // emptyReadings is how many readings in a row must find the queue empty
 // (nothing visible, in flight or delayed) before the figure may be 0
 // (Policy.ScaleToZero): one empty reading may be SQS's approximation.
@@ -88,16 +95,30 @@ type Figure struct {
 // slope and the scale-in window between readings. Not safe for concurrent
 // use: its owner serialises Update.
 type Signal struct {
-	p      Policy
-	n      int // readings so far
-	vis    float64
-	infl   float64
-	del    float64
-	slope  float64 // smoothed d(visible)/dt, messages a second
-	prevAt time.Time
-	empty  int     // readings in a row that found the queue empty
-	window []point // raw figures (rounded up) of the last ScaleInAfter
-	last   Figure
+	p     Policy
+	n     int // readings so far
+	vis   float64
+	infl  float64
+	del   float64
+	slope float64 // smoothed d(visible)/dt, messages a second
+	// departures is the smoothed departure rate, messages a second.
+	departures float64
+	prevAt     time.Time
+	empty      int  // readings in a row that found the queue empty
+	hold       Hold // raw figures (rounded up) of the last ScaleInAfter
+	last       Figure
+}
+
+// NewSignal returns a Signal for p.
+func NewSignal(p Policy) *Signal { return &Signal{p: p} }
+
+// Hold is the highest of the figures added within a window: it rises at
+// once and falls only when a figure has been out of the window for
+// Window. The zero value holds for no time (the latest figure). Not safe
+// for concurrent use.
+type Hold struct {
+	Window time.Duration
+	points []point
 }
 
 type point struct {
@@ -105,8 +126,24 @@ type point struct {
 	n  int
 }
 
-// NewSignal returns a Signal for p.
-func NewSignal(p Policy) *Signal { return &Signal{p: p} }
+// Add adds figure n taken at at (not before the previous one's) and
+// returns the highest figure of the window ending at at.
+func (h *Hold) Add(at time.Time, n int) int {
+	h.points = append(h.points, point{at, n})
+	cut := 0
+	for cut < len(h.points)-1 && at.Sub(h.points[cut].at) >= h.Window {
+		cut++
+	}
+	h.points = h.points[cut:]
+	high := 0
+	for _, p := range h.points {
+		high = max(high, p.n)
+	}
+	return high
+}
+
+// Reset forgets every figure.
+func (h *Hold) Reset() { h.points = h.points[:0] }
 
 // Update takes one reading and returns the figure.
 func (s *Signal) Update(r Reading) Figure {
@@ -114,9 +151,9 @@ func (s *Signal) Update(r Reading) Figure {
 		s.vis, s.infl, s.del = float64(r.Visible), float64(r.InFlight), float64(r.Delayed)
 	} else {
 		prev := s.vis
-		s.vis += smoothing * (float64(r.Visible) - s.vis)
+		follow(&s.vis, r.Visible)
 		s.infl += smoothing * (float64(r.InFlight) - s.infl)
-		s.del += smoothing * (float64(r.Delayed) - s.del)
+		follow(&s.del, r.Delayed)
 		if dt := r.At.Sub(s.prevAt).Seconds(); dt > 0 {
 			s.slope += smoothing * ((s.vis-prev)/dt - s.slope)
 		}
@@ -135,13 +172,24 @@ func (s *Signal) Update(r Reading) Figure {
 		backlog += s.del
 	}
 	zeroOK := s.p.ScaleToZero && s.empty >= emptyReadings
+	var steady float64 // the replicas the arrivals alone need
 	measured := r.Capacity > 0 && !math.IsInf(r.Capacity, 1) && r.MeanInFlight > 0
 	switch {
 	case measured:
+		// The whole queue's departures, by Little's law: noisy where few
+		// messages are in flight, so smoothed over some minutes (the
+		// backlog's slope, which a change of load moves first, is not).
 		departures := s.infl / r.MeanInFlight.Seconds()
-		f.ArrivalRate = max(0, departures+s.slope)
+		if s.departures == 0 {
+			s.departures = departures
+		} else {
+			s.departures += departureSmoothing * (departures - s.departures)
+		}
+		f.ArrivalRate = max(0, s.departures+s.slope)
 		f.Demand = f.ArrivalRate + backlog/s.p.Target.Seconds()
-		f.Raw = f.Demand / (r.Capacity * s.p.Utilization)
+		per := r.Capacity * s.p.Utilization
+		f.Raw = f.Demand / per
+		steady = f.ArrivalRate / per
 	case s.empty > 0:
 		// Nothing to do and nothing measured: the floor is the answer.
 	default:
@@ -157,19 +205,22 @@ func (s *Signal) Update(r Reading) Figure {
 	default:
 		need = max(need, 1) // never 0 while anything is, or may soon be, there
 	}
-	s.window = append(s.window, point{r.At, need})
-	cut := 0
-	for cut < len(s.window)-1 && r.At.Sub(s.window[cut].at) >= s.p.ScaleInAfter {
-		cut++
-	}
-	s.window = s.window[cut:]
-	for _, p := range s.window {
-		f.Replicas = max(f.Replicas, p.n)
+	// The arrivals' figure is held for ScaleInAfter: it is what noise in
+	// the counts makes go up and down. The backlog's share is not: once
+	// the backlog is started, the replicas that drained it are not needed.
+	s.hold.Window = s.p.ScaleInAfter
+	f.Replicas = max(need, s.hold.Add(r.At, max(int(math.Ceil(steady-1e-9)), 1)))
+	if l := s.last.Replicas; s.last.Known && l > 0 && f.Replicas != l && abs(f.Replicas-l)*10 <= l {
+		// Within a tenth of the last figure: not worth a change (the
+		// Kubernetes autoscaler's tolerance is a tenth too).
+		f.Replicas = l
 	}
 	if zeroOK {
-		// An empty queue ends the window: what it held was for work
-		// that is gone.
-		f.Replicas, s.window = 0, s.window[len(s.window)-1:]
+		// An empty queue ends the window and the smoothing: what they
+		// held was for work that is gone.
+		f.Replicas = 0
+		s.hold.Reset()
+		s.vis, s.infl, s.del, s.slope, s.departures = 0, 0, 0, 0, 0
 	}
 	if f.Replicas > 0 && s.p.Min > 0 {
 		f.Replicas = max(f.Replicas, s.p.Min)
@@ -180,6 +231,24 @@ func (s *Signal) Update(r Reading) Figure {
 	f.Known = true
 	s.last = f
 	return f
+}
+
+// follow moves a smoothed count toward the reading v: at once when v is
+// higher (a backlog that grows must be seen at once), by half otherwise
+// (a count that falls may be SQS's approximation).
+func follow(cur *float64, v int64) {
+	if f := float64(v); f > *cur {
+		*cur = f
+	} else {
+		*cur += smoothing * (f - *cur)
+	}
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
 }
 
 // Last returns the latest figure (the zero Figure before any reading).

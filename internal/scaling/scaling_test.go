@@ -47,13 +47,27 @@ func TestBacklogAndSlope(t *testing.T) {
 	require.InDelta(t, 100+600.0/30, f.Demand, 1e-9)
 	require.Equal(t, 8, f.Replicas) // 120 / 17 = 7.06
 
-	// 30 s later 3,600 visible: smoothed to 2,100, a slope of 1,500/30 =
-	// 50 msg/s smoothed to 25.
+	// 30 s later 3,600 visible: a rise, followed at once; a slope of
+	// 3,000/30 = 100 msg/s, smoothed to 50.
 	f = s.Update(Reading{At: t0.Add(30 * time.Second), Visible: 3600, InFlight: 100, Capacity: 20, MeanInFlight: time.Second})
-	require.InDelta(t, 2100, f.Visible, 1e-9)
-	require.InDelta(t, 125, f.ArrivalRate, 1e-9)
-	require.InDelta(t, 125+2100.0/30, f.Demand, 1e-9)
-	require.Equal(t, 12, f.Replicas) // 195 / 17 = 11.5
+	require.InDelta(t, 3600, f.Visible, 1e-9)
+	require.InDelta(t, 150, f.ArrivalRate, 1e-9)
+	require.InDelta(t, 150+3600.0/30, f.Demand, 1e-9)
+	require.Equal(t, 16, f.Replicas) // 270 / 17 = 15.9
+
+	// The backlog started, arrivals back to 100 msg/s: a fall is smoothed
+	// (1,800 visible, a slope of -60 smoothed to -5), so (95 + 60) / 17
+	// = 9.1 → 10; then the backlog's share goes as the count falls,
+	// while the arrivals' figure (150/17 → 9) holds for ScaleInAfter.
+	f = s.Update(Reading{At: t0.Add(time.Minute), InFlight: 100, Capacity: 20, MeanInFlight: time.Second})
+	require.InDelta(t, 1800, f.Visible, 1e-9)
+	require.Equal(t, 10, f.Replicas)
+	for i := 3; i < 6; i++ {
+		f = s.Update(Reading{At: t0.Add(time.Duration(i) * 30 * time.Second), InFlight: 100, Capacity: 20, MeanInFlight: time.Second})
+	}
+	require.Less(t, f.Visible, 250.0)
+	require.InDelta(t, (f.ArrivalRate+f.Visible/30)/17, f.Raw, 1e-9)
+	require.Equal(t, 10, f.Replicas, "9 is within a tenth of 10: not worth a change")
 }
 
 // The figure rises at once and falls only to the highest figure of the
@@ -78,10 +92,10 @@ func TestScaleInWindow(t *testing.T) {
 		at += 30 * time.Second
 	}
 	// 12 while high and for the five minutes after the last high
-	// reading (at 90 s, held until 360 s), then down the smoothed low
-	// readings' own window (120 s: 8, 150 s: 5, 180 s: 4) to the low
-	// figure, 3 (40/17 = 2.35): never up again.
-	want := []int{12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 8, 5, 4, 3, 3}
+	// reading (at 90 s, held until 390 s), then down as the smoothed
+	// departures fall toward the low figure, 3 (40/17 = 2.35): never up
+	// again.
+	want := []int{12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 10, 8, 7, 6}
 	require.Equal(t, want, got)
 	reversals := 0
 	for i := 2; i < len(got); i++ {
@@ -193,4 +207,20 @@ func TestPolicyCheck(t *testing.T) {
 		require.Contains(t, err.Error(), tt.want)
 	}
 	require.NoError(t, policy().Check())
+}
+
+func TestHold(t *testing.T) {
+	t.Parallel()
+	h := Hold{Window: time.Minute}
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	require.Equal(t, 3, h.Add(at(0), 3))
+	require.Equal(t, 5, h.Add(at(10), 5), "rises at once")
+	require.Equal(t, 5, h.Add(at(30), 2))
+	require.Equal(t, 5, h.Add(at(69), 2), "5 was added 59 s ago")
+	require.Equal(t, 2, h.Add(at(70), 2), "out of the window")
+	h.Reset()
+	require.Equal(t, 1, h.Add(at(71), 1))
+	var zero Hold
+	require.Equal(t, 4, zero.Add(at(0), 4))
+	require.Equal(t, 1, zero.Add(at(1), 1), "no window: the latest")
 }
