@@ -80,8 +80,8 @@ type ScalingPolicy struct {
 	// EMFNamespace, when set, makes each reading log one line in
 	// CloudWatch's embedded metric format through the Consumer's logger
 	// (WithLogger, which must then write JSON: slog.NewJSONHandler, with
-	// no groups). See the README for the ECS target-tracking policy that
-	// follows it. At most 255 characters.
+	// no groups). See docs/scaling.md in the module's repository for
+	// the ECS target-tracking policy that follows it. At most 255 characters.
 	EMFNamespace string
 }
 
@@ -225,7 +225,8 @@ func (c *Consumer) Scaling() Scaling {
 // visible, in_flight, delayed, arrival_rate, demand,
 // capacity_per_replica, target_seconds, at, error. With KEDA, use
 // metricType AverageValue and targetValue "1": the HPA then sets replicas
-// = ceil(replicas / 1). The README has a complete ScaledObject. Safe for
+// = ceil(replicas / 1). docs/scaling.md in the module's repository has a
+// complete ScaledObject. Safe for
 // concurrent use.
 func (c *Consumer) ScalingHandler() http.Handler {
 	return healthprobe.Handler(func() (any, int) {

@@ -57,7 +57,9 @@ const (
 // use; Run may be called once.
 type Fleet struct {
 	pool      *share.Pool
+	budget    int // the concurrency New was given
 	idlePause time.Duration
+	scale     processScale // the process's scaling figure
 
 	mu      sync.Mutex // guards the fields below
 	queues  []*sqsconsumer.Consumer
@@ -135,6 +137,7 @@ func New(concurrency int, opts ...Option) (*Fleet, error) {
 		return nil, err
 	}
 	f.pool = share.NewPool(concurrency)
+	f.budget = concurrency
 	return f, nil
 }
 
