@@ -42,10 +42,10 @@ func sleepHandler(d time.Duration) Handler {
 }
 
 // One replica of capacity 10 msg/s (10 slots, 1 s a message): the queue
-// needs 1 at 6 msg/s (6 / 8.5 = 0.7); at 20 msg/s it needs 20 / 8.5 =
-// 2.4, so 3, and more for the backlog that grew meanwhile (some 1,500
+// needs 1 at 6 msg/s (6 / 9 = 0.7); at 20 msg/s it needs 20 / 9 =
+// 2.2, so 3, and more for the backlog that grew meanwhile (some 1,500
 // messages after 3 minutes), which must start within the target: (20 +
-// 1,500/30) / 8.5 = 8.2. The arrival rate is inferred from SQS's counts
+// 1,500/30) / 9 = 7.8. The arrival rate is inferred from SQS's counts
 // alone (its departures are smoothed over some minutes, hence the runs'
 // lengths).
 func TestScalingSignalFollowsTheLoad(t *testing.T) {

@@ -24,8 +24,9 @@ const (
 	// ScalingPolicy.Interval default): 30 s.
 	DefaultPlanScalingInterval = 30 * time.Second
 	// DefaultPlanUtilization is the share of a replica's measured capacity
-	// planned for, as in sqsconsumer's ScalingPolicy: 0.85.
-	DefaultPlanUtilization = 0.85
+	// planned for: sqsconsumer's ScalingPolicy default,
+	// DefaultScalingUtilization (0.9).
+	DefaultPlanUtilization = sqsconsumer.DefaultScalingUtilization
 	// DefaultPlanHandOff is the receive round trip: how long SQS takes to
 	// hand a message to a waiting long poll and the answer to reach the
 	// consumer, and the gap between one receive's answer and the next
@@ -123,7 +124,8 @@ type PlanInput struct {
 	// ScalingInterval is how often each replica calls GetQueueAttributes
 	// for the signal. 0: 30 s.
 	ScalingInterval time.Duration
-	// Utilization is the share of capacity planned for, in (0, 1]. 0: 0.85.
+	// Utilization is the share of capacity planned for, in (0, 1]. 0: 0.9
+	// (DefaultPlanUtilization).
 	Utilization float64
 	// PricePerMillion is the price per million requests, US dollars. 0:
 	// ListPriceStandard, or ListPriceFIFO for a FIFO queue.

@@ -28,9 +28,9 @@ func TestPlanReplicas(t *testing.T) {
 		want      int
 		wantFewer int // fewest replicas meeting the target
 	}{
-		// 100 msg/s per replica × 0.85 = 85: 850 / 85 = 10 exactly.
-		{"exact quotient", 850, 0, 10, 9},
-		{"just above", 851, 0, 11, 9},
+		// 100 msg/s per replica × 0.9 = 90: 900 / 90 = 10 exactly.
+		{"exact quotient", 900, 0, 10, 10},
+		{"just above", 901, 0, 11, 10},
 		{"idle queue", 0, 0, 1, 1},
 		// 0.5 utilization: 50 msg/s planned per replica.
 		{"half utilization", 150, 0.5, 3, 2},
@@ -257,7 +257,7 @@ func TestPlanCost(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 50*time.Second, p.Lease.VisibilityTimeout)
 		require.InDelta(t, 1, p.Requests.RenewalsPerMessage, 1e-12)
-		// 10 slots / 25 s × 0.85 = 0.34 msg/s per replica: 2 replicas for
+		// 10 slots / 25 s × 0.9 = 0.36 msg/s per replica: 2 replicas for
 		// 0.38 msg/s, 0.19 each; renewals coalesced 1 + 0.19 × 25 ms = 1.00476 a call.
 		require.Equal(t, 2, p.Average.Replicas)
 		require.InDelta(t, 1e6/1.00476, p.Requests.Lines[3].Calls, 20)
@@ -373,7 +373,7 @@ func TestPlanTextAndJSON(t *testing.T) {
 	require.NoError(t, err)
 	text := p.String()
 	for _, want := range []string{
-		"peak     2000 msg/s: 24 (slots 85% busy)",
+		"peak     2000 msg/s: 23 (slots 88% busy)",
 		"visibility timeout 10s, heartbeat every 3.33s",
 		"ReceiveMessage (empty)",
 		"GetQueueAttributes                     87,600  $0.04",
@@ -405,7 +405,7 @@ func TestPlanTextAndJSON(t *testing.T) {
 		Notes []string `json:"notes"`
 	}
 	require.NoError(t, json.Unmarshal(b, &v))
-	require.Equal(t, 24, v.Peak.Replicas)
+	require.Equal(t, 23, v.Peak.Replicas)
 	require.Equal(t, p.Peak.P99Wait.Seconds(), v.Peak.P99)
 	require.Equal(t, 10.0, v.Lease.Vis)
 	require.Len(t, v.Requests.Lines, 5)

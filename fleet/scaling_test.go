@@ -17,9 +17,9 @@ import (
 )
 
 // Two queues under a budget of 10 slots, 4 msg/s each, handlers of 1 s.
-// Each queue alone would fit one replica (4 / (10 × 0.85) = 0.5), but
+// Each queue alone would fit one replica (4 / (10 × 0.9) = 0.44), but
 // together they keep 8 slots busy, and with a third queue of the same load
-// 12: the process needs ceil(12 / 8.5) = 2 replicas, which no queue's own
+// 12: the process needs ceil(12 / 9) = 2 replicas, which no queue's own
 // figure says.
 func TestFleetScalingAddsUpTheQueues(t *testing.T) {
 	t.Parallel()

@@ -2,7 +2,6 @@ package scalesim_test
 
 import (
 	"math"
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -35,17 +34,13 @@ func requireOurs(t *testing.T, results map[string]*scalesim.Result) {
 	})
 }
 
-// claimsOnly skips the claims of issue 26 that do not hold yet at the CI
-// scale (1/80: one handler slot per replica, some 15 messages in flight
-// across the service, whose noise the signal's arrival estimate carries):
-// replicas within 25 % of the fewest (settled at 15 to 17 for a fewest of
-// 12), at most one reversal per step (2 to 4 measured), and the plan
-// within 15 % of the simulation (its p99 wait model misses the wait in a
-// one-slot replica's read-ahead). SCALESIM_CLAIMS=1 runs them.
+// claimsOnly skips issue 26's claims at the CI scale (see claimsScale):
+// replicas within 25 % of the fewest, at most one reversal per step, the
+// plan within 15 % of the simulation. SCALESIM_CLAIMS=1 runs them at 1/10.
 func claimsOnly(t *testing.T) {
 	t.Helper()
-	if os.Getenv("SCALESIM_CLAIMS") == "" {
-		t.Skip("issue 26's open claims (see claimsOnly); SCALESIM_CLAIMS=1 runs them")
+	if !claims() {
+		t.Skip("issue 26's claims run at 1/10 with SCALESIM_CLAIMS=1 (CI does, without -race)")
 	}
 }
 
@@ -70,7 +65,7 @@ func TestIdle(t *testing.T) {
 	t.Parallel()
 	tr, err := scalesim.Standard("idle")
 	require.NoError(t, err)
-	r, err := scalesim.Run(t, scalesim.Config{Trace: tr, Policy: scalesim.Signal{}, Scale: ciScale, Seed: 26})
+	r, err := scalesim.Run(t, scalesim.Config{Trace: tr, Policy: scalesim.Signal{}, Scale: scale(), Seed: 26})
 	require.NoError(t, err)
 	logResult(t, r)
 	requireSafe(t, r)

@@ -2,6 +2,7 @@ package scalesim_test
 
 import (
 	"fmt"
+	"os"
 	"sync"
 	"syscall"
 	"testing"
@@ -18,13 +19,33 @@ import (
 // run is for bench/scaling).
 const ciScale = 80
 
+// claimsScale is the scale at which issue 26's claims are held
+// (SCALESIM_CLAIMS=1; CI runs them without -race): 1/10, 8 handler slots per
+// replica and some 100 messages in flight at 2,000 msg/s. At 1/80 the few
+// messages in flight (about 15) make SQS's in-flight count, and the arrival
+// rate the signal infers from it, too noisy for replicas within 25 % of the
+// fewest: the noise is a property of the scale-down, not of a service at
+// full rate.
+const claimsScale = 10
+
+// claims reports whether the claims run (SCALESIM_CLAIMS=1).
+func claims() bool { return os.Getenv("SCALESIM_CLAIMS") != "" }
+
+// scale is the scale of this run's tests.
+func scale() int {
+	if claims() {
+		return claimsScale
+	}
+	return ciScale
+}
+
 // stepInput is the step of issue 26, 20 to 2,000 msg/s, with the default handler
 // (lognormal, p50 400 ms, p99 1.2 s) and 80 slots per replica.
 func stepInput(p scalesim.Policy) scalesim.StepInput {
 	return scalesim.StepInput{
 		HandlerP50: scalesim.DefaultHandlerP50, HandlerP99: scalesim.DefaultHandlerP99,
 		ArrivalAvg: 20, ArrivalPeak: 2000, Target: scalesim.DefaultTarget,
-		Concurrency: scalesim.DefaultConcurrency, Scale: ciScale, Policy: p, Seed: 26,
+		Concurrency: scalesim.DefaultConcurrency, Scale: scale(), Policy: p, Seed: 26,
 	}
 }
 

@@ -84,7 +84,7 @@ func runPlan(stdin io.Reader, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&in.BatchSize, "batch-size", 0, "receive batch size, 1 to 10; default 10")
 	fs.DurationVar(&in.WaitTime, "wait-time", 0, "long-poll wait, 1s to 20s; default 20s")
 	fs.DurationVar(&in.ScalingInterval, "scaling-interval", 0, "GetQueueAttributes interval per replica for the signal; default 30s")
-	fs.Float64Var(&in.Utilization, "utilization", 0, "share of capacity planned for, (0, 1]; default 0.85")
+	fs.Float64Var(&in.Utilization, "utilization", 0, "share of capacity planned for, (0, 1]; default 0.9, as the Consumer's signal")
 	fs.Float64Var(&in.PricePerMillion, "price", 0, "US dollars per million requests; default AWS's list price, 0.40 standard, 0.50 FIFO")
 	fs.DurationVar(&in.HandOff, "handoff", 0, "receive round trip added to every wait; default 20ms")
 	fs.Float64Var(&in.BatchFill, "batch-fill", 0, "measured messages per non-empty receive; default: estimated")

@@ -30,7 +30,7 @@ func TestPlanText(t *testing.T) {
 	require.Equal(t, exitOK, code, errs)
 	require.Empty(t, errs)
 	for _, want := range []string{
-		"peak     2000 msg/s: 24 (slots 85% busy)",
+		"peak     2000 msg/s: 23 (slots 88% busy)",
 		"lease\n  visibility timeout 10s, heartbeat every 3.33s",
 		"$0.40 per million requests",
 		"free tier",
@@ -70,7 +70,7 @@ func TestPlanJSON(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &v), out)
 	require.Equal(t, 0.50, v.Input.Price, "FIFO list price")
 	require.Equal(t, 1, v.Average.Replicas)
-	require.Equal(t, 24, v.Peak.Replicas)
+	require.Equal(t, 23, v.Peak.Replicas)
 	require.Equal(t, 3, v.Lease.MaxReceiveCount)
 	require.Equal(t, 30.0, v.Lease.TimeToDLQ, "3 × 10 s")
 }
@@ -138,14 +138,14 @@ func TestPlanStats(t *testing.T) {
 		code, out, errs := plan(t, src.stdin, append([]string{"-stats", src.arg}, rest...)...)
 		require.Equal(t, exitOK, code, "%s: %s", src.name, errs)
 		require.NoError(t, json.Unmarshal([]byte(out), &v))
-		// 10 slots / 2.5 s mean = 4 msg/s; × 0.85 = 3.4: 40 / 3.4 → 12 replicas.
+		// 10 slots / 2.5 s mean = 4 msg/s; × 0.9 = 3.6: 40 / 3.6 → 12 replicas.
 		require.Equal(t, 2.0, v.Input.P50, src.name)
 		require.Equal(t, 4.0, v.CapacityPerReplica, src.name)
 		require.Equal(t, 12, v.Average.Replicas, src.name)
 		require.Equal(t, 12.0, v.Lease.Vis, "AdaptiveVisibility(6s) = 12 s")
 		require.Equal(t, 0.02, v.Requests.Renewals, "measured, not estimated")
 	}
-	// A flag given wins over the Stats: mean 1 s, 10 msg/s: 40 / 8.5 → 5.
+	// A flag given wins over the Stats: mean 1 s, 10 msg/s: 40 / 9 → 5.
 	code, out, _ := plan(t, "", append([]string{"-stats", path, "-mean", "1s"}, rest...)...)
 	require.Equal(t, exitOK, code)
 	require.NoError(t, json.Unmarshal([]byte(out), &v))
@@ -190,7 +190,7 @@ func TestPlanStatsWithHandlerTimes(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &v), out)
 	require.Equal(t, 2.0, v.Input.P50)
 	require.Equal(t, 10, v.Input.Concurrency)
-	require.Equal(t, 12, v.Average.Replicas)     // 10 / 2.5 s × 0.85 = 3.4 msg/s: 40 / 3.4 → 12
+	require.Equal(t, 12, v.Average.Replicas)     // 10 / 2.5 s × 0.9 = 3.6 msg/s: 40 / 3.6 → 12
 	require.Equal(t, 5.0, v.Requests.BatchFill)  // 5,000 messages over 1,000 full receives
 	require.Equal(t, 5.0, v.Requests.DeleteFill) // 5,000 deletes over 1,000 calls
 }

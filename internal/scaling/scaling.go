@@ -15,12 +15,12 @@ import (
 // half way and two readings in a row move it three quarters of the way.
 const smoothing = 0.5
 
-// departureSmoothing is the weight of a new reading in the smoothed
-// departure rate: a quarter, a time constant of about 4 readings (2
+// arrivalSmoothing is the weight of a new reading in the smoothed
+// arrival rate: a quarter, a time constant of about 4 readings (2
 // minutes at 30 s), so that the noise of small in-flight counts (a count
 // of 15 varies by ±4 from one reading to the next) does not reach the
 // figure, which the scale-in window would then hold at its highest.
-const departureSmoothing = 0.25
+const arrivalSmoothing = 0.25
 
 // emptyReadings is how many readings in a row must find the queue empty
 // (nothing visible, in flight or delayed) before the figure may be 0
@@ -80,7 +80,7 @@ type Figure struct {
 	Visible, InFlight, Delayed float64
 	// ArrivalRate is the inferred rate at which messages reach the queue
 	// (messages a second): the whole queue's departures (in flight over
-	// the mean time in flight) plus the backlog's smoothed slope.
+	// the mean time in flight) plus the backlog's growth, smoothed.
 	ArrivalRate float64
 	// Demand is the rate the replicas must finish (messages a second) to
 	// keep up and start the backlog within Target: ArrivalRate + backlog
@@ -95,18 +95,18 @@ type Figure struct {
 // slope and the scale-in window between readings. Not safe for concurrent
 // use: its owner serialises Update.
 type Signal struct {
-	p     Policy
-	n     int // readings so far
-	vis   float64
-	infl  float64
-	del   float64
-	slope float64 // smoothed d(visible)/dt, messages a second
-	// departures is the smoothed departure rate, messages a second.
-	departures float64
-	prevAt     time.Time
-	empty      int  // readings in a row that found the queue empty
-	hold       Hold // raw figures (rounded up) of the last ScaleInAfter
-	last       Figure
+	p    Policy
+	n    int // readings so far
+	vis  float64
+	infl float64
+	del  float64
+	// arrivals is the smoothed arrival rate, messages a second.
+	arrivals    float64
+	prevVisible int64 // the last reading's visible count
+	prevAt      time.Time
+	empty       int  // readings in a row that found the queue empty
+	hold        Hold // raw figures (rounded up) of the last ScaleInAfter
+	last        Figure
 }
 
 // NewSignal returns a Signal for p.
@@ -147,19 +147,19 @@ func (h *Hold) Reset() { h.points = h.points[:0] }
 
 // Update takes one reading and returns the figure.
 func (s *Signal) Update(r Reading) Figure {
+	growth := 0.0 // the visible count's growth since the last reading, messages a second
 	if s.n == 0 {
 		s.vis, s.infl, s.del = float64(r.Visible), float64(r.InFlight), float64(r.Delayed)
 	} else {
-		prev := s.vis
 		follow(&s.vis, r.Visible)
 		s.infl += smoothing * (float64(r.InFlight) - s.infl)
 		follow(&s.del, r.Delayed)
 		if dt := r.At.Sub(s.prevAt).Seconds(); dt > 0 {
-			s.slope += smoothing * ((s.vis-prev)/dt - s.slope)
+			growth = float64(r.Visible-s.prevVisible) / dt
 		}
 	}
 	s.n++
-	s.prevAt = r.At
+	s.prevAt, s.prevVisible = r.At, r.Visible
 	if r.Visible == 0 && r.InFlight == 0 && r.Delayed == 0 {
 		s.empty++
 	} else {
@@ -176,16 +176,19 @@ func (s *Signal) Update(r Reading) Figure {
 	measured := r.Capacity > 0 && !math.IsInf(r.Capacity, 1) && r.MeanInFlight > 0
 	switch {
 	case measured:
-		// The whole queue's departures, by Little's law: noisy where few
-		// messages are in flight, so smoothed over some minutes (the
-		// backlog's slope, which a change of load moves first, is not).
-		departures := s.infl / r.MeanInFlight.Seconds()
-		if s.departures == 0 {
-			s.departures = departures
+		// Arrivals are departures (the whole queue's, by Little's law:
+		// messages in flight over their mean time in flight) plus the
+		// backlog's growth, both from this reading's raw counts, which
+		// move together (a drain raises one and lowers the other). Noisy
+		// where few messages are in flight, the sum is smoothed over some
+		// minutes; a rise of load shows at once in the backlog's share.
+		arrival := float64(r.InFlight)/r.MeanInFlight.Seconds() + growth
+		if s.arrivals == 0 {
+			s.arrivals = arrival
 		} else {
-			s.departures += departureSmoothing * (departures - s.departures)
+			s.arrivals += arrivalSmoothing * (arrival - s.arrivals)
 		}
-		f.ArrivalRate = max(0, s.departures+s.slope)
+		f.ArrivalRate = max(0, s.arrivals)
 		f.Demand = f.ArrivalRate + backlog/s.p.Target.Seconds()
 		per := r.Capacity * s.p.Utilization
 		f.Raw = f.Demand / per
@@ -220,7 +223,7 @@ func (s *Signal) Update(r Reading) Figure {
 		// held was for work that is gone.
 		f.Replicas = 0
 		s.hold.Reset()
-		s.vis, s.infl, s.del, s.slope, s.departures = 0, 0, 0, 0, 0
+		s.vis, s.infl, s.del, s.arrivals = 0, 0, 0, 0
 	}
 	if f.Replicas > 0 && s.p.Min > 0 {
 		f.Replicas = max(f.Replicas, s.p.Min)

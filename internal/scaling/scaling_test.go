@@ -38,36 +38,38 @@ func TestSteadyState(t *testing.T) {
 }
 
 // A backlog adds backlog/target to the demand, and a growing backlog adds
-// its slope to the arrival rate.
-func TestBacklogAndSlope(t *testing.T) {
+// its growth to the arrival rate.
+func TestBacklogAndGrowth(t *testing.T) {
 	t.Parallel()
 	s := NewSignal(policy())
 	f := s.Update(Reading{At: t0, Visible: 600, InFlight: 100, Capacity: 20, MeanInFlight: time.Second})
-	require.InDelta(t, 100, f.ArrivalRate, 1e-9) // no slope from one reading
+	require.InDelta(t, 100, f.ArrivalRate, 1e-9) // no growth from one reading
 	require.InDelta(t, 100+600.0/30, f.Demand, 1e-9)
 	require.Equal(t, 8, f.Replicas) // 120 / 17 = 7.06
 
-	// 30 s later 3,600 visible: a rise, followed at once; a slope of
-	// 3,000/30 = 100 msg/s, smoothed to 50.
+	// 30 s later 3,600 visible: a rise, followed at once. Arrivals this
+	// reading: 100 departures + 3,000/30 growth = 200, smoothed by a
+	// quarter to 125.
 	f = s.Update(Reading{At: t0.Add(30 * time.Second), Visible: 3600, InFlight: 100, Capacity: 20, MeanInFlight: time.Second})
 	require.InDelta(t, 3600, f.Visible, 1e-9)
-	require.InDelta(t, 150, f.ArrivalRate, 1e-9)
-	require.InDelta(t, 150+3600.0/30, f.Demand, 1e-9)
-	require.Equal(t, 16, f.Replicas) // 270 / 17 = 15.9
+	require.InDelta(t, 125, f.ArrivalRate, 1e-9)
+	require.InDelta(t, 125+3600.0/30, f.Demand, 1e-9)
+	require.Equal(t, 15, f.Replicas) // 245 / 17 = 14.4
 
-	// The backlog started, arrivals back to 100 msg/s: a fall is smoothed
-	// (1,800 visible, a slope of -60 smoothed to -5), so (95 + 60) / 17
-	// = 9.1 → 10; then the backlog's share goes as the count falls,
-	// while the arrivals' figure (150/17 → 9) holds for ScaleInAfter.
+	// The backlog started: 0 visible (a fall, smoothed to 1,800), arrivals
+	// this reading 100 - 3,600/30 = -20, smoothed to 88.75: (88.75 + 60)
+	// / 17 = 8.75 → 9, above the held arrivals' figure (125/17 → 8). The
+	// backlog's share is not held.
 	f = s.Update(Reading{At: t0.Add(time.Minute), InFlight: 100, Capacity: 20, MeanInFlight: time.Second})
 	require.InDelta(t, 1800, f.Visible, 1e-9)
-	require.Equal(t, 10, f.Replicas)
+	require.InDelta(t, 88.75, f.ArrivalRate, 1e-9)
+	require.Equal(t, 9, f.Replicas)
 	for i := 3; i < 6; i++ {
 		f = s.Update(Reading{At: t0.Add(time.Duration(i) * 30 * time.Second), InFlight: 100, Capacity: 20, MeanInFlight: time.Second})
 	}
 	require.Less(t, f.Visible, 250.0)
 	require.InDelta(t, (f.ArrivalRate+f.Visible/30)/17, f.Raw, 1e-9)
-	require.Equal(t, 10, f.Replicas, "9 is within a tenth of 10: not worth a change")
+	require.Equal(t, 8, f.Replicas, "down to the held arrivals' figure once the backlog is gone")
 }
 
 // The figure rises at once and falls only to the highest figure of the
@@ -92,10 +94,10 @@ func TestScaleInWindow(t *testing.T) {
 		at += 30 * time.Second
 	}
 	// 12 while high and for the five minutes after the last high
-	// reading (at 90 s, held until 390 s), then down as the smoothed
-	// departures fall toward the low figure, 3 (40/17 = 2.35): never up
+	// reading (at 90 s, held until 360 s), then down as the smoothed
+	// arrivals fall toward the low figure, 3 (40/17 = 2.35): never up
 	// again.
-	want := []int{12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 10, 8, 7, 6}
+	want := []int{12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 10, 8, 7, 6, 5}
 	require.Equal(t, want, got)
 	reversals := 0
 	for i := 2; i < len(got); i++ {
@@ -162,10 +164,10 @@ func TestUnknownUntilMeasured(t *testing.T) {
 
 	// Once known, an unknown reading (capacity lost?) keeps the last figure.
 	f = s.Update(Reading{At: t0.Add(30 * time.Second), InFlight: 100, Capacity: 20, MeanInFlight: time.Second})
-	require.Equal(t, 3, f.Replicas) // 50 in flight once smoothed: 50/17 = 2.9
+	require.Equal(t, 6, f.Replicas) // the first measured arrivals: 100/17 = 5.9
 	f = s.Update(Reading{At: t0.Add(time.Minute), InFlight: 100})
 	require.False(t, f.Known)
-	require.Equal(t, 3, f.Replicas)
+	require.Equal(t, 6, f.Replicas)
 }
 
 func TestDelayedCountsWhenAsked(t *testing.T) {
