@@ -88,7 +88,7 @@ type Consumer struct {
 	pollers  sync.WaitGroup
 	workers  sync.WaitGroup
 	aux      sync.WaitGroup
-	handlers sync.WaitGroup
+	handlers deliveryCount
 	work     chan *delivery // hands a delivery to an idle worker
 	runs     chan *hbatch   // hands a due batch to an idle worker (Batch without middleware)
 	quit     chan struct{}  // closed after shutdown: idle workers exit

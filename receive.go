@@ -306,7 +306,7 @@ func (c *Consumer) deliver(raw types.Message, handedOver, arrived time.Time, cfg
 	// must not interrupt handlers (shutdown cancels each one itself), and
 	// a parent would take a shared lock for every message.
 	d.ctx = d.lease.start(context.Background())
-	c.handlers.Add(1) // done in finish
+	c.handlers.add() // done in finish
 	c.observe(EventReceived, d, nil)
 	return d
 }

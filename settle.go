@@ -281,7 +281,7 @@ func (c *Consumer) movedDeleted(d *delivery, err, handlerErr error) {
 // FIFO group on: the next of the group starts when this one was done (its
 // message deleted), and the rest of the group goes back when it was not.
 func (c *Consumer) finish(d *delivery, done, ran bool, doneErr error) {
-	defer c.handlers.Done()
+	defer c.handlers.done()
 	d.lease.Stop()
 	if ran {
 		c.stats.settled(time.Since(d.lease.arrivedAt()), d.lease.renewalCount())

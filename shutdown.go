@@ -2,6 +2,8 @@ package sqsconsumer
 
 import (
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -37,11 +39,7 @@ func (c *Consumer) shutdown() {
 		"running", running, "released_unstarted", len(unstarted), "receives_in_flight", c.fl.receivesInFlight(), "shutdown_timeout", c.s.shutdownTimeout.String())
 	c.handBack(unstarted)
 
-	done := make(chan struct{})
-	go func() {
-		c.handlers.Wait()
-		close(done)
-	}()
+	done := c.handlers.idle()
 	timer := time.NewTimer(time.Until(begun.Add(c.s.shutdownTimeout)))
 	defer timer.Stop()
 	select {
@@ -82,4 +80,47 @@ func (c *Consumer) inHandler() []string {
 		}
 	}
 	return ids
+}
+
+// deliveryCount counts the deliveries held, from their dispatch to the end
+// of their settlement (finish), so that the shutdown can wait for them. A
+// sync.WaitGroup cannot do it: a receive in flight at shutdown dispatches
+// its messages (to hand them back) while the shutdown waits, and a
+// WaitGroup's Add from zero must not race its Wait (it panics: "WaitGroup
+// is reused before previous Wait has returned"). Safe for concurrent use.
+type deliveryCount struct {
+	n      atomic.Int64
+	mu     sync.Mutex    // guards idleCh
+	idleCh chan struct{} // closed when n comes down to 0; nil while nobody waits
+}
+
+func (d *deliveryCount) add() { d.n.Add(1) }
+
+func (d *deliveryCount) done() {
+	if d.n.Add(-1) == 0 {
+		d.mu.Lock()
+		if d.idleCh != nil {
+			close(d.idleCh)
+			d.idleCh = nil
+		}
+		d.mu.Unlock()
+	}
+}
+
+// idle returns a channel closed once no delivery is held: at once if none
+// is now. A delivery dispatched after that does not reopen it.
+func (d *deliveryCount) idle() <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.idleCh == nil {
+		d.idleCh = make(chan struct{})
+	}
+	ch := d.idleCh
+	if d.n.Load() == 0 {
+		// Checked under mu: a done that brought n to 0 before this
+		// found no channel to close.
+		close(ch)
+		d.idleCh = nil
+	}
+	return ch
 }
