@@ -307,7 +307,14 @@ func (px *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 // cancellation: a client that gives up on a long poll ends the server's too,
 // as when the connection to SQS closes.
 func (px *Proxy) forward(r *http.Request, body []byte) (int, http.Header, []byte, error) {
-	out, err := http.NewRequestWithContext(r.Context(), r.Method, px.upstream+r.URL.RequestURI(), bytes.NewReader(body))
+	// Not the client's context: a worker killed while its call is in
+	// flight must not cut the proxy off from the server's answer, or a
+	// delete (or a receive) the server carried out goes unrecorded, and
+	// the checks count the message as held by the dead worker and never
+	// handed out again.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), forwardTimeout)
+	defer cancel()
+	out, err := http.NewRequestWithContext(ctx, r.Method, px.upstream+r.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, nil, err
 	}
@@ -327,6 +334,9 @@ func (px *Proxy) forward(r *http.Request, body []byte) (int, http.Header, []byte
 	}
 	return resp.StatusCode, resp.Header, answer, nil
 }
+
+// forwardTimeout bounds a forwarded call: a long poll's 20 s and slack.
+const forwardTimeout = 40 * time.Second
 
 // learn reads a successful answer: the messages a receive handed out
 // (remembering their handles' ids) and the handles a delete removed.
