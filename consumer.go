@@ -165,9 +165,8 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 		pool:     poolInfo{idle: pool, known: poolKnown, capped: poolCapped},
 	}
 	if s.scaling != nil {
-		c2.scaler = &scaler{p: *s.scaling, sig: scaling.NewSignal(s.scaling.internal()),
-			fig: Scaling{Reason: "Run has not read the queue's counts yet",
-				Target: s.scaling.Target, Utilization: s.scaling.Utilization, ScaleInAfter: s.scaling.ScaleInAfter}}
+		c2.scaler = &scaler{p: *s.scaling, sig: scaling.NewSignal(s.scaling.internal()), fig: s.scaling.figure()}
+		c2.scaler.fig.Reason = "Run has not read the queue's counts yet"
 	}
 	if bt != nil && !bt.attach(c2, len(s.middleware) == 0) {
 		return nil, fmt.Errorf("%w: the Handler from Batch is already used by another Consumer; call Batch once per Consumer", ErrInvalidOption)

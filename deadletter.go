@@ -134,8 +134,7 @@ func deadLetterFor(c Client, queueURL string, fifo bool, given string, attrs map
 	}
 	d.fifo = strings.HasSuffix(d.url, ".fifo")
 	if d.fifo != fifo {
-		kind := map[bool]string{true: "FIFO", false: "standard"}
-		return d, fmt.Errorf("%w: dead-letter queue %s is a %s queue but the source is a %s queue; SQS needs both of one type", ErrInvalidOption, d.url, kind[d.fifo], kind[fifo])
+		return d, typeMismatch(d.url, "", d.fifo)
 	}
 	s, ok := c.(messageSender)
 	if !ok || isNil(s) {
@@ -304,9 +303,19 @@ func (c *Consumer) checkDeadLetter(ctx context.Context) error {
 		return nil
 	}
 	if v, ok := out.Attributes[string(types.QueueAttributeNameFifoQueue)]; ok && strings.EqualFold(v, "true") != c.dlq.fifo {
-		kind := map[bool]string{true: "FIFO", false: "standard"}
-		return fmt.Errorf("%w: dead-letter queue %s (from %s) is a %s queue but the source is a %s queue; SQS needs both of one type",
-			ErrInvalidOption, c.dlq.url, source, kind[!c.dlq.fifo], kind[c.dlq.fifo])
+		return typeMismatch(c.dlq.url, source, !c.dlq.fifo)
 	}
 	return nil
+}
+
+// typeMismatch is the error for a dead-letter queue at url (named by
+// source, "" when it need not be said) whose type, FIFO or not, is not the
+// source queue's.
+func typeMismatch(url, source string, dlqFIFO bool) error {
+	kind := map[bool]string{true: "FIFO", false: "standard"}
+	if source != "" {
+		url += " (from " + source + ")"
+	}
+	return fmt.Errorf("%w: dead-letter queue %s is a %s queue but the source is a %s queue; SQS needs both of one type",
+		ErrInvalidOption, url, kind[dlqFIFO], kind[!dlqFIFO])
 }

@@ -146,6 +146,11 @@ func WithScaling(p ScalingPolicy) Option {
 	})
 }
 
+// figure is a Scaling that holds p's own fields and no reading.
+func (p ScalingPolicy) figure() Scaling {
+	return Scaling{Target: p.Target, Utilization: p.Utilization, ScaleInAfter: p.ScaleInAfter}
+}
+
 func (p ScalingPolicy) internal() scaling.Policy {
 	return scaling.Policy{Target: p.Target, ScaleInAfter: p.ScaleInAfter, Utilization: p.Utilization,
 		ScaleToZero: p.ScaleToZero, CountDelayed: p.CountDelayed, Min: p.MinReplicas, Max: p.MaxReplicas}
@@ -283,13 +288,14 @@ func (c *Consumer) scale(ctx context.Context) {
 		}
 		sc.mu.Lock()
 		sc.failed++
+		failed := sc.failed
 		sc.fig.Err = err.Error()
-		if sc.failed >= staleReadings {
+		if failed >= staleReadings {
 			sc.fig.Known = false
-			sc.fig.Reason = fmt.Sprintf("the last %d readings of the queue's counts failed", sc.failed)
+			sc.fig.Reason = fmt.Sprintf("the last %d readings of the queue's counts failed", failed)
 		}
 		sc.mu.Unlock()
-		c.log(slog.LevelWarn, "sqsconsumer: scaling signal: reading the queue's counts failed", "error", err, "failures_in_a_row", sc.failed)
+		c.log(slog.LevelWarn, "sqsconsumer: scaling signal: reading the queue's counts failed", "error", err, "failures_in_a_row", failed)
 		return
 	}
 	r.At = time.Now()
@@ -300,12 +306,10 @@ func (c *Consumer) scale(ctx context.Context) {
 	sc.mu.Lock()
 	sc.failed = 0
 	f := sc.sig.Update(r)
-	sc.fig = Scaling{
-		Known: f.Known, Reason: f.Reason, Replicas: f.Replicas, Raw: f.Raw,
-		Visible: f.Visible, InFlight: f.InFlight, Delayed: f.Delayed,
-		ArrivalRate: f.ArrivalRate, Demand: f.Demand, At: f.At,
-		Target: sc.p.Target, Utilization: sc.p.Utilization, ScaleInAfter: sc.p.ScaleInAfter,
-	}
+	sc.fig = sc.p.figure()
+	sc.fig.Known, sc.fig.Reason, sc.fig.Replicas, sc.fig.Raw = f.Known, f.Reason, f.Replicas, f.Raw
+	sc.fig.Visible, sc.fig.InFlight, sc.fig.Delayed = f.Visible, f.InFlight, f.Delayed
+	sc.fig.ArrivalRate, sc.fig.Demand, sc.fig.At = f.ArrivalRate, f.Demand, f.At
 	if !math.IsInf(f.Capacity, 0) && f.Capacity > 0 {
 		sc.fig.CapacityPerReplica = f.Capacity
 		sc.fig.SlotTime = time.Duration(float64(c.s.concurrency) / f.Capacity * float64(time.Second))

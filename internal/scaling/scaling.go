@@ -254,9 +254,6 @@ func abs(n int) int {
 	return n
 }
 
-// Last returns the latest figure (the zero Figure before any reading).
-func (s *Signal) Last() Figure { return s.last }
-
 // Check reports what is wrong with p, naming the field, or nil.
 func (p Policy) Check() error {
 	switch {
