@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"fmt"
-	"math"
 	"net/http"
 	"slices"
 	"sync"
@@ -67,12 +66,11 @@ func (f *Fleet) Scaling() Scaling {
 	f.mu.Unlock()
 	out := Scaling{Budget: f.budget, Queues: make([]QueueScaling, 0, len(queues))}
 	var (
-		on, highest int
-		slots       float64
-		util        = 1.0
-		window      time.Duration
-		newest      time.Time
-		unknown     string
+		on      int
+		known   []scaling.Queue
+		window  time.Duration
+		newest  time.Time
+		unknown string
 	)
 	for _, c := range queues {
 		s := c.Scaling()
@@ -87,14 +85,13 @@ func (f *Fleet) Scaling() Scaling {
 			}
 			continue
 		}
-		highest = max(highest, s.Replicas)
-		slots += s.Demand * s.SlotTime.Seconds()
-		util = min(util, s.Utilization)
+		known = append(known, scaling.Queue{Replicas: s.Replicas, Demand: s.Demand, SlotTime: s.SlotTime, Utilization: s.Utilization})
 		window = max(window, s.ScaleInAfter)
 		if s.At.After(newest) {
 			newest = s.At
 		}
 	}
+	need, slots := scaling.Process(known, f.budget)
 	out.SlotsNeeded = slots
 	p := &f.scale
 	p.mu.Lock()
@@ -107,13 +104,12 @@ func (f *Fleet) Scaling() Scaling {
 		out.Reason, out.Replicas = unknown, p.last
 		return out
 	}
-	need := max(int(math.Ceil(slots/(float64(f.budget)*util)-1e-9)), highest)
 	if newest.After(p.lastAt) {
 		p.hold.Window = window
 		p.last = p.hold.Add(newest, need)
 		p.lastAt = newest
 	}
-	out.Known, out.Replicas = true, max(p.last, highest)
+	out.Known, out.Replicas = true, max(p.last, need)
 	return out
 }
 

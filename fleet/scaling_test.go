@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -71,6 +72,10 @@ func TestFleetScalingAddsUpTheQueues(t *testing.T) {
 		}
 		require.GreaterOrEqual(t, s.SlotsNeeded, 10.0)
 		require.GreaterOrEqual(t, s.Replicas, 2)
+		// One process is short of slots, so a backlog grew meanwhile and
+		// the queues' demand is above their arrivals: the figure is the
+		// slots over the budget's 9 (10 × 0.9), whatever they came to.
+		require.Equal(t, int(math.Ceil(s.SlotsNeeded/9)), s.Replicas, "slots %.1f", s.SlotsNeeded)
 
 		rec := httptest.NewRecorder()
 		f.ScalingHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/scaling", nil))

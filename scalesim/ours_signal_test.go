@@ -22,8 +22,7 @@ func requireOurs(t *testing.T, results map[string]*scalesim.Result) {
 	require.NotNil(t, ours, "ours")
 	// What holds at the CI scale, every run: ours meets the target after
 	// the transient where the baselines miss it, losing nothing.
-	require.LessOrEqual(t, ours.SteadyP99, ours.Target, "p99 wait after the transient")
-	require.True(t, ours.MeetsTarget())
+	require.True(t, ours.MeetsTarget(), "p99 wait after the transient %v, target %v", ours.SteadyP99, ours.Target)
 	t.Run("plan agrees", func(t *testing.T) {
 		claimsOnly(t)
 		requirePlanAgrees(t, stepInput(scalesim.Signal{}), ours)

@@ -49,10 +49,15 @@ type View struct {
 	// Serving are the replicas' Consumers that have started (Run called), oldest
 	// first. Never empty while the minimum is at least 1, after the first start.
 	Serving []*sqsconsumer.Consumer
+	// Visible and InFlight are the queue's counts at the decision, read once
+	// with GetQueueAttributes as KEDA's aws-sqs-queue scaler and AWS's
+	// backlog-per-instance Lambda read them.
+	Visible, InFlight float64
 }
 
 // queueCounts reads the visible and in-flight counts with GetQueueAttributes, as
-// KEDA's aws-sqs-queue scaler and AWS's backlog-per-instance Lambda do.
+// KEDA's aws-sqs-queue scaler and AWS's backlog-per-instance Lambda do (View's
+// Visible and InFlight).
 func queueCounts(ctx context.Context, v View) (visible, inFlight float64, err error) {
 	out, err := v.Client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
 		QueueUrl: aws.String(v.QueueURL),
@@ -96,12 +101,8 @@ func (KEDA) Options(Setup) []sqsconsumer.Option { return nil }
 func (KEDA) QueueLength(s Setup) float64 { return max(1, math.Round(perReplica(s))) }
 
 // Desired implements Policy.
-func (k KEDA) Desired(ctx context.Context, v View) (int, error) {
-	vis, inf, err := queueCounts(ctx, v)
-	if err != nil {
-		return 0, err
-	}
-	return int(math.Ceil((vis + inf) / k.QueueLength(v.Setup))), nil
+func (k KEDA) Desired(_ context.Context, v View) (int, error) {
+	return int(math.Ceil((v.Visible + v.InFlight) / k.QueueLength(v.Setup))), nil
 }
 
 // BacklogPerInstance is AWS's "scaling based on Amazon SQS" policy under ECS target
@@ -121,15 +122,11 @@ func (BacklogPerInstance) Options(Setup) []sqsconsumer.Option { return nil }
 func (BacklogPerInstance) TargetValue(s Setup) float64 { return perReplica(s) }
 
 // Desired implements Policy.
-func (b BacklogPerInstance) Desired(ctx context.Context, v View) (int, error) {
-	vis, _, err := queueCounts(ctx, v)
-	if err != nil {
-		return 0, err
-	}
+func (b BacklogPerInstance) Desired(_ context.Context, v View) (int, error) {
 	serving := len(v.Serving)
 	if serving == 0 {
 		return v.Current, nil // no metric: the Lambda divides by the running count
 	}
-	metric := vis / float64(serving)
+	metric := v.Visible / float64(serving)
 	return int(math.Ceil(float64(serving) * metric / b.TargetValue(v.Setup))), nil
 }

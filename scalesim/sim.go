@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqskit/sqsconsumer"
+	"github.com/sqskit/sqsconsumer/internal/latency"
 	"github.com/sqskit/sqsconsumer/sqstest"
 )
 
@@ -232,10 +233,9 @@ func Run(t *testing.T, cfg Config) (*Result, error) {
 type replica struct {
 	cancel  context.CancelFunc
 	created time.Time
-	serving bool // Run called
 	ending  bool // scaled in
 	ended   time.Time
-	c       *sqsconsumer.Consumer
+	c       *sqsconsumer.Consumer // set when it serves (Run called)
 }
 
 type sim struct {
@@ -249,19 +249,21 @@ type sim struct {
 	sigma  float64
 	wg     sync.WaitGroup // the replicas' goroutines and the producer
 
-	mu          sync.Mutex // guards the fields below
-	rng         *rand.Rand
-	calls       []uint8 // handler calls per message (by sequence number), saturating
-	done        []uint8 // successes per message, saturating
-	handled     int64   // messages with at least one success
-	waitAll     hist
-	waitSteady  hist
-	waitSettled hist
-	handlerSum  time.Duration // normal-speed handler times
-	handlerN    int64
-	replicas    []*replica // every replica ever, oldest first
-	released    int64      // started but not succeeded on replicas scaled in
-	errs        []error
+	// Waits from send to handler start: all, those sent in the trace's
+	// steady window, those sent in its replicas window. Safe for
+	// concurrent use on their own.
+	waitAll, waitSteady, waitSettled latency.Histogram
+
+	mu         sync.Mutex // guards the fields below
+	rng        *rand.Rand
+	calls      []uint8       // handler calls per message (by sequence number), saturating
+	done       []uint8       // successes per message, saturating
+	handled    int64         // messages with at least one success
+	handlerSum time.Duration // normal-speed handler times
+	handlerN   int64
+	replicas   []*replica // every replica ever, oldest first
+	released   int64      // started but not succeeded on replicas scaled in
+	errs       []error
 }
 
 func run(ctx context.Context, cfg Config) (*Result, error) {
@@ -293,7 +295,7 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 	tick := time.NewTicker(cfg.DecisionPeriod)
 	defer tick.Stop()
 	var runErr error
-	for runErr == nil {
+	for {
 		<-tick.C
 		at := time.Since(s.start)
 		if at >= cfg.Trace.Duration {
@@ -305,16 +307,17 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 			}
 		}
 		v := s.view()
+		var err error
+		if v.Visible, v.InFlight, err = queueCounts(ctx, v); err != nil {
+			runErr = err
+			break
+		}
 		asked, err := cfg.Policy.Desired(ctx, v)
 		if err != nil {
 			runErr = err
 			break
 		}
-		vis, inf, err := queueCounts(ctx, v)
-		if err != nil {
-			runErr = err
-			break
-		}
+		vis, inf := v.Visible, v.InFlight
 		want := min(max(asked, cfg.MinReplicas), cfg.MaxReplicas)
 		d := Decision{At: at, Asked: asked, Before: v.Current, After: v.Current, Serving: len(v.Serving),
 			Visible: int(vis) * cfg.Scale, InFlight: int(inf) * cfg.Scale}
@@ -354,9 +357,9 @@ func run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	res.ReleasedStarted = s.released
-	res.WaitP50, res.WaitP99 = s.waitAll.quantile(0.50), s.waitAll.quantile(0.99)
-	res.SteadyP50, res.SteadyP99 = s.waitSteady.quantile(0.50), s.waitSteady.quantile(0.99)
-	res.SettledP50, res.SettledP99 = s.waitSettled.quantile(0.50), s.waitSettled.quantile(0.99)
+	res.WaitP50, res.WaitP99 = s.waitAll.Quantile(0.50), s.waitAll.Quantile(0.99)
+	res.SteadyP50, res.SteadyP99 = s.waitSteady.Quantile(0.50), s.waitSteady.Quantile(0.99)
+	res.SettledP50, res.SettledP99 = s.waitSettled.Quantile(0.50), s.waitSettled.Quantile(0.99)
 	if s.handlerN > 0 {
 		res.MeanHandler = s.handlerSum / time.Duration(s.handlerN)
 		res.CapacityPerReplica = float64(cfg.Concurrency) / res.MeanHandler.Seconds()
@@ -398,7 +401,7 @@ func (s *sim) view() View {
 			continue
 		}
 		v.Current++
-		if r.serving {
+		if r.c != nil {
 			v.Serving = append(v.Serving, r.c)
 		}
 	}
@@ -448,7 +451,7 @@ func (s *sim) addReplica(ctx context.Context, delay time.Duration) {
 			return
 		}
 		s.mu.Lock()
-		r.c, r.serving = c, true
+		r.c = c
 		s.mu.Unlock()
 		err = c.Run(ctx)
 		st := c.Stats()
@@ -473,7 +476,7 @@ func (s *sim) removeReplicas(n int) {
 	for _, serving := range []bool{false, true} {
 		for i := len(s.replicas) - 1; i >= 0 && n > 0; i-- {
 			r := s.replicas[i]
-			if r.ending || r.serving != serving || !r.ended.IsZero() {
+			if r.ending || (r.c != nil) != serving || !r.ended.IsZero() {
 				continue
 			}
 			r.ending = true
@@ -577,26 +580,22 @@ func (s *sim) handle(ctx context.Context, m *sqsconsumer.Message) error {
 	if s.cfg.Trace.Slowdown != nil {
 		slow = s.cfg.Trace.Slowdown(at)
 	}
-	s.mu.Lock()
-	d := time.Duration(float64(s.cfg.HandlerP50) * math.Exp(s.sigma*s.rng.NormFloat64()) * slow)
-	s.mu.Unlock()
-	end := at + d
-	if tk := s.cfg.Tick; tk > 0 {
-		end = (end + tk - 1) / tk * tk
-	}
-	d = end - at
-
-	s.mu.Lock()
-	if s.calls[seq] < math.MaxUint8 {
-		s.calls[seq]++
-	}
-	s.waitAll.record(wait)
+	s.waitAll.Record(wait)
 	sentAt := time.UnixMilli(sentMs).Sub(s.start)
 	if s.cfg.Trace.Steady.Contains(sentAt) {
-		s.waitSteady.record(wait)
+		s.waitSteady.Record(wait)
 	}
 	if s.cfg.Trace.ReplicasWindow.Contains(sentAt) {
-		s.waitSettled.record(wait)
+		s.waitSettled.Record(wait)
+	}
+
+	s.mu.Lock()
+	d := time.Duration(float64(s.cfg.HandlerP50) * math.Exp(s.sigma*s.rng.NormFloat64()) * slow)
+	if tk := s.cfg.Tick; tk > 0 {
+		d = (at+d+tk-1)/tk*tk - at
+	}
+	if s.calls[seq] < math.MaxUint8 {
+		s.calls[seq]++
 	}
 	if slow == 1 {
 		s.handlerSum += d

@@ -270,3 +270,30 @@ func (p Policy) Check() error {
 	}
 	return nil
 }
+
+// Queue is one queue's known figure, as a fleet adds them up (Process).
+type Queue struct {
+	Replicas int           // the queue's own figure
+	Demand   float64       // messages a second its replicas must finish
+	SlotTime time.Duration // mean time a message holds one of its slots
+	// Utilization is the queue's policy's.
+	Utilization float64
+}
+
+// Process returns the replicas of a process whose queues share a budget
+// of handler slots: the slots the queues' demand keeps busy (Σ Demand ×
+// SlotTime, Little's law) over the budget times the lowest utilization,
+// never below the highest queue's own figure (a queue gets no more slots
+// in a replica than its own concurrency). It also returns the slots.
+func Process(queues []Queue, budget int) (replicas int, slots float64) {
+	util := 1.0
+	for _, q := range queues {
+		slots += q.Demand * q.SlotTime.Seconds()
+		util = min(util, q.Utilization)
+		replicas = max(replicas, q.Replicas)
+	}
+	if budget > 0 {
+		replicas = max(replicas, int(math.Ceil(slots/(float64(budget)*util)-1e-9)))
+	}
+	return replicas, slots
+}

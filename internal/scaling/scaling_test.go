@@ -226,3 +226,32 @@ func TestHold(t *testing.T) {
 	require.Equal(t, 4, zero.Add(at(0), 4))
 	require.Equal(t, 1, zero.Add(at(1), 1), "no window: the latest")
 }
+
+func TestProcess(t *testing.T) {
+	t.Parallel()
+	q := func(replicas int, demand float64, slot time.Duration, util float64) Queue {
+		return Queue{Replicas: replicas, Demand: demand, SlotTime: slot, Utilization: util}
+	}
+	for _, tt := range []struct {
+		name   string
+		queues []Queue
+		budget int
+		want   int
+		slots  float64
+	}{
+		{"none", nil, 10, 0, 0},
+		// 3 × 4 msg/s × 1 s = 12 slots busy; a budget of 10 at 0.9 plans 9.
+		{"three small queues", []Queue{q(1, 4, time.Second, 0.9), q(1, 4, time.Second, 0.9), q(1, 4, time.Second, 0.9)}, 10, 2, 12},
+		// Exactly a budget's worth at utilization 1: one replica.
+		{"exact", []Queue{q(1, 5, 2*time.Second, 1)}, 10, 1, 10},
+		{"just above", []Queue{q(1, 5.01, 2*time.Second, 1)}, 10, 2, 10.02},
+		// The lowest utilization rules: 8 slots over 10 × 0.5.
+		{"lowest utilization", []Queue{q(1, 4, time.Second, 0.9), q(1, 4, time.Second, 0.5)}, 10, 2, 8},
+		// A queue's own figure is a floor (its concurrency caps it per replica).
+		{"a queue's floor", []Queue{q(7, 1, time.Second, 0.9)}, 100, 7, 1},
+	} {
+		got, slots := Process(tt.queues, tt.budget)
+		require.Equal(t, tt.want, got, tt.name)
+		require.InDelta(t, tt.slots, slots, 1e-9, tt.name)
+	}
+}
