@@ -2,7 +2,6 @@ package doctor
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sqskit/sqsconsumer"
+	"github.com/sqskit/sqsconsumer/internal/scaling"
 )
 
 // Defaults of PlanInput: a zero field takes the default named after it.
@@ -22,7 +22,7 @@ const (
 	// DefaultPlanScalingInterval is how often each replica reads
 	// GetQueueAttributes for the scaling signal (sqsconsumer's
 	// ScalingPolicy.Interval default): 30 s.
-	DefaultPlanScalingInterval = 30 * time.Second
+	DefaultPlanScalingInterval = sqsconsumer.DefaultScalingInterval
 	// DefaultPlanUtilization is the share of a replica's measured capacity
 	// planned for: sqsconsumer's ScalingPolicy default,
 	// DefaultScalingUtilization (0.9).
@@ -47,7 +47,7 @@ const (
 	// DefaultPlanScaleInAfter is how long the signal holds its highest
 	// figure before it falls (sqsconsumer's ScalingPolicy.ScaleInAfter
 	// default): 5 minutes.
-	DefaultPlanScaleInAfter = 5 * time.Minute
+	DefaultPlanScaleInAfter = sqsconsumer.DefaultScaleInAfter
 	// DefaultPlanScaleInCooldown is how long the autoscaler waits after a
 	// scaling activity before it scales in: 300 s, ECS target tracking's
 	// default ScaleInCooldown.
@@ -172,7 +172,7 @@ type PlanInput struct {
 }
 
 // InputError names one bad field of a PlanInput. Plan returns them
-// joined (errors.Join), so errors.As finds the first and a command can
+// joined on one line ("; "), so errors.As finds the first and a command can
 // map Field to its flag.
 type InputError struct {
 	Field   string // the PlanInput field, e.g. "HandlerP99"
@@ -190,10 +190,13 @@ func InputErrors(err error) []*InputError {
 			out = append(out, e)
 			return
 		}
-		if j, ok := err.(interface{ Unwrap() []error }); ok {
+		switch j := err.(type) {
+		case interface{ Unwrap() []error }:
 			for _, e := range j.Unwrap() {
 				walk(e)
 			}
+		case interface{ Unwrap() error }:
+			walk(j.Unwrap())
 		}
 	}
 	walk(err)
@@ -286,10 +289,10 @@ type StepPlan struct {
 
 // LeasePlan is the visibility and dead-letter settings the plan gives.
 type LeasePlan struct {
-	// VisibilityTimeout is sqsconsumer.AdaptiveVisibility(HoldP99,
-	// MinAdaptiveVisibility, MaxVisibilityTimeout): twice the p99 in whole
-	// seconds, at least 10 s. Heartbeat is a third of it: when the
-	// Consumer renews.
+	// VisibilityTimeout is the lease Advise and Analyze recommend for
+	// HoldP99: twice the p99, rounded up as a person would configure it
+	// (whole seconds, then 10 s steps above a minute), from 10 s to 12 h.
+	// Heartbeat is a third of it: when the Consumer renews.
 	VisibilityTimeout, Heartbeat time.Duration
 	// MaxReceiveCount and TimeToDLQ = MaxReceiveCount × VisibilityTimeout.
 	MaxReceiveCount int
@@ -467,7 +470,7 @@ func (p *CapacityPlan) resolve(in *PlanInput) error {
 			bad("ArrivalPeak", "%v needs about %.0f replicas of %d slots: more than the model's %d slots", in.ArrivalPeak, n, in.Concurrency, maxServers)
 		}
 	}
-	return errors.Join(errs...)
+	return joinErrors(errs)
 }
 
 // replicasFor is the signal's figure for rate msg/s and backlog messages:
@@ -565,7 +568,8 @@ func fromSecs(s float64) time.Duration {
 func (p *CapacityPlan) lease() {
 	in := &p.Input
 	l := &p.Lease
-	l.VisibilityTimeout = sqsconsumer.AdaptiveVisibility(in.HoldP99, sqsconsumer.MinAdaptiveVisibility, sqsconsumer.MaxVisibilityTimeout)
+	// The lease the checks recommend (and then judge the plan by).
+	l.VisibilityTimeout = recommend(&work{p99: in.HoldP99}).lease
 	l.Heartbeat = l.VisibilityTimeout / 3
 	l.MaxReceiveCount = in.MaxReceiveCount
 	l.TimeToDLQ = mulDur(l.VisibilityTimeout, l.MaxReceiveCount)
@@ -618,13 +622,13 @@ func (p *CapacityPlan) step() StepPlan {
 		at float64
 		n  int
 	}
-	type raw struct {
-		at float64
-		n  int
-	}
+	// The signal holds the arrivals' figure for ScaleInAfter, not the
+	// backlog's share (internal/scaling.Signal): the same hold here.
+	var epoch time.Time
+	hold := scaling.Hold{Window: in.ScaleInAfter}
+	hold.Add(epoch, p.Average.Replicas) // the figure before the step
 	var (
 		pending      []start
-		raws         = []raw{{0, p.Average.Replicas}} // the figure before the step
 		serving      = p.Average.Replicas
 		total        = serving // serving + pending: what the autoscaler asked for
 		lastActivity = math.Inf(-1)
@@ -643,17 +647,7 @@ func (p *CapacityPlan) step() StepPlan {
 			pending = pending[1:]
 		}
 		if t+1e-9 >= decide {
-			n := p.replicasFor(rate, backlog)
-			raws = append(raws, raw{t, n})
-			fig := 0
-			keep := raws[:0]
-			for _, r := range raws {
-				if r.at > t-in.ScaleInAfter.Seconds()+1e-6 { // the last ScaleInAfter: (t − hold, t]
-					keep = append(keep, r)
-					fig = max(fig, r.n)
-				}
-			}
-			raws = keep
+			fig := max(p.replicasFor(rate, backlog), hold.Add(epoch.Add(fromSecs(t)), p.replicasFor(rate, 0)))
 			switch {
 			case fig > total:
 				pending = append(pending, start{t + in.StartDelay.Seconds(), fig - total})

@@ -152,6 +152,16 @@ func TestPlanStep(t *testing.T) {
 	require.InDelta(t, 360, s.Settled.Seconds(), 0.5)
 	require.InDelta(t, 21, s.ReplicaMinutes, 0.1)
 
+	// With a cooldown shorter than the hold, the replicas come back as
+	// soon as the backlog is drained (108 s) and the cooldown from the
+	// 60 s decision has passed (120 s): the signal holds the arrivals'
+	// figure (3), not the backlog's share (the 4th).
+	short := in
+	short.ScaleInCooldown = time.Minute
+	ps, err := Plan(short)
+	require.NoError(t, err)
+	require.InDelta(t, 120, ps.Step.Settled.Seconds(), 0.5)
+
 	// A window of its own: the first 60 s only, waits 0.5 t: p99 at
 	// 0.5 × 59.4 = 29.7 s as well; a window covering 20 min adds 20 min −
 	// 108 s of steady waits (3 replicas, 150 msg/s: C(30, 15) small), so
