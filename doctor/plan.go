@@ -242,9 +242,9 @@ type Load struct {
 	// ceil(Rate / (CapacityPerReplica × Utilization)), at least 1.
 	Replicas int
 	// P99Wait is the predicted p99 wait from send to handler start at
-	// Replicas: the queueing model's p99 (see Plan) plus HandOff.
-	// MaxDuration-like infinity is not used: Replicas always leave
-	// headroom, so the queue is stable.
+	// Replicas: the queueing model's p99 (see Plan) plus HandOff; the
+	// longest time.Duration when the slots cannot keep up (Utilization 1
+	// at an exact quotient: the queue is not stable).
 	P99Wait time.Duration
 	// WaitProbability is the share of messages that find every slot busy
 	// (Erlang C).
@@ -819,8 +819,12 @@ func (p *CapacityPlan) String() string {
 		if !l.l.MeetsTarget {
 			met = "ABOVE the target"
 		}
+		wait := fmtFig(l.l.P99Wait)
+		if l.l.P99Wait == time.Duration(math.MaxInt64) {
+			wait = "unbounded (the slots cannot keep up)"
+		}
 		pf("  %-7s  %s msg/s: %d (slots %s busy), p99 wait %s, %s; fewest that meet it: %d\n",
-			l.name, fmtRate(l.l.Rate), l.l.Replicas, pct(l.l.Busy), fmtFig(l.l.P99Wait), met, l.l.FewestReplicas)
+			l.name, fmtRate(l.l.Rate), l.l.Replicas, pct(l.l.Busy), wait, met, l.l.FewestReplicas)
 	}
 	s := p.Step
 	pf("\nstep from %s to %s msg/s (decision every %s, first %s after the step; replicas serve %s after they are asked for)\n",

@@ -452,3 +452,16 @@ func TestInputFromMeasuredStats(t *testing.T) {
 		Concurrency: in.Concurrency, ArrivalAvg: 10, ArrivalPeak: 10, Target: time.Minute, BatchFill: in.BatchFill, DeleteFill: in.DeleteFill})
 	require.NoError(t, err)
 }
+
+// At utilization 1 and an exact quotient the slots are 100 % busy: the
+// wait is unbounded, and said so rather than as 2,562,047 hours.
+func TestPlanUnstable(t *testing.T) {
+	t.Parallel()
+	in := constWork()
+	in.ArrivalAvg, in.ArrivalPeak, in.Utilization = 100, 100, 1
+	p, err := Plan(in)
+	require.NoError(t, err)
+	require.Equal(t, time.Duration(math.MaxInt64), p.Average.P99Wait)
+	require.False(t, p.Average.MeetsTarget)
+	require.Contains(t, p.String(), "p99 wait unbounded (the slots cannot keep up)")
+}
