@@ -80,12 +80,18 @@ func (o *Observer) attrsFor(queueURL string) metric.MeasurementOption {
 	if a, ok := o.attrs.Load(queueURL); ok {
 		return a.(metric.MeasurementOption)
 	}
+	a, _ := o.attrs.LoadOrStore(queueURL, metric.WithAttributeSet(attribute.NewSet(queueAttrs(queueURL)...)))
+	return a.(metric.MeasurementOption)
+}
+
+// queueAttrs are the attributes every instrument of a queue's carries:
+// messaging.system, and messaging.destination.name when the URL is known.
+func queueAttrs(queueURL string) []attribute.KeyValue {
 	kv := []attribute.KeyValue{semconv.MessagingSystemAWSSQS}
 	if queueURL != "" {
 		kv = append(kv, semconv.MessagingDestinationName(queueName(queueURL)))
 	}
-	a, _ := o.attrs.LoadOrStore(queueURL, metric.WithAttributeSet(attribute.NewSet(kv...)))
-	return a.(metric.MeasurementOption)
+	return kv
 }
 
 // Observe implements sqsconsumer.Observer.

@@ -59,10 +59,7 @@ func RegisterConsumer(c *sqsconsumer.Consumer, opts ...Option) (metric.Registrat
 		return nil, err
 	}
 
-	base := []attribute.KeyValue{semconv.MessagingSystemAWSSQS}
-	if url := c.QueueURL(); url != "" {
-		base = append(base, semconv.MessagingDestinationName(queueName(url)))
-	}
+	base := queueAttrs(c.QueueURL())
 	attrs := metric.WithAttributeSet(attribute.NewSet(base...))
 	action := func(name string) metric.ObserveOption {
 		return metric.WithAttributeSet(attribute.NewSet(append(base[:len(base):len(base)], semconv.RPCMethod(name))...))
@@ -79,8 +76,7 @@ func RegisterConsumer(c *sqsconsumer.Consumer, opts ...Option) (metric.Registrat
 		{action("GetQueueAttributes"), func(n sqsconsumer.CallCounts) int64 { return n.GetQueueAttributes }},
 		{action("SendMessage"), func(n sqsconsumer.CallCounts) int64 { return n.SendMessage }},
 	}
-	receiveAttrs := action("ReceiveMessage")
-	attrsCalls := action("GetQueueAttributes")
+	receiveAttrs, attrsCalls := byAction[0].opt, byAction[5].opt // ReceiveMessage, GetQueueAttributes
 
 	return m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		n := c.Stats().Calls
