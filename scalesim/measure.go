@@ -29,18 +29,6 @@ type StepInput struct {
 	Seed uint64
 }
 
-// StepOutcome is what MeasureStep measured once the step's transient was over.
-type StepOutcome struct {
-	// Replicas is the most replicas the service had in the trace's
-	// ReplicasWindow (from the step + 13 min: the transient, the signal's
-	// scale-in window and the autoscaler's cooldown), and P99Wait the p99 wait
-	// of the messages whose handlers started in that window.
-	Replicas int
-	P99Wait  time.Duration
-	// Result is the whole run.
-	Result *Result
-}
-
 // StepTrace is the step MeasureStep runs for in.
 func StepTrace(in StepInput) Trace {
 	before, after := in.Before, in.After
@@ -54,21 +42,20 @@ func StepTrace(in StepInput) Trace {
 }
 
 // MeasureStep runs StepTrace(in) in a synctest bubble of its own (t must not be in
-// one) and returns the replicas and p99 wait after the transient.
-func MeasureStep(t *testing.T, in StepInput) (*StepOutcome, error) {
+// one). After the transient, the Result's SteadyMaxReplicas are the most replicas
+// in the trace's ReplicasWindow (from the step + 13 min: the transient, the
+// signal's scale-in window and the autoscaler's cooldown) and its SettledP99 the
+// p99 wait of the messages sent in that window.
+func MeasureStep(t *testing.T, in StepInput) (*Result, error) {
 	if in.HandlerP50 <= 0 || in.Target <= 0 || in.Concurrency <= 0 {
 		return nil, errors.New("scalesim: StepInput needs HandlerP50, Target and Concurrency > 0")
 	}
 	if in.ArrivalAvg < 0 || in.ArrivalPeak <= 0 || in.ArrivalAvg > in.ArrivalPeak {
 		return nil, errors.New("scalesim: StepInput needs 0 <= ArrivalAvg <= ArrivalPeak and ArrivalPeak > 0")
 	}
-	res, err := Run(t, Config{
+	return Run(t, Config{
 		Trace: StepTrace(in), Policy: in.Policy, Target: in.Target,
 		HandlerP50: in.HandlerP50, HandlerP99: in.HandlerP99,
 		Concurrency: in.Concurrency, Scale: in.Scale, Seed: in.Seed,
 	})
-	if err != nil {
-		return nil, err
-	}
-	return &StepOutcome{Replicas: res.SteadyMaxReplicas, P99Wait: res.SettledP99, Result: res}, nil
 }

@@ -89,12 +89,12 @@ func TestStep(t *testing.T) {
 			require.NoError(t, err)
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				out, err := scalesim.MeasureStep(t, stepInput(p))
+				res, err := scalesim.MeasureStep(t, stepInput(p))
 				require.NoError(t, err)
-				logResult(t, out.Result)
-				requireSafe(t, out.Result)
+				logResult(t, res)
+				requireSafe(t, res)
 				mu.Lock()
-				results[name] = out.Result
+				results[name] = res
 				mu.Unlock()
 			})
 		}
