@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -75,48 +74,23 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, mk new
 
 // dlqFlags are the flags every dlq action has.
 type dlqFlags struct {
-	fs       *flag.FlagSet
+	cliFlags
 	name     string
 	queueURL *string
 	endpoint *string
 	region   *string
-	asJSON   *bool
-	wantJSON bool // guessed before parsing, then as parsed
 	env      dlqEnv
 }
 
 func newDLQFlags(name string, env dlqEnv, usage, tail string) *dlqFlags {
-	fs := flag.NewFlagSet("sqsdoctor dlq "+name, flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
-	f := &dlqFlags{fs: fs, name: name, env: env,
-		queueURL: fs.String("queue-url", "", "URL of the dead-letter queue (required)"),
-		endpoint: fs.String("endpoint", "", "SQS endpoint URL, for a local server; default as for sqsdoctor -queue-url"),
-		region:   fs.String("region", "", "AWS region; default: from the queue URL, then the SDK's configuration"),
-		asJSON:   fs.Bool("json", false, "print the result as JSON (see below)"),
-	}
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usage)
-		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), tail)
-	}
+	f := &dlqFlags{name: name, env: env,
+		cliFlags: newCLIFlags("sqsdoctor dlq "+name, env.stdout, env.stderr, "sqsdoctor:",
+			"Run sqsdoctor dlq "+name+" -help for usage.", "print the result as JSON (see below)", usage, tail)}
+	fs := f.fs
+	f.queueURL = fs.String("queue-url", "", "URL of the dead-letter queue (required)")
+	f.endpoint = fs.String("endpoint", "", "SQS endpoint URL, for a local server; default as for sqsdoctor -queue-url")
+	f.region = fs.String("region", "", "AWS region; default: from the queue URL, then the SDK's configuration")
 	return f
-}
-
-// parse parses args; done is true when the action must return code at once
-// (help, a bad flag).
-func (f *dlqFlags) parse(args []string) (code int, done bool) {
-	f.wantJSON = jsonRequested(f.fs, args)
-	if err := f.fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK, true
-		}
-		if f.wantJSON {
-			writeJSON(f.env.stdout, f.env.stderr, errorJSON{Error: err.Error(), ExitCode: exitUsage})
-		}
-		return exitUsage, true
-	}
-	f.wantJSON = *f.asJSON
-	return 0, false
 }
 
 // problems checks the common flags; extra are the action's own problems.
@@ -137,20 +111,6 @@ func (f *dlqFlags) problems(extra ...string) []string {
 	}
 	slices.Sort(ps)
 	return ps
-}
-
-// fail reports why the action stopped: on stderr, and as JSON on stdout with -json.
-func (f *dlqFlags) fail(code int, msgs ...string) int {
-	for _, m := range msgs {
-		fmt.Fprintln(f.env.stderr, "sqsdoctor:", m)
-	}
-	if code == exitUsage {
-		fmt.Fprintf(f.env.stderr, "Run sqsdoctor dlq %s -help for usage.\n", f.name)
-	}
-	if f.wantJSON {
-		writeJSON(f.env.stdout, f.env.stderr, errorJSON{Error: strings.Join(msgs, "; "), ExitCode: code})
-	}
-	return code
 }
 
 // client builds the SQS client for the queue URL, as sqsdoctor -queue-url does.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -62,14 +63,14 @@ var planFlags = map[string]string{
 	"RenewalsPerMessage": "-renewals", "MaxReceiveCount": "-max-receive-count", "Retention": "-retention",
 	"DecisionPeriod": "-decision-period", "StartDelay": "-start-delay", "DecisionLag": "-decision-lag",
 	"ScaleInAfter": "-scale-in-after", "ScaleInCooldown": "-scale-in-cooldown", "StepWindow": "-step-window",
-	"Stats": "-stats",
 }
 
 // runPlan is "sqsdoctor plan": it parses args, plans, and writes the
 // plan to stdout (problems to stderr); it returns the exit code.
 func runPlan(stdin io.Reader, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("sqsdoctor plan", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	cf := newCLIFlags("sqsdoctor plan", stdout, stderr, "sqsdoctor plan:", "Run sqsdoctor plan -help for usage.",
+		"print the plan as JSON", planUsage, planUsageTail)
+	fs := cf.fs
 	var in doctor.PlanInput
 	fs.DurationVar(&in.HandlerP50, "p50", 0, "handler time p50, handler start to return (required without -stats)")
 	fs.DurationVar(&in.HandlerP99, "p99", 0, "handler time p99 (required without -stats)")
@@ -99,35 +100,10 @@ func runPlan(stdin io.Reader, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&in.ScaleInCooldown, "scale-in-cooldown", 0, "autoscaler's wait after an activity before scaling in; default 5m")
 	fs.DurationVar(&in.StepWindow, "step-window", 0, "span after the step the step's p99 is over; default: until the backlog drains")
 	statsFile := fs.String("stats", "", "a sqsconsumer.Stats as JSON, \"-\" for stdin")
-	asJSON := fs.Bool("json", false, "print the plan as JSON")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), planUsage)
-		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), planUsageTail)
-	}
-	wantJSON := jsonRequested(fs, args)
-	fail := func(code int, msgs ...string) int {
-		for _, m := range msgs {
-			fmt.Fprintln(stderr, "sqsdoctor plan:", m)
-		}
-		if code == exitUsage {
-			fmt.Fprintln(stderr, "Run sqsdoctor plan -help for usage.")
-		}
-		if wantJSON {
-			writeJSON(stdout, stderr, errorJSON{Error: strings.Join(msgs, "; "), ExitCode: code})
-		}
+	if code, done := cf.parse(args); done {
 		return code
 	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return exitOK
-		}
-		if wantJSON {
-			writeJSON(stdout, stderr, errorJSON{Error: err.Error(), ExitCode: exitUsage})
-		}
-		return exitUsage
-	}
-	wantJSON = *asJSON
+	fail := cf.fail
 	if fs.NArg() > 0 {
 		return fail(exitUsage, "unexpected arguments: "+strings.Join(fs.Args(), " "))
 	}
@@ -189,7 +165,7 @@ func runPlan(stdin io.Reader, args []string, stdout, stderr io.Writer) int {
 		}
 		return fail(exitUsage, msgs...)
 	}
-	if wantJSON {
+	if cf.wantJSON {
 		if !writeJSON(stdout, stderr, p) {
 			return exitRead
 		}
@@ -226,7 +202,11 @@ func readStats(stdin io.Reader, path string) (doctor.PlanInput, int, error) {
 	}
 	in, err := doctor.InputFromStats(st)
 	if err != nil {
-		return doctor.PlanInput{}, exitUsage, fmt.Errorf("-stats %s: %s", path, strings.TrimPrefix(err.Error(), "doctor: plan: Stats "))
+		var ie *doctor.InputError
+		if errors.As(err, &ie) {
+			return doctor.PlanInput{}, exitUsage, fmt.Errorf("-stats %s: %s", path, ie.Problem)
+		}
+		return doctor.PlanInput{}, exitUsage, fmt.Errorf("-stats %s: %w", path, err)
 	}
 	return in, exitOK, nil
 }
