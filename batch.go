@@ -161,7 +161,7 @@ func (b *batcher) shutdown() {
 // watchGatheringAfter. Once sent, the call's context follows one member's
 // context at a time (watchLocked).
 //
-// On FIFO queues the Consumer's groupOrder keeps each group's order: a
+// On FIFO queues the run's registry keeps each group's order: a
 // member joins the forming batch only behind every earlier message of its
 // group (advanceLocked), and a member that leaves without running takes
 // the later members of its group along (finishLocked).
@@ -171,13 +171,13 @@ type batcher struct {
 	window time.Duration
 
 	owner  atomic.Pointer[Consumer] // set by New
-	c      *Consumer                // the owner, once attached
 	direct bool                     // set by New: no middleware, see join
-	order  *groupOrder              // the owner's FIFO group order
+	r      *run                     // the owner's run, from bind at Run
+	reg    *registry                // the run's registry: FIFO group order
 	ev     *eventSink               // the owner's events
 
 	// mu guards the fields below, the batches (hbatch) and the members
-	// (member, and delivery.bm). Lock order: mu before the groupOrder's
+	// (member, and delivery.bm). Lock order: mu before the registry's
 	// and a Lease's locks.
 	mu sync.Mutex
 	// forming is the batch messages join: from its first member until it
@@ -253,8 +253,13 @@ func (b *batcher) attach(c *Consumer, direct bool) bool {
 	if !b.owner.CompareAndSwap(nil, c) {
 		return false
 	}
-	b.c, b.direct, b.order, b.ev = c, direct, &c.order, &c.ev
+	b.direct = direct
 	return true
+}
+
+// bind gives b to the run r of its Consumer, before r's first receive.
+func (b *batcher) bind(r *run) {
+	b.r, b.reg, b.ev = r, r.reg, r.ev
 }
 
 // maxSize is the most messages a batch holds (Batch's size).
@@ -342,7 +347,7 @@ func (b *batcher) cascadeLocked(mb *member) {
 	if mb.d == nil {
 		return
 	}
-	for _, later := range b.order.handBack(mb.d) {
+	for _, later := range b.reg.handBack(mb.d) {
 		if lb := later.bm; lb != nil && lb.joined && !lb.running {
 			b.finishLocked(lb, earlierFailed)
 		}
@@ -353,7 +358,7 @@ func (b *batcher) cascadeLocked(mb *member) {
 // forming batch, in order, as far as every earlier member is in that batch
 // too.
 func (b *batcher) advanceLocked(d *delivery) {
-	for _, x := range b.order.group(d) {
+	for _, x := range b.reg.group(d) {
 		mb := x.bm
 		if mb == nil || !mb.joined || mb.running || mb.finished {
 			return // an earlier member is not in the forming batch
@@ -478,10 +483,10 @@ func (b *batcher) takeLocked() batchWork {
 // handOff does the work takeLocked found, with b.mu released.
 func (b *batcher) handOff(w batchWork) {
 	for _, bt := range w.due {
-		b.c.startBatch(bt)
+		b.r.startBatch(bt)
 	}
 	for _, mb := range w.finished {
-		b.c.goSettle(func() { b.settleMember(mb) })
+		b.r.goSettle(func() { b.settleMember(mb) })
 	}
 }
 
@@ -533,9 +538,9 @@ func (b *batcher) enterLocked(mb *member) {
 	switch {
 	case b.stopping:
 		b.finishLocked(mb, errGatheringAtShutdown)
-	case mb.d != nil && b.order.returning(mb.d):
+	case mb.d != nil && b.reg.returning(mb.d):
 		b.finishLocked(mb, earlierFailed)
-	case mb.d != nil && b.order.ordered(mb.d):
+	case mb.d != nil && b.reg.ordered(mb.d):
 		b.advanceLocked(mb.d)
 	default:
 		b.admitLocked(mb)
@@ -547,12 +552,12 @@ func (b *batcher) enterLocked(mb *member) {
 // marks the handler's start, and a Consumer that is stopping hands it
 // back instead.
 func (b *batcher) join(d *delivery) {
-	c := b.c
-	if c.shuttingDown() {
-		c.goSettle(func() { c.settleAndStart(d, nil, false) })
+	r := b.r
+	if r.shuttingDown() {
+		r.goSettle(func() { r.settleAndStart(d, nil, false) })
 		return
 	}
-	ctx, cancel := c.startHandler(d)
+	ctx, cancel := r.startHandler(d)
 	mb := &member{m: &d.msg, d: d, ctx: ctx, cancel: cancel, joined: true}
 	b.mu.Lock()
 	b.enterLocked(mb)

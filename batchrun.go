@@ -148,7 +148,7 @@ func (b *batcher) runDirect(bt *hbatch) (next *hbatch, ok bool) {
 			if mb.err == nil {
 				b.settleMember(mb)
 			} else {
-				b.c.goSettle(func() { b.settleMember(mb) })
+				b.r.goSettle(func() { b.settleMember(mb) })
 			}
 		}
 		b.mu.Lock()
@@ -166,7 +166,7 @@ func (b *batcher) runDirect(bt *hbatch) (next *hbatch, ok bool) {
 	}
 	b.mu.Unlock()
 	for _, r := range rest {
-		b.c.startBatch(r)
+		b.r.startBatch(r)
 	}
 	return next, next != nil
 }
@@ -179,7 +179,7 @@ func (b *batcher) settleMember(mb *member) {
 		mb.unwatch()
 	}
 	d.inHandler.Store(false)
-	b.c.settleAndStart(d, mb.err, true)
+	b.r.settleAndStart(d, mb.err, true)
 	if mb.cancel != nil {
 		mb.cancel()
 	}
@@ -211,7 +211,7 @@ func (b *batcher) run(bt *hbatch, ctx context.Context, self *member) {
 	// failed, lost its lease or was released by h itself (not done, for
 	// the group's order), or that was handed back meanwhile, does not
 	// count as done, whatever h said of it.
-	earlier := b.order.earlierFailed(ds, func(i int) bool {
+	earlier := b.reg.earlierFailed(ds, func(i int) bool {
 		return results != nil && results[i] != nil || ds[i].lease.undone()
 	})
 	for i, mb := range members {
@@ -267,7 +267,7 @@ func (b *batcher) results(members []*member, err error) ([]error, error) {
 func (b *batcher) call(ctx context.Context, msgs []*Message) error {
 	err := protect(func() error { return b.h(ctx, msgs) })
 	if pe, ok := err.(*PanicError); ok && pe.recovered {
-		b.c.log(slog.LevelError, "sqsconsumer: batch handler panicked; the whole batch failed", "messages", len(msgs), "panic", fmt.Sprint(pe.Value), "at", pe.at)
+		b.r.log(slog.LevelError, "sqsconsumer: batch handler panicked; the whole batch failed", "messages", len(msgs), "panic", fmt.Sprint(pe.Value), "at", pe.at)
 	}
 	return err
 }

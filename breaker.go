@@ -425,17 +425,17 @@ func (b *breaker) stop() {
 
 // newBreaker makes the breaker of cfg wired to the Consumer (and, through
 // it, to the flow, which is made after it).
-func (c *Consumer) newBreaker(cfg Breaker) *breaker {
+func (r *run) newBreaker(cfg Breaker) *breaker {
 	b := newBreaker(cfg)
-	b.wake = func() { c.fl.wake() }
-	b.onClose = c.breakerClosed
+	b.wake = func() { r.fl.wake() }
+	b.onClose = r.breakerClosed
 	b.onOpen = func(reason string) {
-		c.aux.Add(1)
-		go c.breakerOpened(reason)
+		r.aux.Add(1)
+		go r.breakerOpened(reason)
 	}
 	b.runProbe = func() {
-		c.aux.Add(1)
-		go c.probe()
+		r.aux.Add(1)
+		go r.probe()
 	}
 	return b
 }
@@ -444,56 +444,56 @@ func (c *Consumer) newBreaker(cfg Breaker) *breaker {
 // when the breaker opens (unstarted): the ready messages and the FIFO
 // messages waiting behind their group's running one. It runs on its own
 // goroutine (aux).
-func (c *Consumer) breakerOpened(reason string) {
-	defer c.aux.Done()
-	if c.stopping.Load() {
+func (r *run) breakerOpened(reason string) {
+	defer r.aux.Done()
+	if r.stopping.Load() {
 		return // the shutdown hands everything back itself
 	}
-	unstarted := c.unstarted(c.fl.takeReady())
-	state, _, _ := c.br.status()
-	c.log(slog.LevelWarn, "sqsconsumer: circuit breaker open: receiving paused, unstarted messages handed back, running handlers go on",
+	unstarted := r.unstarted(r.fl.takeReady())
+	state, _, _ := r.br.status()
+	r.log(slog.LevelWarn, "sqsconsumer: circuit breaker open: receiving paused, unstarted messages handed back, running handlers go on",
 		"reason", reason, "state", state.String(), "released_unstarted", len(unstarted))
-	c.handBack(unstarted)
+	r.handBack(unstarted)
 }
 
 // breakerClosed resumes receiving after the breaker closed.
-func (c *Consumer) breakerClosed() {
-	c.log(slog.LevelInfo, "sqsconsumer: circuit breaker closed: receiving resumes")
-	stamp(&c.progress.resumed)
-	c.fl.wake()
+func (r *run) breakerClosed() {
+	r.log(slog.LevelInfo, "sqsconsumer: circuit breaker closed: receiving resumes")
+	stamp(&r.prog.resumed)
+	r.fl.wake()
 }
 
 // probe runs Breaker.Probe once, on its own goroutine (aux), and tells
 // the breaker how it went. A panic in it is a failed probe.
-func (c *Consumer) probe() {
-	defer c.aux.Done()
-	ctx, cancel := context.WithTimeout(c.probeCtx, c.br.cfg.Pause)
+func (r *run) probe() {
+	defer r.aux.Done()
+	ctx, cancel := context.WithTimeout(r.probeCtx, r.br.cfg.Pause)
 	defer cancel()
-	err := protect(func() error { return c.br.cfg.Probe(ctx) })
+	err := protect(func() error { return r.br.cfg.Probe(ctx) })
 	if pe, ok := err.(*PanicError); ok && pe.recovered {
 		err = fmt.Errorf("sqsconsumer: Breaker.Probe panicked: %v", pe.Value)
 	}
-	if c.probeCtx.Err() != nil {
+	if r.probeCtx.Err() != nil {
 		return // shutting down: the result says nothing
 	}
 	if err != nil {
-		c.log(slog.LevelInfo, "sqsconsumer: circuit breaker probe failed; staying open", "error", err)
+		r.log(slog.LevelInfo, "sqsconsumer: circuit breaker probe failed; staying open", "error", err)
 	}
-	c.br.probed(err)
+	r.br.probed(err)
 }
 
 // callDone takes the result of a renewal or delete batch call.
-func (c *Consumer) callDone(deleting bool, err error) {
+func (r *run) callDone(deleting bool, err error) {
 	switch {
 	case err != nil:
 	case deleting:
-		stamp(&c.progress.delete)
-		c.progress.answer()
+		stamp(&r.prog.delete)
+		r.prog.answer()
 	default:
-		stamp(&c.progress.renewal)
-		c.progress.answer()
+		stamp(&r.prog.renewal)
+		r.prog.answer()
 	}
-	if c.br != nil {
-		c.br.recordCall(err)
+	if r.br != nil {
+		r.br.recordCall(err)
 	}
 }

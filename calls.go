@@ -291,10 +291,10 @@ type poolInfo struct {
 // Consumer wanted one more call in flight than its bound allows. When the
 // bound is the HTTP client's pool it says so, once, and Stats shows it:
 // a larger pool would let the Consumer go faster.
-func (c *Consumer) atCallLimit() {
-	if !c.pool.capped || c.pool.limited.Load() || c.pool.limited.Swap(true) {
+func (r *run) atCallLimit() {
+	if !r.pool.capped || r.pool.limited.Load() || r.pool.limited.Swap(true) {
 		return
 	}
-	c.log(slog.LevelWarn, "sqsconsumer: the HTTP client's connection pool bounds this Consumer: it wanted more calls in flight than twice the idle connections the client keeps; a larger pool lets it go faster without a new connection (a TLS handshake) per call (sqsclient.HTTPOptions{MaxIdleConnsPerHost: n})",
-		"max_idle_conns_per_host", c.pool.idle, "max_calls_in_flight", c.s.pollers)
+	r.log(slog.LevelWarn, "sqsconsumer: the HTTP client's connection pool bounds this Consumer: it wanted more calls in flight than twice the idle connections the client keeps; a larger pool lets it go faster without a new connection (a TLS handshake) per call (sqsclient.HTTPOptions{MaxIdleConnsPerHost: n})",
+		"max_idle_conns_per_host", r.pool.idle, "max_calls_in_flight", r.s.pollers)
 }

@@ -5,15 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqskit/sqsconsumer/internal/scaling"
 	"github.com/sqskit/sqsconsumer/internal/share"
@@ -23,20 +16,11 @@ import (
 // Handler under a Lease. Make one with New and call Run. A Consumer is safe
 // for concurrent use; Run may be called once.
 //
-// A message moves forward through the files of this package: receive.go
-// receives it and makes its delivery (one allocation with its Lease),
-// fifo.go keeps its FIFO group's order, flow.go gives it a handler slot,
-// worker.go runs its handler (batch.go gathers it into a batch for a Batch
-// handler), settle.go is the one door after the handler (delete, retry,
-// dead-letter, hand back), and calls.go coalesces the SQS calls of many
-// leases, which the pollers make between receives (lanes.go). shutdown.go
-// winds it all down.
-//
-// Lock order: a Consumer's locks are leaves, each taken alone, except
-// that the flow's mu is held while it asks the breaker's mu (its gate) and
-// the fleet member's (its share), and the batcher's mu while it asks the
-// groupOrder's mu and a Lease's mu. Consumer.mu, held.mu, groupOrder.mu,
-// Lease.mu and the coalescers' locks take no other lock.
+// The Consumer is the configuration and the lifecycle: the client, the
+// settings, the handler, the statistics, the scaling signal and the
+// fleet membership. Run builds a run (run.go), which owns the message
+// path while Run lasts; Pause, Stats and Health reach it through
+// Consumer.run.
 type Consumer struct {
 	client   Client
 	queueURL string
@@ -45,56 +29,15 @@ type Consumer struct {
 	batch    *batcher       // the handler given to New, when it came from Batch
 	stats    *statsRecorder // always on: Stats, adaptive leases
 	ev       eventSink      // the Consumer's events: statistics and the Observer
+	scaler   *scaler        // WithScaling; nil when off (set by New)
+	pool     poolInfo       // the HTTP client's idle pool, as New saw it
+	progress progress       // for Health
 
 	runOnce sync.Once
+	paused  atomic.Bool // set between Pause and Resume
 
-	// Set up at Run, read-only afterwards.
-	cfg      leaseConfig
-	calls    *coalescedCalls
-	fl       *flow         // when to receive, how much; the handler slots (also under mu for flowOf)
-	held     *held         // the deliveries held, by message ID
-	order    groupOrder    // FIFO group order
-	pollWait time.Duration // WaitTimeSeconds of every receive
-	dlq      deadLetter    // where Permanent errors' messages go
-	br       *breaker      // WithBreaker; nil when off
-	scaler   *scaler       // WithScaling; nil when off (set by New)
-
-	pool      poolInfo    // the HTTP client's idle pool, as New saw it
-	dlqWarned atomic.Bool // the missing dead-letter queue was logged
-	failLog   failureLog  // the rate of failure lines
-	progress  progress    // for Health
-	polls     pollSet     // long polls in flight (WithCancelIdlePollsAtShutdown)
-
-	// stopping is set at shutdown: no handler starts any more. paused is
-	// set between Pause and Resume.
-	stopping atomic.Bool
-	paused   atomic.Bool
-
-	// settleCtx bounds every settling call (deletes, releases) and
-	// pollCtx every receive; both are cancelled at the hard stop, one
-	// call timeout after the shutdown budget, so Run returns in time
-	// even when SQS does not answer.
-	settleCtx   context.Context
-	pollCtx     context.Context
-	hardStop    context.CancelFunc
-	fatalStop   context.CancelFunc // ends Run's wait after a permanent receive error
-	probeCtx    context.Context    // a probe's context; cancelled at shutdown
-	cancelProbe context.CancelFunc // cancels probeCtx
-	afterDelete func(*Lease, error)
-
-	// The goroutines Run owns and joins: pollers, workers (idle or busy),
-	// the breaker's (releases at an opening, probes), and the deliveries
-	// held, from dispatch to the end of their settlement.
-	pollers  sync.WaitGroup
-	workers  sync.WaitGroup
-	aux      sync.WaitGroup
-	handlers deliveryCount
-	work     chan *delivery // hands a delivery to an idle worker
-	runs     chan *hbatch   // hands a due batch to an idle worker (Batch without middleware)
-	quit     chan struct{}  // closed after shutdown: idle workers exit
-
-	mu     sync.Mutex // guards the fields below, and the setting of fl
-	fatal  error      // a permanent receive error that ends Run
+	mu     sync.Mutex // guards the fields below
+	run    *run       // set when Run has set it up; nil before
 	runErr error      // what Run returned, for Health
 	// member is the Consumer's place in a fleet's shared slot budget
 	// (package fleet), nil for a Consumer on its own. Set before Run.
@@ -165,7 +108,8 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 		pool:     poolInfo{idle: pool, known: poolKnown, capped: poolCapped},
 	}
 	if s.scaling != nil {
-		c2.scaler = &scaler{p: *s.scaling, sig: scaling.NewSignal(s.scaling.internal()), fig: s.scaling.figure()}
+		c2.scaler = &scaler{p: *s.scaling, sig: scaling.NewSignal(s.scaling.internal()), fig: s.scaling.figure(),
+			client: c2.client, queueURL: queueURL, conc: s.concurrency, stats: stats, ev: &c2.ev}
 		c2.scaler.fig.Reason = "Run has not read the queue's counts yet"
 	}
 	if bt != nil && !bt.attach(c2, len(s.middleware) == 0) {
@@ -183,19 +127,19 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 // time to the dead-letter queue: doctor.Advise(c.Stats(), queue, opts).
 func (c *Consumer) Stats() Stats {
 	st := c.stats.Stats()
-	if fl := c.flowOf(); fl != nil {
-		st.Running, st.Waiting, st.Asked, _ = fl.snapshot()
+	if r := c.runOf(); r != nil {
+		st.Running, st.Waiting, st.Asked, _ = r.fl.snapshot()
 	}
 	st.MaxCallsInFlight, st.IdleConnsPerHost, st.LimitedByPool = c.s.pollers, c.pool.idle, c.pool.limited.Load()
 	st.Concurrency = c.s.concurrency
 	return st
 }
 
-// flowOf returns the flow once Run has set it up, nil before.
-func (c *Consumer) flowOf() *flow {
+// runOf returns the run once Run has set it up, nil before.
+func (c *Consumer) runOf() *run {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.fl
+	return c.run
 }
 
 // QueueURL returns the URL of the queue the Consumer reads.
@@ -246,7 +190,12 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	}
 	stamp(&c.progress.begun)
 	c.progress.stage.Store(runStarting)
-	if err := c.setup(ctx); err != nil {
+	c.mu.Lock()
+	member := c.member // set before Run, if ever
+	c.mu.Unlock()
+	r := &run{client: c.client, queueURL: c.queueURL, handler: c.handler, s: &c.s, stats: c.stats, ev: &c.ev,
+		batch: c.batch, scaler: c.scaler, prog: &c.progress, pool: &c.pool, member: member}
+	if err := r.setup(ctx); err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			// Cancelled while it read the queue (a SIGTERM during
 			// startup): nothing was received, so nothing to settle.
@@ -254,142 +203,29 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 		}
 		return err
 	}
+	// Under mu, so that a Pause either came before (the flow starts
+	// paused) or finds the run. Binding the fleet member takes the fleet
+	// pool's lock under it.
+	c.mu.Lock()
+	r.makeFlow(c.paused.Load())
+	c.run = r
+	c.mu.Unlock()
 	stamp(&c.progress.resumed)
 	c.progress.stage.Store(runRunning)
-	runCtx, fatalStop := context.WithCancel(ctx)
-	defer fatalStop()
-	c.fatalStop = fatalStop
-	c.fl.begin()
-	if c.scaler != nil {
-		c.aux.Add(1)
-		go func() {
-			defer c.aux.Done()
-			c.runScaler(runCtx)
-		}()
-	}
-	<-runCtx.Done()
-
-	c.progress.stage.Store(runDraining)
-	c.shutdown()
-	close(c.quit)
-	c.pollers.Wait()
-	c.fl.closeLanes() // calls made from now on run on goroutines of their own
-	c.workers.Wait()
-	// The breaker's goroutines: none starts after shutdown stopped it.
-	c.aux.Wait()
-	c.calls.close()
-	c.hardStop()
+	err = r.run(ctx)
 	c.logStats()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.fatal
+	return err
 }
 
-// setup reads what the options left to the queue, checks the lease
-// options against it, and prepares the run state.
-func (c *Consumer) setup(ctx context.Context) error {
-	lease := c.s.visibility
-	// The queue's VisibilityTimeout is the lease when none was given, and
-	// FifoQueue confirms the URL's suffix. Without WithVisibilityTimeout a
-	// failure here ends Run; with it, the URL decides FIFO.
-	out, err := c.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-		QueueUrl: aws.String(c.queueURL),
-		AttributeNames: []types.QueueAttributeName{
-			types.QueueAttributeNameVisibilityTimeout, types.QueueAttributeNameFifoQueue,
-			types.QueueAttributeNameRedrivePolicy, types.QueueAttributeNameQueueArn, // for the poison path
-		},
-	})
-	if err != nil && lease == 0 {
-		var missing *types.QueueDoesNotExist
-		switch {
-		case errors.As(err, &missing):
-			return fmt.Errorf("sqsconsumer: queue %s does not exist (check the region and account in its URL): %w", c.queueURL, err)
-		case isAccessDenied(err):
-			return fmt.Errorf("sqsconsumer: reading the queue's VisibilityTimeout: access denied (allow sqs:GetQueueAttributes, or set WithVisibilityTimeout to skip this read): %w", err)
-		}
-		return fmt.Errorf("sqsconsumer: reading the queue's VisibilityTimeout: %w", err)
+// logStats logs the Consumer's figures at the end of Run, if it handled
+// anything.
+func (c *Consumer) logStats() {
+	if c.s.logger == nil {
+		return
 	}
-	attrErr := err
-	if err != nil {
-		msg := err.Error()
-		c.progress.recvErr.Store(&msg)
-		c.log(slog.LevelDebug, "sqsconsumer: could not read the queue's attributes; FIFO is judged from the URL", "error", err)
-		out = &sqs.GetQueueAttributesOutput{}
-	} else {
-		c.progress.answer()
+	if st := c.Stats(); st.Processed > 0 {
+		c.ev.log(slog.LevelInfo, "sqsconsumer: stats", "stats", st)
 	}
-	fifo := strings.HasSuffix(c.queueURL, ".fifo") || out.Attributes[string(types.QueueAttributeNameFifoQueue)] == "true"
-	if c.dlq, err = deadLetterFor(c.client, c.queueURL, fifo, c.s.deadLetterURL, out.Attributes, attrErr); err != nil {
-		return err
-	}
-	if err := c.checkDeadLetter(ctx); err != nil {
-		return err
-	}
-	if lease == 0 {
-		secs, err := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameVisibilityTimeout)])
-		if err != nil {
-			return fmt.Errorf("sqsconsumer: queue VisibilityTimeout %q is not a number", out.Attributes[string(types.QueueAttributeNameVisibilityTimeout)])
-		}
-		lease = time.Duration(secs) * time.Second
-		if lease < minVisibilityTimeout {
-			return fmt.Errorf("%w: the queue's VisibilityTimeout (%v) is below %v, too short to renew; set WithVisibilityTimeout", ErrInvalidOption, lease, minVisibilityTimeout)
-		}
-	}
-	cfg, err := c.s.leaseConfig(lease)
-	if err != nil {
-		return err
-	}
-	settleCtx, cancelSettle := context.WithCancel(context.Background())
-	c.calls = newCoalescedCalls(c.client, c.queueURL, max(c.s.pollers, minDeleteCalls), settleCtx)
-	c.calls.report = c.callDone
-	pollCtx, cancelPolls := context.WithCancel(context.Background())
-	c.settleCtx, c.pollCtx = settleCtx, pollCtx
-	c.hardStop = func() { cancelPolls(); cancelSettle() }
-	cfg.calls, cfg.events.queueURL, cfg.settleCtx = c.calls, c.queueURL, settleCtx
-	c.cfg = cfg
-	c.order.on = fifo
-	c.held = newHeld()
-	c.probeCtx, c.cancelProbe = context.WithCancel(context.Background())
-	fc := flowConfig{conc: c.s.concurrency, size: c.s.receiveSize, maxAhead: c.s.maxAhead, maxPollers: c.s.pollers,
-		spawn: func() {
-			c.pollers.Add(1)
-			go c.poll()
-		},
-		// A coalesced call no poller took in time; the coalescer counts it
-		// until it returns, and Run waits for that (calls.close).
-		overflow: func(job func()) { go job() },
-		atLimit:  c.atCallLimit}
-	if c.batch != nil {
-		fc.burst = c.batch.maxSize()
-	}
-	if c.s.breaker != nil {
-		c.br = c.newBreaker(*c.s.breaker)
-		fc.gate = c.br.limit
-	}
-	if c.s.rateLimit > 0 {
-		fc.limiter = newTokenBucket(c.s.rateLimit, c.s.rateBurst)
-	}
-	c.work = make(chan *delivery)
-	c.runs = make(chan *hbatch)
-	c.quit = make(chan struct{})
-	c.afterDelete = c.deleted
-	c.mu.Lock()
-	fc.paused, fc.member = c.paused.Load(), c.member
-	fl := newFlow(fc)
-	if m := c.member; m != nil {
-		m.Bind(c.granted, fl.nudge)
-	}
-	c.fl = fl // under mu for flowOf and Pause
-	c.mu.Unlock()
-	c.calls.runOn(fl.submit)
-	c.pollWait = c.s.waitTime
-	if c.pollWait > 0 {
-		// A receive in flight at shutdown is never cancelled, so it must
-		// return within the shutdown timeout (at least a second: the SDK
-		// cannot send a wait of 0).
-		c.pollWait = max(min(c.pollWait, c.s.shutdownTimeout.Truncate(time.Second)), time.Second)
-	}
-	return nil
 }
 
 // init connects package fleet to Consumers through internal/share, so
@@ -404,7 +240,7 @@ func init() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		switch {
-		case c.fl != nil:
+		case c.run != nil:
 			return fmt.Errorf("%w: the Consumer of %s has already started", ErrInvalidOption, c.queueURL)
 		case c.member != nil:
 			return fmt.Errorf("%w: the Consumer of %s already belongs to a fleet", ErrInvalidOption, c.queueURL)
@@ -437,13 +273,9 @@ func (c *Consumer) Pause() {
 	if !c.paused.CompareAndSwap(false, true) {
 		return
 	}
-	fl := c.flowOf()
-	if fl == nil {
-		return // setup reads paused
+	if r := c.runOf(); r != nil { // else Run starts paused
+		r.pause()
 	}
-	unstarted := c.unstarted(fl.pause())
-	c.log(slog.LevelInfo, "sqsconsumer: paused: receiving stopped, unstarted messages released", "released_unstarted", len(unstarted))
-	c.handBack(unstarted)
 }
 
 // Resume ends a Pause: receiving starts again at once. Safe for
@@ -452,11 +284,31 @@ func (c *Consumer) Resume() {
 	if !c.paused.CompareAndSwap(true, false) {
 		return
 	}
-	if fl := c.flowOf(); fl != nil {
-		fl.resume()
+	if r := c.runOf(); r != nil {
+		r.resume()
 	}
-	c.log(slog.LevelInfo, "sqsconsumer: resumed")
+	c.ev.log(slog.LevelInfo, "sqsconsumer: resumed")
 }
 
 // Paused reports whether the Consumer is paused (see Pause).
 func (c *Consumer) Paused() bool { return c.paused.Load() }
+
+// Scaling returns the scaling signal's latest figure. Without WithScaling
+// (or WithScalingTarget) it is never Known. Safe for concurrent use, at any
+// time.
+func (c *Consumer) Scaling() Scaling { return c.scaler.figure() }
+
+// Health reports the Consumer's health now (see Health). Safe to call at
+// any time, from any goroutine; it takes a lock the Consumer takes for
+// every message, and walks the messages held, so call it every few
+// seconds, not in a loop.
+func (c *Consumer) Health() Health {
+	c.mu.Lock()
+	r, member := c.run, c.member
+	c.mu.Unlock()
+	return health(&c.s, &c.progress, member, r, func() error {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.runErr
+	})
+}

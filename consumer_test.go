@@ -200,7 +200,7 @@ func TestBackPressure(t *testing.T) {
 		require.Equal(t, int32(3), peak.Load())
 		st = c.Stats()
 		require.Zero(t, st.Running+st.Waiting+st.Asked, "nothing held after Run")
-		_, _, _, peakAhead := c.fl.snapshot()
+		_, _, _, peakAhead := c.flowOf().snapshot()
 		require.LessOrEqual(t, peakAhead, 3+1, "at most the handlers due to finish, plus the gather")
 		s.mu.Lock()
 		defer s.mu.Unlock()

@@ -251,27 +251,27 @@ func refusedContent(err error) bool {
 // error err to the dead-letter queue. It reports false, having done
 // nothing to the message, when the move could not be made: the caller
 // then settles it as an ordinary failure.
-func (c *Consumer) moveToDeadLetter(d *delivery, err error) bool {
+func (r *run) moveToDeadLetter(d *delivery, err error) bool {
 	m := &d.msg
-	if !c.dlq.ready() {
-		if c.dlqWarned.CompareAndSwap(false, true) {
-			c.log(slog.LevelWarn, "sqsconsumer: a handler returned a permanent error but there is no dead-letter queue to move it to; such messages are retried as ordinary failures (logged once)",
-				"message_id", m.ID, "reason", c.dlq.why)
+	if !r.dlq.ready() {
+		if r.dlqWarned.CompareAndSwap(false, true) {
+			r.log(slog.LevelWarn, "sqsconsumer: a handler returned a permanent error but there is no dead-letter queue to move it to; such messages are retried as ordinary failures (logged once)",
+				"message_id", m.ID, "reason", r.dlq.why)
 		}
 		return false
 	}
-	id, dropped, serr := c.dlq.move(c.settleCtx, m, err)
+	id, dropped, serr := r.dlq.move(r.settleCtx, m, err)
 	if serr != nil {
-		c.log(slog.LevelWarn, "sqsconsumer: could not move a permanently failing message to the dead-letter queue; retrying it as an ordinary failure",
-			"message_id", m.ID, "dead_letter_queue", c.dlq.url, "error", serr)
+		r.log(slog.LevelWarn, "sqsconsumer: could not move a permanently failing message to the dead-letter queue; retrying it as an ordinary failure",
+			"message_id", m.ID, "dead_letter_queue", r.dlq.url, "error", serr)
 		return false
 	}
-	args := []any{"message_id", m.ID, "receive_count", m.ReceiveCount, "dead_letter_queue", c.dlq.url, "dead_letter_message_id", id, "error", err}
+	args := []any{"message_id", m.ID, "receive_count", m.ReceiveCount, "dead_letter_queue", r.dlq.url, "dead_letter_message_id", id, "error", err}
 	if len(dropped) > 0 {
 		args = append(args, "attributes_left_out", dropped)
 	}
-	c.log(slog.LevelWarn, "sqsconsumer: moved a permanently failing message to the dead-letter queue", args...)
-	c.observe(EventDeadLettered, d, err)
+	r.log(slog.LevelWarn, "sqsconsumer: moved a permanently failing message to the dead-letter queue", args...)
+	r.observe(EventDeadLettered, d, err)
 	return true
 }
 
@@ -282,28 +282,28 @@ func (c *Consumer) moveToDeadLetter(d *delivery, err error) bool {
 // attribute contradicts the source's type, fails Run; any other error
 // reading its attributes (access to the queue's attributes denied, say:
 // the move needs only sqs:SendMessage) is logged, and Run goes on.
-func (c *Consumer) checkDeadLetter(ctx context.Context) error {
-	if c.dlq.url == "" {
+func (r *run) checkDeadLetter(ctx context.Context) error {
+	if r.dlq.url == "" {
 		return nil
 	}
 	source := "WithDeadLetterQueue"
-	if c.s.deadLetterURL == "" {
+	if r.s.deadLetterURL == "" {
 		source = "the queue's RedrivePolicy"
 	}
-	out, err := c.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-		QueueUrl:       aws.String(c.dlq.url),
+	out, err := r.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl:       aws.String(r.dlq.url),
 		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameFifoQueue},
 	})
 	var missing *types.QueueDoesNotExist
 	switch {
 	case errors.As(err, &missing) || err != nil && classify(err) == kindPermanent && !isAccessDenied(err):
-		return fmt.Errorf("%w: dead-letter queue %s (from %s) does not exist or cannot be used: %w", ErrInvalidOption, c.dlq.url, source, err)
+		return fmt.Errorf("%w: dead-letter queue %s (from %s) does not exist or cannot be used: %w", ErrInvalidOption, r.dlq.url, source, err)
 	case err != nil:
-		c.log(slog.LevelWarn, "sqsconsumer: could not check the dead-letter queue; moving messages to it may fail", "dead_letter_queue", c.dlq.url, "error", err)
+		r.log(slog.LevelWarn, "sqsconsumer: could not check the dead-letter queue; moving messages to it may fail", "dead_letter_queue", r.dlq.url, "error", err)
 		return nil
 	}
-	if v, ok := out.Attributes[string(types.QueueAttributeNameFifoQueue)]; ok && strings.EqualFold(v, "true") != c.dlq.fifo {
-		return typeMismatch(c.dlq.url, source, !c.dlq.fifo)
+	if v, ok := out.Attributes[string(types.QueueAttributeNameFifoQueue)]; ok && strings.EqualFold(v, "true") != r.dlq.fifo {
+		return typeMismatch(r.dlq.url, source, !r.dlq.fifo)
 	}
 	return nil
 }

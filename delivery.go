@@ -2,7 +2,6 @@ package sqsconsumer
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -85,60 +84,4 @@ func (d *delivery) running() (since time.Time, ok bool) {
 		return time.Time{}, false
 	}
 	return d.workStarted(), true
-}
-
-// held is a Consumer's index of the deliveries it holds, by message ID,
-// from dispatch to the end of their settlement. Safe for concurrent use.
-type held struct {
-	mu   sync.Mutex // guards byID; a leaf: nothing else is locked under it
-	byID map[string]*delivery
-}
-
-func newHeld() *held { return &held{byID: make(map[string]*delivery)} }
-
-// add indexes d, just made, unless a delivery of its message is held:
-// that one is returned (prev) and d is not added; then the caller either
-// hands the new receive to prev or, when prev is only being finished,
-// puts d in its place (replace).
-func (h *held) add(d *delivery) (prev *delivery) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if prev = h.byID[d.msg.ID]; prev != nil {
-		return prev
-	}
-	h.byID[d.msg.ID] = d
-	return nil
-}
-
-// replace indexes d in place of old, and reports false, doing nothing,
-// when the message's entry is no longer old (another receive of it was
-// dispatched meanwhile).
-func (h *held) replace(d, old *delivery) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.byID[d.msg.ID] != old {
-		return false
-	}
-	h.byID[d.msg.ID] = d
-	return true
-}
-
-// remove takes d out, unless a newer delivery of its message replaced it.
-func (h *held) remove(d *delivery) {
-	h.mu.Lock()
-	if h.byID[d.msg.ID] == d {
-		delete(h.byID, d.msg.ID)
-	}
-	h.mu.Unlock()
-}
-
-// all returns the deliveries held now.
-func (h *held) all() []*delivery {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := make([]*delivery, 0, len(h.byID))
-	for _, d := range h.byID {
-		out = append(out, d)
-	}
-	return out
 }

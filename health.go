@@ -10,6 +10,7 @@ import (
 	"time"
 
 	healthprobe "github.com/sqskit/sqsconsumer/internal/probe"
+	"github.com/sqskit/sqsconsumer/internal/share"
 )
 
 // Health is a Consumer's health judged from its progress, for liveness,
@@ -197,19 +198,26 @@ func timeOf(a *atomic.Int64) time.Time {
 	return time.Time{}
 }
 
-// Health reports the Consumer's health now (see Health). Safe to call at
-// any time, from any goroutine; it takes a lock the Consumer takes for
-// every message, and walks the messages held, so call it every few
-// seconds, not in a loop.
-func (c *Consumer) Health() Health {
+// health is Consumer.Health: the Consumer's health now, judged from its
+// settings, its progress, its fleet membership, its run (nil before Run
+// set it up) and what Run returned (read only once Run has stopped). It
+// takes the registry's lock, which the run takes for every message, and
+// walks the messages held, so call it every few seconds, not in a loop.
+func health(s *settings, p *progress, member *share.Member, r *run, runErr func() error) Health {
 	now := time.Now()
-	p := &c.progress
+	lim := healthLimits{s: s, member: member}
+	if r != nil {
+		lim.interval, lim.pollWait = r.cfg.interval, r.pollWait
+	}
 	h := Health{
 		LastReceive: timeOf(&p.receive),
 		LastRenewal: timeOf(&p.renewal),
 		LastDelete:  timeOf(&p.delete),
 	}
 	stage := p.stage.Load()
+	if r == nil && (stage == runRunning || stage == runDraining) {
+		stage = runStarting // read between the run's publication and its stage
+	}
 	starting := (stage == runStarting || stage == runRunning) && p.answered.Load() == 0
 	switch {
 	case stage == runNotStarted:
@@ -217,8 +225,8 @@ func (c *Consumer) Health() Health {
 		h.Problems = append(h.Problems, "Run has not been called")
 	case starting:
 		h.Status = "starting"
-		if waited := now.Sub(time.Unix(0, p.begun.Load())); waited > c.startupLimit() {
-			msg := fmt.Sprintf("SQS has answered no call in the %v since Run began (startup limit %v)", waited.Round(time.Second), c.startupLimit())
+		if waited := now.Sub(time.Unix(0, p.begun.Load())); waited > lim.startup() {
+			msg := fmt.Sprintf("SQS has answered no call in the %v since Run began (startup limit %v)", waited.Round(time.Second), lim.startup())
 			if e := p.recvErr.Load(); e != nil {
 				msg += "; the latest error: " + *e
 			}
@@ -233,9 +241,7 @@ func (c *Consumer) Health() Health {
 	case runDraining:
 		h.Status = "draining"
 	case runStopped:
-		c.mu.Lock()
-		h.Err = c.runErr
-		c.mu.Unlock()
+		h.Err = runErr()
 		h.Status = "stopped"
 		if h.Err != nil {
 			h.Status = "failed"
@@ -243,14 +249,14 @@ func (c *Consumer) Health() Health {
 		}
 	}
 	closed := true
-	if stage >= runRunning && c.br != nil { // stage first: setup sets c.br before it
-		state, _, _ := c.br.status()
+	if stage >= runRunning && r != nil && r.br != nil {
+		state, _, _ := r.br.status()
 		h.Breaker = state.String()
 		closed = state == breakerClosed
 	}
 	var nearCeiling []string
 	if stage >= runRunning && stage < runStopped {
-		h.Running, h.LongestHandler, nearCeiling = c.runningHandlers(now)
+		h.Running, h.LongestHandler, nearCeiling = r.runningHandlers(now)
 	}
 	if stage != runRunning {
 		h.Healthy = len(h.Problems) == 0
@@ -258,14 +264,14 @@ func (c *Consumer) Health() Health {
 	}
 
 	last := max(p.receive.Load(), p.renewal.Load(), p.delete.Load(), p.resumed.Load())
-	if idle := now.Sub(time.Unix(0, last)); closed && idle > c.stallLimit() {
-		msg := fmt.Sprintf("no ReceiveMessage, visibility change or delete was answered by SQS for %v (limit %v)", idle.Round(time.Second), c.stallLimit())
+	if idle := now.Sub(time.Unix(0, last)); closed && idle > lim.stall() {
+		msg := fmt.Sprintf("no ReceiveMessage, visibility change or delete was answered by SQS for %v (limit %v)", idle.Round(time.Second), lim.stall())
 		if e := p.recvErr.Load(); e != nil {
 			msg += "; the latest receive failed: " + *e
 		}
 		h.Problems = append(h.Problems, msg)
 	}
-	if lim := c.handlerLimit(); lim > 0 && h.LongestHandler > lim {
+	if lim := lim.handler(); lim > 0 && h.LongestHandler > lim {
 		h.Problems = append(h.Problems, fmt.Sprintf("a handler has run for %v (limit %v)", h.LongestHandler.Round(time.Second), lim))
 	}
 	if len(nearCeiling) > 0 {
@@ -276,42 +282,50 @@ func (c *Consumer) Health() Health {
 	return h
 }
 
-// startupLimit is WithStartupLimit's, or DefaultStartupLimit.
-func (c *Consumer) startupLimit() time.Duration {
-	if c.s.startupLimit > 0 {
-		return c.s.startupLimit
+// healthLimits are the limits Health judges by: the settings', or their
+// defaults, which follow the run's heartbeat and long-poll wait.
+type healthLimits struct {
+	s                  *settings
+	member             *share.Member
+	interval, pollWait time.Duration
+}
+
+// startup is WithStartupLimit's, or DefaultStartupLimit.
+func (l healthLimits) startup() time.Duration {
+	if l.s.startupLimit > 0 {
+		return l.s.startupLimit
 	}
 	return DefaultStartupLimit
 }
 
-// stallLimit is WithHealthLimits' stall limit, or its default: at least
+// stall is WithHealthLimits' stall limit, or its default: at least
 // twice the heartbeat interval, since a Consumer busy with long handlers
 // may only renew.
-func (c *Consumer) stallLimit() time.Duration {
-	if c.s.stallLimit > 0 {
-		return c.s.stallLimit
+func (l healthLimits) stall() time.Duration {
+	if l.s.stallLimit > 0 {
+		return l.s.stallLimit
 	}
-	interval := c.cfg.interval
-	if c.s.adaptiveMax > 0 {
-		interval = max(interval, heartbeatInterval(c.s.adaptiveMax, 0))
+	interval := l.interval
+	if l.s.adaptiveMax > 0 {
+		interval = max(interval, heartbeatInterval(l.s.adaptiveMax, 0))
 	}
 	limit := max(defaultStallLimit, 2*interval)
-	if m := c.member; m != nil {
+	if m := l.member; m != nil {
 		// An idle queue in a fleet pauses between receives: a pause and
 		// a long poll may pass without any answer.
-		limit = max(limit, 2*(m.IdlePause+c.pollWait))
+		limit = max(limit, 2*(m.IdlePause+l.pollWait))
 	}
 	return limit
 }
 
-// handlerLimit is WithHealthLimits' handler limit, or its default (0:
+// handler is WithHealthLimits' handler limit, or its default (0:
 // none).
-func (c *Consumer) handlerLimit() time.Duration {
+func (l healthLimits) handler() time.Duration {
 	switch {
-	case c.s.handlerLimit > 0:
-		return c.s.handlerLimit
-	case c.s.handlerTimeout > 0:
-		return c.s.handlerTimeout + handlerLimitSlack
+	case l.s.handlerLimit > 0:
+		return l.s.handlerLimit
+	case l.s.handlerTimeout > 0:
+		return l.s.handlerTimeout + handlerLimitSlack
 	}
 	return 0
 }
@@ -319,8 +333,8 @@ func (c *Consumer) handlerLimit() time.Duration {
 // runningHandlers looks at the deliveries whose handler runs now: how
 // many, how long the oldest has run, and the IDs of those whose lease is
 // within its ceiling grace of the maximum lease duration, sorted.
-func (c *Consumer) runningHandlers(now time.Time) (running int, longest time.Duration, nearCeiling []string) {
-	for _, d := range c.held.all() {
+func (r *run) runningHandlers(now time.Time) (running int, longest time.Duration, nearCeiling []string) {
+	for _, d := range r.reg.all() {
 		since, ok := d.running()
 		if !ok {
 			continue

@@ -138,3 +138,11 @@ func (b bundle) send(t *testing.T, n int, opts ...sqstest.SendOption) []string {
 	}
 	return ids
 }
+
+// flowOf returns the flow of c's run once Run has set it up, nil before.
+func (c *Consumer) flowOf() *flow {
+	if r := c.runOf(); r != nil {
+		return r.fl
+	}
+	return nil
+}

@@ -62,6 +62,10 @@ type leaseConfig struct {
 	// asynchronous delete's first attempt (a Consumer cancels it at its
 	// hard stop); nil means context.Background.
 	settleCtx context.Context
+	// join, when set, counts the goroutine that carries on an
+	// asynchronous delete after its first attempt (a Consumer's run
+	// waits for it before Run returns); nil: nobody waits.
+	join *sync.WaitGroup
 }
 
 func (s *settings) leaseConfig(lease time.Duration) (leaseConfig, error) {

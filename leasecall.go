@@ -24,7 +24,8 @@ func (l *Lease) deleteCall(ctx context.Context, handle string) error {
 // adds the delete to the next coalesced call and returns true, and done gets
 // Delete's result once SQS answered. A first attempt that does not simply
 // succeed continues as Delete would (retries, a newer handle) on a
-// goroutine that ends before done is called. It returns false, having
+// goroutine of its own, which calls done and is counted in cfg.join until
+// it returns. It returns false, having
 // done nothing, when the lease's calls are not coalesced, another call of the lease
 // is in flight or the lease cannot be deleted: the caller then uses Delete.
 func (l *Lease) deleteAsync(done func(*Lease, error)) bool {
@@ -65,6 +66,14 @@ func (l *Lease) asyncDeleted(gen uint32, done func(*Lease, error), err error) {
 	if err == nil && !superseded {
 		l.endSettle(nil, leaseDeleted, EventDeleted, 0)
 		done(l, nil)
+		return
+	}
+	if j := l.cfg.join; j != nil {
+		j.Add(1)
+		go func() {
+			defer j.Done()
+			l.deleteRetry(outcome{superseded: superseded, err: err}, done)
+		}()
 		return
 	}
 	go l.deleteRetry(outcome{superseded: superseded, err: err}, done)

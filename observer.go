@@ -134,7 +134,7 @@ func Observers(obs ...Observer) Observer {
 // own; safe for concurrent use.
 type eventSink struct {
 	observer Observer
-	logger   *slog.Logger   // where an Observer's panic is logged
+	logger   *slog.Logger   // the Consumer's (WithLogger); nil: nothing is logged
 	stats    *statsRecorder // a Consumer's; nil for a lease made with NewLease
 	queueURL string
 }
@@ -217,14 +217,11 @@ func logSafely(logger *slog.Logger, level slog.Level, msg string, args ...any) {
 	logger.Log(context.Background(), level, msg, args...)
 }
 
-// observe tells the Consumer's event sink of kind for d.
-func (c *Consumer) observe(kind EventKind, d *delivery, err error) {
-	c.ev.emit(kind, &d.msg, d.msg.ReceiveCount, d.lease.arrivedAt(), d.workStarted(), 0, err)
-}
-
-func (c *Consumer) log(level slog.Level, msg string, args ...any) {
-	if c.s.logger == nil {
+// log logs msg at level to the Consumer's logger, if any, with the
+// queue's URL.
+func (s *eventSink) log(level slog.Level, msg string, args ...any) {
+	if s.logger == nil {
 		return
 	}
-	logSafely(c.s.logger, level, msg, append([]any{"queue_url", c.queueURL}, args...)...)
+	logSafely(s.logger, level, msg, append([]any{"queue_url", s.queueURL}, args...)...)
 }

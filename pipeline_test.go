@@ -194,7 +194,7 @@ func measureCell(t *testing.T, c cell, warm, span time.Duration) cellResult {
 		if testing.Verbose() {
 			t.Logf("calls %d, receives %d asking %d getting %d, messages handled %d", client.calls.Load(), client.recvs.Load(), client.asked.Load(), client.got.Load(), total)
 		}
-		_, _, _, res.peakAhead = con.fl.snapshot()
+		_, _, _, res.peakAhead = con.flowOf().snapshot()
 	})
 	return res
 }

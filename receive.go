@@ -22,46 +22,46 @@ import (
 // coalesced call the flow hands it (a job), or sends the receive the flow
 // says is due and dispatches what comes back; with neither it parks until
 // the flow kicks it. It returns once Run has stopped the workers (quit).
-func (c *Consumer) poll() {
-	defer c.pollers.Done()
+func (r *run) poll() {
+	defer r.pollers.Done()
 	for {
-		job, n, sent := c.fl.take()
+		job, n, sent := r.fl.take()
 		if job != nil {
 			job()
 			continue
 		}
 		if n == 0 {
 			select {
-			case <-c.fl.kicked():
-				c.fl.unpark()
+			case <-r.fl.kicked():
+				r.fl.unpark()
 				continue
-			case <-c.quit:
-				c.fl.unpark()
+			case <-r.quit:
+				r.fl.unpark()
 				return
 			}
 		}
-		err := c.receive(n, sent)
+		err := r.receive(n, sent)
 		if err == nil {
 			continue
 		}
-		if c.pollCtx.Err() != nil {
+		if r.pollCtx.Err() != nil {
 			return
 		}
-		if c.shuttingDown() && errors.Is(err, context.Canceled) {
-			c.fl.abandoned(n, sent) // an idle poll the shutdown cancelled
+		if r.shuttingDown() && errors.Is(err, context.Canceled) {
+			r.fl.abandoned(n, sent) // an idle poll the shutdown cancelled
 			return
 		}
-		same, backoff := c.fl.failed(n, sent, err, persistentClientError(err))
-		c.fl.handOut()
+		same, backoff := r.fl.failed(n, sent, err, persistentClientError(err))
+		r.fl.handOut()
 		if classify(err) == kindPermanent {
-			c.fail(err, "sqsconsumer: permanent receive error; shutting down")
+			r.fail(err, "sqsconsumer: permanent receive error; shutting down")
 			return
 		}
 		if same >= maxSameReceiveFailures {
-			c.fail(fmt.Errorf("failed %d times in a row with the same client error: %w", same, err), "sqsconsumer: every receive fails the same way; shutting down")
+			r.fail(fmt.Errorf("failed %d times in a row with the same client error: %w", same, err), "sqsconsumer: every receive fails the same way; shutting down")
 			return
 		}
-		c.log(slog.LevelWarn, "sqsconsumer: receive failed; backing off", "error", err, "backoff", backoff.String())
+		r.log(slog.LevelWarn, "sqsconsumer: receive failed; backing off", "error", err, "backoff", backoff.String())
 	}
 }
 
@@ -72,33 +72,22 @@ func (c *Consumer) poll() {
 // retried for as long as Run runs.
 const maxSameReceiveFailures = 10
 
-// fail records a permanent receive error and ends Run.
-func (c *Consumer) fail(err error, msg string) {
-	c.mu.Lock()
-	if c.fatal == nil {
-		c.fatal = fmt.Errorf("sqsconsumer: ReceiveMessage: %w", err)
-	}
-	c.mu.Unlock()
-	c.log(slog.LevelError, msg, "error", err)
-	c.fatalStop()
-}
-
 // receive sends one ReceiveMessage for n messages, taken from the flow at
 // sent (the hand-over estimate may not count from later), and dispatches
 // the answer. Its context is not Run's: a receive is never cancelled by a
 // shutdown, only by the hard stop after it.
-func (c *Consumer) receive(n int, sent time.Time) error {
-	cfg := c.leaseFor()
-	ctx, cancel := context.WithTimeoutCause(c.pollCtx, c.pollWait+receiveCallTimeout, errReceiveTimeout)
-	if c.s.cancelIdlePolls {
+func (r *run) receive(n int, sent time.Time) error {
+	cfg := r.leaseFor()
+	ctx, cancel := context.WithTimeoutCause(r.pollCtx, r.pollWait+receiveCallTimeout, errReceiveTimeout)
+	if r.s.cancelIdlePolls {
 		var done func()
-		ctx, done = c.polls.watch(ctx, sent)
+		ctx, done = r.polls.watch(ctx, sent)
 		defer done()
 	}
-	out, err := c.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-		QueueUrl:                    aws.String(c.queueURL),
+	out, err := r.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+		QueueUrl:                    aws.String(r.queueURL),
 		MaxNumberOfMessages:         int32(n),
-		WaitTimeSeconds:             int32(c.pollWait / time.Second),
+		WaitTimeSeconds:             int32(r.pollWait / time.Second),
 		VisibilityTimeout:           int32(cfg.lease / time.Second),
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
 		MessageAttributeNames:       []string{"All"},
@@ -107,40 +96,40 @@ func (c *Consumer) receive(n int, sent time.Time) error {
 	arrived := time.Now()
 	if err != nil {
 		msg := err.Error()
-		c.progress.recvErr.Store(&msg)
+		r.prog.recvErr.Store(&msg)
 		return err // the caller tells the flow
 	}
-	stamp(&c.progress.receive)
-	c.progress.answer()
-	c.progress.recvErr.Store(nil)
+	stamp(&r.prog.receive)
+	r.prog.answer()
+	r.prog.recvErr.Store(nil)
 	msgs := out.Messages
 	if len(msgs) > n {
 		// SQS never does this; a misbehaving endpoint must not break
 		// the accounting.
-		c.log(slog.LevelError, "sqsconsumer: ReceiveMessage returned more messages than asked for; releasing the extra", "asked", n, "got", len(msgs))
+		r.log(slog.LevelError, "sqsconsumer: ReceiveMessage returned more messages than asked for; releasing the extra", "asked", n, "got", len(msgs))
 		for _, m := range msgs[n:] {
-			c.releaseRaw(m, 0)
+			r.releaseRaw(m, 0)
 		}
 		msgs = msgs[:n]
 	}
-	msgs = c.dropCorrupt(msgs)
-	c.fl.received(n, len(msgs), sent, arrived.Sub(sent))
-	c.dispatch(msgs, HandoverTime(sent, arrived), arrived, cfg)
-	c.fl.handOut()
+	msgs = r.dropCorrupt(msgs)
+	r.fl.received(n, len(msgs), sent, arrived.Sub(sent))
+	r.dispatch(msgs, HandoverTime(sent, arrived), arrived, cfg)
+	r.fl.handOut()
 	return nil
 }
 
 // leaseFor is the lease configuration for the next receive: the fixed one,
 // or under WithAdaptiveVisibility twice the recent p99 with a heartbeat at
 // the interval rule's (heartbeatInterval) for that lease.
-func (c *Consumer) leaseFor() *leaseConfig {
-	if c.s.adaptiveMax == 0 {
-		return &c.cfg
+func (r *run) leaseFor() *leaseConfig {
+	if r.s.adaptiveMax == 0 {
+		return &r.cfg
 	}
-	cfg := c.cfg // one copy per receive, shared by its leases
-	cfg.lease = c.stats.adaptiveVisibility(c.s.adaptiveMin, min(c.s.adaptiveMax, cfg.maxLease), cfg.lease)
+	cfg := r.cfg // one copy per receive, shared by its leases
+	cfg.lease = r.stats.adaptiveVisibility(r.s.adaptiveMin, min(r.s.adaptiveMax, cfg.maxLease), cfg.lease)
 	cfg.interval = heartbeatInterval(cfg.lease, 0)
-	cfg.grace = ceilingGrace(cfg.interval, c.s.ceilingGrace, c.s.ceilingGraceSet)
+	cfg.grace = ceilingGrace(cfg.interval, r.s.ceilingGrace, r.s.ceilingGraceSet)
 	return &cfg
 }
 
@@ -154,14 +143,14 @@ func skipChecksum(o *sqs.Options) { o.DisableMessageChecksumValidation = true }
 // their MD5OfBody (the lowercase hex MD5 of the body, as SQS computes it);
 // those are handed back at once (visibility 0), for a delivery that is
 // hopefully intact. A message without a digest is kept.
-func (c *Consumer) dropCorrupt(msgs []types.Message) []types.Message {
+func (r *run) dropCorrupt(msgs []types.Message) []types.Message {
 	kept := msgs[:0]
 	for _, m := range msgs {
 		if want := aws.ToString(m.MD5OfBody); want != "" {
 			sum := md5.Sum([]byte(aws.ToString(m.Body)))
 			if got := hex.EncodeToString(sum[:]); got != want {
-				c.log(slog.LevelError, "sqsconsumer: message body does not match its MD5 digest; handing it back", "message_id", aws.ToString(m.MessageId), "md5_of_body", want, "md5_computed", got)
-				c.releaseRaw(m, 0)
+				r.log(slog.LevelError, "sqsconsumer: message body does not match its MD5 digest; handing it back", "message_id", aws.ToString(m.MessageId), "md5_of_body", want, "md5_computed", got)
+				r.releaseRaw(m, 0)
 				continue
 			}
 		}
@@ -245,95 +234,99 @@ func receiveBackoff(n int) time.Duration {
 // pausing, stopping or its breaker is open: the receive was in flight
 // when that began), and any later message of a group that is being
 // handed back, is handed back at once, before the poller goes on.
-func (c *Consumer) dispatch(msgs []types.Message, handedOver, arrived time.Time, cfg *leaseConfig) {
+func (r *run) dispatch(msgs []types.Message, handedOver, arrived time.Time, cfg *leaseConfig) {
 	var back []*delivery
 	for _, raw := range msgs {
-		d := c.deliver(raw, handedOver, arrived, cfg)
-		if d == nil {
-			continue
-		}
-		v := c.order.enter(d)
+		d, v := r.deliver(raw, handedOver, arrived, cfg)
 		switch {
+		case d == nil:
+			continue
 		case v == fifo.HandBack:
 			back = append(back, d)
 			continue
-		case v == fifo.Wait && c.batch == nil:
+		case v == fifo.Wait && r.batch == nil:
 			// Behind an earlier message of its group, which hands it on
 			// when done (finish). (A Batch handler's members take slots
 			// at once: several of a group may run in one batch, in
 			// order.)
 			continue
 		}
-		if !c.taking() || !c.enqueue(d) {
+		if !r.taking() || !r.enqueue(d) {
 			// Marked at once: the later messages of its group in this
 			// answer go back with it, even if the Consumer takes work
 			// again before they are dispatched.
-			c.order.handBack(d)
+			r.reg.handBack(d)
 			back = append(back, d)
 		}
 	}
-	c.handBack(back)
+	r.handBack(back)
 }
 
-// deliver makes the delivery of raw and starts its lease; or, when its
-// message is still held here, the running lease adopts the newer receipt
-// handle (or, if that lease is already gone, raw is handed back) and
-// deliver returns nil. handedOver is the receive's conservative hand-over
+// deliver makes the delivery of raw, records it in the registry (v: what
+// its FIFO group's order says) and starts its lease; or, when its message
+// is still held here, the running lease adopts the newer receipt handle
+// (or, if that lease is already gone, raw is handed back) and deliver
+// returns nil. handedOver is the receive's conservative hand-over
 // estimate (the lease clock), arrived when its answer came.
-func (c *Consumer) deliver(raw types.Message, handedOver, arrived time.Time, cfg *leaseConfig) *delivery {
+func (r *run) deliver(raw types.Message, handedOver, arrived time.Time, cfg *leaseConfig) (d *delivery, v fifo.Verdict) {
 	id, handle := aws.ToString(raw.MessageId), aws.ToString(raw.ReceiptHandle)
 	if id == "" || handle == "" {
-		c.log(slog.LevelError, "sqsconsumer: ReceiveMessage returned a message without MessageId or ReceiptHandle; skipping it", "message_id", id)
-		c.fl.drop(1)
-		return nil
+		r.log(slog.LevelError, "sqsconsumer: ReceiveMessage returned a message without MessageId or ReceiptHandle; skipping it", "message_id", id)
+		r.fl.drop(1)
+		return nil, v
 	}
-	d := newDelivery(raw, handedOver, arrived, cfg)
-	for prev := c.held.add(d); prev != nil; {
+	d = newDelivery(raw, handedOver, arrived, cfg)
+	for {
+		prev, pv := r.reg.add(d)
+		if prev == nil {
+			v = pv
+			break
+		}
 		if !(prev.lease.settled() && !prev.inHandler.Load()) {
 			// Still held here. (A delivery whose handler has returned
 			// and whose message SQS has confirmed released or deleted
 			// is only being finished: a new receive of it is a new
 			// delivery.) d was never started: it is dropped.
-			c.adopt(prev, raw, handedOver, cfg)
-			return nil
+			r.adopt(prev, raw, handedOver, cfg)
+			return nil, v
 		}
-		if c.held.replace(d, prev) {
+		if ok, pv := r.reg.replace(d, prev); ok {
+			v = pv
 			break
 		}
-		prev = c.held.add(d) // another receive of it was dispatched meanwhile: look again
+		// Another receive of it was dispatched meanwhile: look again.
 	}
 	// Not a child of any Run-scoped context: cancelling Run's context
 	// must not interrupt handlers (shutdown cancels each one itself), and
 	// a parent would take a shared lock for every message.
 	d.ctx = d.lease.start(context.Background())
-	c.handlers.add() // done in finish
-	c.observe(EventReceived, d, nil)
-	return d
+	r.observe(EventReceived, d, nil)
+	return d, v
 }
 
 // adopt gives a redelivery of a message still held here to its running
 // lease, or hands it back when that lease is gone but its handler has not
 // returned yet (the two must not run at once).
-func (c *Consumer) adopt(d *delivery, raw types.Message, handedOver time.Time, cfg *leaseConfig) {
-	c.fl.drop(1)
+func (r *run) adopt(d *delivery, raw types.Message, handedOver time.Time, cfg *leaseConfig) {
+	r.fl.drop(1)
 	count, _ := strconv.Atoi(raw.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
 	if d.lease.adopt(aws.ToString(raw.ReceiptHandle), handedOver, count, cfg.lease) {
-		c.log(slog.LevelInfo, "sqsconsumer: message redelivered while still being handled here; the running lease adopted the new receipt handle", "message_id", d.msg.ID, "receive_count", count)
-		c.ev.emit(EventAdopted, &d.msg, count, d.lease.arrivedAt(), d.workStarted(), 0, nil)
+		r.log(slog.LevelInfo, "sqsconsumer: message redelivered while still being handled here; the running lease adopted the new receipt handle", "message_id", d.msg.ID, "receive_count", count)
+		r.ev.emit(EventAdopted, &d.msg, count, d.lease.arrivedAt(), d.workStarted(), 0, nil)
 		return
 	}
-	c.log(slog.LevelWarn, "sqsconsumer: message redelivered while its previous handler is still winding down; releasing the redelivery", "message_id", d.msg.ID)
-	c.releaseRaw(raw, DefaultBackoff(count))
+	r.log(slog.LevelWarn, "sqsconsumer: message redelivered while its previous handler is still winding down; releasing the redelivery", "message_id", d.msg.ID)
+	r.releaseRaw(raw, DefaultBackoff(count))
 }
 
 // enqueue hands a waiting delivery, free to start, to the flow: it starts
 // at once in a free slot or waits for one. It returns false, having done
 // nothing, when receiving has stopped or paused: the caller hands d back.
-func (c *Consumer) enqueue(d *delivery) bool {
-	switch v, s := c.fl.enqueue(d); v {
+func (r *run) enqueue(d *delivery) bool {
+	switch v, s := r.fl.enqueue(d); v {
 	case startNow:
 		d.place, d.slot = placeSlot, s
-		c.start(d)
+		r.start(d)
 	case notStarting:
 		return false
 	}
@@ -342,30 +335,30 @@ func (c *Consumer) enqueue(d *delivery) bool {
 
 // granted starts the oldest waiting message in a slot of the fleet's
 // budget given to this Consumer; false if none could start.
-func (c *Consumer) granted() bool {
-	d, s := c.fl.granted()
+func (r *run) granted() bool {
+	d, s := r.fl.granted()
 	if d == nil {
 		return false
 	}
 	d.place, d.slot = placeSlot, s
-	c.start(d)
+	r.start(d)
 	return true
 }
 
 // releaseRaw sets the visibility of a message that never got a delivery
 // (and so no lease): one the receive should not have returned, a corrupt
 // one, a redelivery of one still winding down.
-func (c *Consumer) releaseRaw(m types.Message, after time.Duration) {
-	ctx, cancel := context.WithTimeout(c.settleCtx, 10*time.Second)
+func (r *run) releaseRaw(m types.Message, after time.Duration) {
+	ctx, cancel := context.WithTimeout(r.settleCtx, 10*time.Second)
 	defer cancel()
 	secs := int32((after + time.Second - 1) / time.Second)
-	if err := c.calls.changeVisibility(ctx, aws.ToString(m.ReceiptHandle), secs); err != nil {
-		c.log(slog.LevelWarn, "sqsconsumer: could not hand a message back", "message_id", aws.ToString(m.MessageId), "error", err)
+	if err := r.calls.changeVisibility(ctx, aws.ToString(m.ReceiptHandle), secs); err != nil {
+		r.log(slog.LevelWarn, "sqsconsumer: could not hand a message back", "message_id", aws.ToString(m.MessageId), "error", err)
 	}
 }
 
 // taking reports whether the Consumer takes new messages: not shutting
 // down, not paused, its breaker (if any) not open.
-func (c *Consumer) taking() bool {
-	return !c.stopping.Load() && !c.paused.Load() && (c.br == nil || !c.br.refusing())
+func (r *run) taking() bool {
+	return !r.stopping.Load() && !r.paused.Load() && (r.br == nil || !r.br.refusing())
 }

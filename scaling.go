@@ -204,7 +204,12 @@ type Scaling struct {
 // latest figure. Its readings run on one goroutine that Run starts and
 // joins; Scaling may be read from any goroutine.
 type scaler struct {
-	p ScalingPolicy
+	p        ScalingPolicy
+	client   Client
+	queueURL string
+	conc     int            // the Consumer's handler slots
+	stats    *statsRecorder // the Consumer's: the recent mean time in flight
+	ev       *eventSink     // the Consumer's logger
 
 	mu     sync.Mutex // guards the fields below
 	sig    *scaling.Signal
@@ -212,11 +217,8 @@ type scaler struct {
 	failed int // failed readings in a row
 }
 
-// Scaling returns the scaling signal's latest figure. Without WithScaling
-// (or WithScalingTarget) it is never Known. Safe for concurrent use, at any
-// time.
-func (c *Consumer) Scaling() Scaling {
-	sc := c.scaler
+// figure is the latest figure; nil (the signal is off) is never Known.
+func (sc *scaler) figure() Scaling {
 	if sc == nil {
 		return Scaling{Reason: "the scaling signal is off: set WithScalingTarget"}
 	}
@@ -250,7 +252,7 @@ type scalingJSON struct {
 }
 
 // runScaler reads the queue's counts every interval until ctx is done.
-func (c *Consumer) runScaler(ctx context.Context) {
+func (sc *scaler) run(ctx context.Context, fl *flow) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -259,18 +261,17 @@ func (c *Consumer) runScaler(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		c.scale(ctx)
-		t.Reset(c.scaler.p.Interval)
+		sc.scale(ctx, fl)
+		t.Reset(sc.p.Interval)
 	}
 }
 
 // scale takes one reading and updates the figure.
-func (c *Consumer) scale(ctx context.Context) {
-	sc := c.scaler
-	c.stats.calls.scalingAttrs.Add(1)
+func (sc *scaler) scale(ctx context.Context, fl *flow) {
+	sc.stats.calls.scalingAttrs.Add(1)
 	cctx, cancel := context.WithTimeout(ctx, scalingCallTimeout)
-	out, err := c.client.GetQueueAttributes(cctx, &sqs.GetQueueAttributesInput{
-		QueueUrl: aws.String(c.queueURL),
+	out, err := sc.client.GetQueueAttributes(cctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(sc.queueURL),
 		AttributeNames: []types.QueueAttributeName{
 			types.QueueAttributeNameApproximateNumberOfMessages,
 			types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
@@ -295,14 +296,12 @@ func (c *Consumer) scale(ctx context.Context) {
 			sc.fig.Reason = fmt.Sprintf("the last %d readings of the queue's counts failed", failed)
 		}
 		sc.mu.Unlock()
-		c.log(slog.LevelWarn, "sqsconsumer: scaling signal: reading the queue's counts failed", "error", err, "failures_in_a_row", failed)
+		sc.ev.log(slog.LevelWarn, "sqsconsumer: scaling signal: reading the queue's counts failed", "error", err, "failures_in_a_row", failed)
 		return
 	}
 	r.At = time.Now()
-	if fl := c.flowOf(); fl != nil {
-		r.Capacity = fl.capacityNow()
-	}
-	r.MeanInFlight = c.stats.recentMean()
+	r.Capacity = fl.capacityNow()
+	r.MeanInFlight = sc.stats.recentMean()
 	sc.mu.Lock()
 	sc.failed = 0
 	f := sc.sig.Update(r)
@@ -312,12 +311,12 @@ func (c *Consumer) scale(ctx context.Context) {
 	sc.fig.ArrivalRate, sc.fig.Demand, sc.fig.At = f.ArrivalRate, f.Demand, f.At
 	if !math.IsInf(f.Capacity, 0) && f.Capacity > 0 {
 		sc.fig.CapacityPerReplica = f.Capacity
-		sc.fig.SlotTime = time.Duration(float64(c.s.concurrency) / f.Capacity * float64(time.Second))
+		sc.fig.SlotTime = time.Duration(float64(sc.conc) / f.Capacity * float64(time.Second))
 	}
 	fig := sc.fig
 	sc.mu.Unlock()
 	if sc.p.EMFNamespace != "" && fig.Known {
-		c.logEMF(fig)
+		sc.logEMF(fig)
 	}
 }
 
@@ -375,18 +374,18 @@ var emfMetrics = []emfMetricV{
 // "_aws" directive and the metric values as top-level members, dimensioned
 // by QueueName. slog's JSON handler adds time, level and msg, which EMF
 // allows.
-func (c *Consumer) logEMF(f Scaling) {
-	if c.s.logger == nil {
+func (sc *scaler) logEMF(f Scaling) {
+	if sc.ev.logger == nil {
 		return
 	}
 	d := emfDirective{
 		Timestamp: f.At.UnixMilli(),
 		CloudWatchMetrics: []emfMetric{{
-			Namespace: c.scaler.p.EMFNamespace, Dimensions: [][]string{{"QueueName"}}, Metrics: emfMetrics,
+			Namespace: sc.p.EMFNamespace, Dimensions: [][]string{{"QueueName"}}, Metrics: emfMetrics,
 		}},
 	}
-	logSafely(c.s.logger, slog.LevelInfo, "sqsconsumer: scaling signal",
-		slog.Any("_aws", d), slog.String("QueueName", queueName(c.queueURL)),
+	logSafely(sc.ev.logger, slog.LevelInfo, "sqsconsumer: scaling signal",
+		slog.Any("_aws", d), slog.String("QueueName", queueName(sc.queueURL)),
 		slog.Int("DesiredReplicas", f.Replicas), slog.Float64("Backlog", math.Round(f.Visible)),
 		slog.Float64("ArrivalRate", math.Round(f.ArrivalRate*100)/100))
 }

@@ -104,51 +104,51 @@ func decide(in settleInput) (act settleAction, after time.Duration) {
 // none). Settling uses its own context, not the handler's (which may be
 // cancelled): the lease's deadline bounds every call, and the hard stop
 // bounds them at shutdown.
-func (c *Consumer) settle(d *delivery, err error, ran bool) (next *delivery) {
+func (r *run) settle(d *delivery, err error, ran bool) (next *delivery) {
 	l := &d.lease
 	in := settleInput{ran: ran, err: err}
 	in.settled, in.leaseErr = l.settleState()
 	if ran && err != nil {
 		in.shutdown = errors.Is(context.Cause(d.ctx), ErrShutdown)
-		in.backoff = c.backoff(d.msg.ReceiveCount)
+		in.backoff = r.backoff(d.msg.ReceiveCount)
 	}
-	if c.br != nil && ran {
-		c.br.record(outcomeOf(err, in.leaseErr, in.shutdown))
+	if r.br != nil && ran {
+		r.br.record(outcomeOf(err, in.leaseErr, in.shutdown))
 		if err != nil {
-			in.hold = c.br.holdFor()
+			in.hold = r.br.holdFor()
 		}
 	}
 	act, after := decide(in)
 	switch {
 	case !ran:
 	case err == nil:
-		c.observe(EventSucceeded, d, nil)
+		r.observe(EventSucceeded, d, nil)
 	default:
-		c.observe(EventFailed, d, err)
-		c.logFailure(d, err, act, after)
+		r.observe(EventFailed, d, err)
+		r.logFailure(d, err, act, after)
 	}
-	ctx := c.settleCtx
+	ctx := r.settleCtx
 	switch act {
 	case actSettled:
-		c.finish(d, l.deleted(), ran, err)
+		r.finish(d, l.deleted(), ran, err)
 	case actLeave:
 		if !ran {
 			// Its lease ended before the handler could start: the handle
 			// is no good, and SQS hands the message out again by itself.
-			c.log(slog.LevelWarn, "sqsconsumer: a received message's lease ended before its handler could start; not starting it", "message_id", d.msg.ID, "error", in.leaseErr)
+			r.log(slog.LevelWarn, "sqsconsumer: a received message's lease ended before its handler could start; not starting it", "message_id", d.msg.ID, "error", in.leaseErr)
 			err = in.leaseErr
 		}
-		c.finish(d, false, ran, err)
+		r.finish(d, false, ran, err)
 	case actDelete:
-		return c.settleDelete(d, c.afterDelete)
+		return r.settleDelete(d, r.afterDelete)
 	case actDeadLetter:
-		if c.moveToDeadLetter(d, err) {
+		if r.moveToDeadLetter(d, err) {
 			// The copy is in the dead-letter queue: the source's message
 			// goes as a success's would (a FIFO group moves on). A rare
 			// path: the closure's allocation does not matter.
-			return c.settleDelete(d, func(l *Lease, derr error) { c.movedDeleted(d, derr, err) })
+			return r.settleDelete(d, func(l *Lease, derr error) { r.movedDeleted(d, derr, err) })
 		}
-		c.logFailure(d, err, actRelease, after) // the move failed: an ordinary failure after all
+		r.logFailure(d, err, actRelease, after) // the move failed: an ordinary failure after all
 		fallthrough
 	case actRelease:
 		if rerr := l.Release(ctx, after); rerr != nil {
@@ -156,9 +156,9 @@ func (c *Consumer) settle(d *delivery, err error, ran bool) (next *delivery) {
 			if !ran {
 				what = "could not hand an unstarted message back"
 			}
-			c.log(slog.LevelWarn, "sqsconsumer: "+what, "message_id", d.msg.ID, "error", rerr)
+			r.log(slog.LevelWarn, "sqsconsumer: "+what, "message_id", d.msg.ID, "error", rerr)
 		}
-		c.finish(d, false, ran, err)
+		r.finish(d, false, ran, err)
 	}
 	return nil
 }
@@ -169,18 +169,18 @@ func (c *Consumer) settle(d *delivery, err error, ran bool) (next *delivery) {
 // a failing queue cannot flood the log. A message failed only because an
 // earlier one of its FIFO group failed is logged at Debug; a Permanent
 // failure is logged by its move to the dead-letter queue.
-func (c *Consumer) logFailure(d *delivery, err error, act settleAction, after time.Duration) {
-	if c.s.logger == nil || act == actDeadLetter {
+func (r *run) logFailure(d *delivery, err error, act settleAction, after time.Duration) {
+	if r.s.logger == nil || act == actDeadLetter {
 		return
 	}
 	args := []any{"message_id", d.msg.ID, "receive_count", d.msg.ReceiveCount, "error", err}
 	switch {
 	case act == actLeave:
-		c.failLog.log(c, "sqsconsumer: handler failed after its lease ended; SQS delivers the message again", args...)
+		r.failLog.log(r.ev, "sqsconsumer: handler failed after its lease ended; SQS delivers the message again", args...)
 	case errors.Is(err, errEarlierFailed):
-		c.log(slog.LevelDebug, "sqsconsumer: message released unhandled to keep its FIFO group's order", args...)
+		r.log(slog.LevelDebug, "sqsconsumer: message released unhandled to keep its FIFO group's order", args...)
 	default:
-		c.failLog.log(c, "sqsconsumer: handler failed; message released for a retry", append(args, "retry_after", after.String())...)
+		r.failLog.log(r.ev, "sqsconsumer: handler failed; message released for a retry", append(args, "retry_after", after.String())...)
 	}
 }
 
@@ -200,7 +200,7 @@ type failureLog struct {
 
 // log logs msg at Warn if the rate allows, with the count of lines held
 // back before it.
-func (f *failureLog) log(c *Consumer, msg string, args ...any) {
+func (f *failureLog) log(ev *eventSink, msg string, args ...any) {
 	now := time.Now()
 	f.mu.Lock()
 	if f.bucket == nil {
@@ -218,14 +218,14 @@ func (f *failureLog) log(c *Consumer, msg string, args ...any) {
 	if skipped > 0 {
 		args = append(args, "failures_not_logged", skipped)
 	}
-	c.log(slog.LevelWarn, msg, args...)
+	ev.log(slog.LevelWarn, msg, args...)
 }
 
 // settleAndStart is settle for a caller with nothing to run next: it
 // starts the message settle's freed slot took, if any.
-func (c *Consumer) settleAndStart(d *delivery, err error, ran bool) {
-	if next := c.settle(d, err, ran); next != nil {
-		c.start(next)
+func (r *run) settleAndStart(d *delivery, err error, ran bool) {
+	if next := r.settle(d, err, ran); next != nil {
+		r.start(next)
 	}
 }
 
@@ -235,10 +235,10 @@ func (c *Consumer) settleAndStart(d *delivery, err error, ran bool) {
 // handler slot can take the next message, which settleDelete returns for
 // the caller to run: the lease keeps renewing until then. At most
 // concurrency + max read-ahead such messages are held at once.
-func (c *Consumer) settleDelete(d *delivery, after func(*Lease, error)) (next *delivery) {
-	if d.place == placeSlot && c.fl.takeSettling() {
+func (r *run) settleDelete(d *delivery, after func(*Lease, error)) (next *delivery) {
+	if d.place == placeSlot && r.fl.takeSettling() {
 		var s slot
-		next, s = c.fl.slotDone(d.slot, true)
+		next, s = r.fl.slotDone(d.slot, true)
 		d.place = placeSettling
 		if next != nil {
 			next.place, next.slot = placeSlot, s
@@ -248,73 +248,72 @@ func (c *Consumer) settleDelete(d *delivery, after func(*Lease, error)) (next *d
 		// A call of the lease is in flight (a renewal): this delete
 		// waits for SQS, and the next message must not wait with it.
 		if next != nil {
-			c.start(next)
+			r.start(next)
 			next = nil
 		}
-		after(&d.lease, d.lease.Delete(c.settleCtx))
+		after(&d.lease, d.lease.Delete(r.settleCtx))
 	} // else after runs when SQS answers
 	return next
 }
 
 // deleted finishes a succeeded handler's message once its delete returned
 // err, logging a failure.
-func (c *Consumer) deleted(l *Lease, err error) {
+func (r *run) deleted(l *Lease, err error) {
 	d := l.holderOf().(*delivery)
 	if err != nil {
-		c.log(slog.LevelError, "sqsconsumer: handler succeeded but the message could not be deleted; it will be delivered again", "message_id", d.msg.ID, "error", err)
+		r.log(slog.LevelError, "sqsconsumer: handler succeeded but the message could not be deleted; it will be delivered again", "message_id", d.msg.ID, "error", err)
 	}
-	c.finish(d, err == nil, true, nil)
+	r.finish(d, err == nil, true, nil)
 }
 
 // movedDeleted finishes a message moved to the dead-letter queue once its
 // delete from the source returned err; handlerErr is the handler's
 // Permanent error, for EventDone.
-func (c *Consumer) movedDeleted(d *delivery, err, handlerErr error) {
+func (r *run) movedDeleted(d *delivery, err, handlerErr error) {
 	if err != nil {
-		c.log(slog.LevelError, "sqsconsumer: message moved to the dead-letter queue but not deleted from the source; it will be delivered again", "message_id", d.msg.ID, "error", err)
+		r.log(slog.LevelError, "sqsconsumer: message moved to the dead-letter queue but not deleted from the source; it will be delivered again", "message_id", d.msg.ID, "error", err)
 	}
-	c.finish(d, err == nil, true, handlerErr)
+	r.finish(d, err == nil, true, handlerErr)
 }
 
 // finish ends a settled delivery: it stops the lease, records the figures,
 // takes the delivery out of the flow (freeing its slot), and moves its
 // FIFO group on: the next of the group starts when this one was done (its
 // message deleted), and the rest of the group goes back when it was not.
-func (c *Consumer) finish(d *delivery, done, ran bool, doneErr error) {
-	defer c.handlers.done()
+func (r *run) finish(d *delivery, done, ran bool, doneErr error) {
+	defer r.reg.done()
 	d.lease.Stop()
 	if ran {
-		c.stats.settled(time.Since(d.lease.arrivedAt()), d.lease.renewalCount())
+		r.stats.settled(time.Since(d.lease.arrivedAt()), d.lease.renewalCount())
 	} else {
-		c.stats.unstarted()
+		r.stats.unstarted()
 	}
-	c.observe(EventDone, d, doneErr)
-	c.held.remove(d)
-	next, back := c.order.leave(d, done)
-	c.leaveFlow(d, ran)
-	c.returnLater(back)
+	r.observe(EventDone, d, doneErr)
+	next, back := r.reg.leave(d, done)
+	r.leaveFlow(d, ran)
+	r.returnLater(back)
 	switch {
 	case next == nil:
-	case c.batch != nil:
-		c.batch.advance(next) // it holds a slot or waits for one; its batch may take it now
-	case !c.enqueue(next):
-		c.handBack([]*delivery{next})
+	case r.batch != nil:
+		r.batch.advance(next) // it holds a slot or waits for one; its batch may take it now
+	case !r.enqueue(next):
+		r.handBack([]*delivery{next})
 	}
 }
 
 // leaveFlow takes d out of the flow's counts; a slot it frees goes to the
 // next ready message, which starts.
-func (c *Consumer) leaveFlow(d *delivery, ran bool) {
+func (r *run) leaveFlow(d *delivery, ran bool) {
 	switch d.place {
 	case placeWaiting:
-		c.fl.leaveWaiting()
+		r.fl.leaveWaiting()
 	case placeSlot:
-		if next, s := c.fl.slotDone(d.slot, ran); next != nil {
+		if next, s := r.fl.slotDone(d.slot, ran); next != nil {
 			next.place, next.slot = placeSlot, s
-			c.start(next)
+			r.start(next)
 		}
 	case placeSettling:
-		c.fl.leaveSettling()
+		r.fl.leaveSettling()
 	}
 	d.place = placeOut
 }
@@ -327,15 +326,15 @@ func (c *Consumer) leaveFlow(d *delivery, ran bool) {
 // calls. The later messages of their FIFO groups held here go back too
 // (returnLater), and nothing of those groups starts until every hand-back
 // is answered.
-func (c *Consumer) handBack(ds []*delivery) {
+func (r *run) handBack(ds []*delivery) {
 	if len(ds) == 0 {
 		return
 	}
 	var wg sync.WaitGroup
 	for _, d := range ds {
-		later := c.order.handBack(d)
-		wg.Go(func() { c.settleAndStart(d, nil, false) })
-		c.returnLater(later)
+		later := r.reg.handBack(d)
+		wg.Go(func() { r.settleAndStart(d, nil, false) })
+		r.returnLater(later)
 	}
 	wg.Wait()
 }
@@ -344,16 +343,16 @@ func (c *Consumer) handBack(ds []*delivery) {
 // one will not be done: in single-message mode they wait, unstarted,
 // behind it, and are released, each on a worker goroutine; a Batch
 // handler's members are failed with errEarlierFailed by the batcher.
-func (c *Consumer) returnLater(ds []*delivery) {
+func (r *run) returnLater(ds []*delivery) {
 	if len(ds) == 0 {
 		return
 	}
-	if c.batch != nil {
-		c.batch.poison(ds)
+	if r.batch != nil {
+		r.batch.poison(ds)
 		return
 	}
 	for _, d := range ds {
-		c.goSettle(func() { c.settleAndStart(d, nil, false) })
+		r.goSettle(func() { r.settleAndStart(d, nil, false) })
 	}
 }
 
@@ -363,23 +362,23 @@ func (c *Consumer) returnLater(ds []*delivery) {
 // mode, the FIFO messages waiting behind their group's first, which it
 // marks as handed back. (A Batch handler's members that hold slots stay
 // with their batches.)
-func (c *Consumer) unstarted(ready []*delivery) []*delivery {
-	if c.batch != nil {
+func (r *run) unstarted(ready []*delivery) []*delivery {
+	if r.batch != nil {
 		return ready
 	}
-	return append(c.order.tails(), ready...)
+	return append(r.reg.tails(), ready...)
 }
 
 // backoff is WithBackoff's function for receiveCount. One that panics is
 // a bug in the caller's code, not in the message: the panic is logged and
 // DefaultBackoff used instead, rather than ending the process from a
 // library goroutine.
-func (c *Consumer) backoff(receiveCount int) (d time.Duration) {
+func (r *run) backoff(receiveCount int) (d time.Duration) {
 	defer func() {
 		if v := recover(); v != nil {
-			c.log(slog.LevelError, "sqsconsumer: the WithBackoff function panicked; using DefaultBackoff", "panic", fmt.Sprint(v))
+			r.log(slog.LevelError, "sqsconsumer: the WithBackoff function panicked; using DefaultBackoff", "panic", fmt.Sprint(v))
 			d = DefaultBackoff(receiveCount)
 		}
 	}()
-	return c.s.backoff(receiveCount)
+	return r.s.backoff(receiveCount)
 }

@@ -3,6 +3,7 @@ package sqsconsumer
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -207,47 +208,61 @@ func TestShutdownWhileReceivesDispatch(t *testing.T) {
 	}
 }
 
-// The shutdown's count of held deliveries: idle closes once none is held,
-// at once when none is; deliveries dispatched while (or after) it is
-// waited on do not break it, which a sync.WaitGroup's Wait racing an Add
-// from zero does (a panic).
-func TestDeliveryCount(t *testing.T) {
+// The registry's count of held deliveries, which the shutdown waits on:
+// idle closes once none is held, at once when none is; deliveries
+// dispatched while (or after) it is waited on do not break it, which a
+// sync.WaitGroup's Wait racing an Add from zero does (a panic).
+func TestRegistryCount(t *testing.T) {
 	t.Parallel()
-	var d deliveryCount
+	g := newRegistry(false)
+	held := func(id string) *delivery {
+		d := &delivery{msg: Message{ID: id}}
+		prev, _ := g.add(d)
+		require.Nil(t, prev, "a second delivery of %s", id)
+		return d
+	}
+	end := func(d *delivery) {
+		next, back := g.leave(d, true)
+		require.Nil(t, next)
+		require.Empty(t, back)
+		g.done()
+	}
 	select {
-	case <-d.idle():
+	case <-g.idle():
 	default:
 		t.Fatal("idle with nothing held")
 	}
-	d.add()
-	d.add()
-	ch := d.idle()
-	d.done()
+	a, b := held("a"), held("b")
+	ch := g.idle()
+	end(a)
 	select {
 	case <-ch:
 		t.Fatal("idle with one held")
 	default:
 	}
-	d.done()
+	end(b)
 	<-ch
+	require.Empty(t, g.all())
 	// Adds and dones from many goroutines while idle is waited on, again
 	// and again, each time the count crosses zero.
 	var wg sync.WaitGroup
-	for range 8 {
+	for w := range 8 {
 		wg.Go(func() {
-			for range 10_000 {
-				d.add()
-				d.done()
+			for i := range 10_000 {
+				end(held(fmt.Sprintf("w%d-%d", w, i)))
 			}
 		})
 	}
-	for range 1000 {
-		d.add()
-		ch := d.idle()
-		d.done()
+	for i := range 1000 {
+		d := held(fmt.Sprintf("main-%d", i))
+		ch := g.idle()
+		end(d)
 		<-ch
 	}
 	wg.Wait()
-	<-d.idle()
-	require.Zero(t, d.n.Load())
+	<-g.idle()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	require.Zero(t, g.n)
+	require.Empty(t, g.byID)
 }

@@ -346,14 +346,3 @@ func logDur(key string, d time.Duration) slog.Attr {
 
 // round2 rounds f to two decimals.
 func round2(f float64) float64 { return math.Round(f*100) / 100 }
-
-// logStats logs the run's figures, when a logger is set and anything was
-// processed. Judging them is package doctor's work (doctor.Advise).
-func (c *Consumer) logStats() {
-	if c.s.logger == nil {
-		return
-	}
-	if st := c.Stats(); st.Processed > 0 {
-		c.log(slog.LevelInfo, "sqsconsumer: stats", "stats", st)
-	}
-}

@@ -19,18 +19,18 @@ const workerIdle = 30 * time.Second
 // new one. There are never more workers busy than handler slots. A
 // handler from Batch without middleware takes d into a batch instead,
 // with no goroutine of its own (batcher.join).
-func (c *Consumer) start(d *delivery) {
-	if c.batch != nil && c.batch.joinsDirectly() {
-		c.batch.join(d)
+func (r *run) start(d *delivery) {
+	if r.batch != nil && r.batch.joinsDirectly() {
+		r.batch.join(d)
 		return
 	}
 	select {
-	case c.work <- d:
+	case r.work <- d:
 		return
 	default:
 	}
-	c.workers.Add(1)
-	go serve(c, d, c.work, c.handle)
+	r.workers.Add(1)
+	go serve(r, d, r.work, r.handle)
 }
 
 // serve is a worker goroutine: it runs do(first), then what do hands it
@@ -42,8 +42,8 @@ func (c *Consumer) start(d *delivery) {
 // takes the runtime's timer lock, once a message): it fires at most
 // workerIdle after it was last armed, and the worker then exits only if it
 // has really waited that long, else it arms it again for the rest.
-func serve[T any](c *Consumer, first T, ch <-chan T, do func(T) (T, bool)) {
-	defer c.workers.Done()
+func serve[T any](r *run, first T, ch <-chan T, do func(T) (T, bool)) {
+	defer r.workers.Done()
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
 	for v := first; ; {
@@ -61,7 +61,7 @@ func serve[T any](c *Consumer, first T, ch <-chan T, do func(T) (T, bool)) {
 				goto wait
 			}
 			return
-		case <-c.quit:
+		case <-r.quit:
 			return
 		}
 	}
@@ -69,23 +69,23 @@ func serve[T any](c *Consumer, first T, ch <-chan T, do func(T) (T, bool)) {
 
 // startBatch hands a due batch (Batch without middleware) to an idle
 // worker, or to a new one; the worker sends it and settles its members.
-func (c *Consumer) startBatch(bt *hbatch) {
+func (r *run) startBatch(bt *hbatch) {
 	select {
-	case c.runs <- bt:
+	case r.runs <- bt:
 		return
 	default:
 	}
-	c.workers.Add(1)
-	go serve(c, bt, c.runs, c.batch.runDirect)
+	r.workers.Add(1)
+	go serve(r, bt, r.runs, r.batch.runDirect)
 }
 
 // goSettle runs settle, which may wait for SQS, on a worker goroutine of
 // its own: for a delivery whose result is known without a handler to run
 // (a Batch member), or a message handed back behind its FIFO group.
-func (c *Consumer) goSettle(settle func()) {
-	c.workers.Add(1)
+func (r *run) goSettle(settle func()) {
+	r.workers.Add(1)
 	go func() {
-		defer c.workers.Done()
+		defer r.workers.Done()
 		settle()
 	}()
 }
@@ -98,39 +98,39 @@ func (c *Consumer) goSettle(settle func()) {
 // When settling freed the slot for a ready message at once, handle
 // returns that message (it holds the slot) for the calling worker to run
 // next, saving a hand-over to another goroutine for every message.
-func (c *Consumer) handle(d *delivery) (next *delivery, ok bool) {
-	if c.shuttingDown() || d.lease.Err() != nil {
-		c.settleAndStart(d, nil, false)
+func (r *run) handle(d *delivery) (next *delivery, ok bool) {
+	if r.shuttingDown() || d.lease.Err() != nil {
+		r.settleAndStart(d, nil, false)
 		return nil, false
 	}
-	ctx, cancel := c.startHandler(d)
+	ctx, cancel := r.startHandler(d)
 	defer cancel()
-	err := c.call(ctx, &d.msg)
+	err := r.call(ctx, &d.msg)
 	d.inHandler.Store(false)
-	next = c.settle(d, err, true)
+	next = r.settle(d, err, true)
 	return next, next != nil
 }
 
 // startHandler marks d's handler as called now and returns the handler's
 // context: the lease's, bounded by WithHandlerTimeout when set. Call
 // cancel once the handler returned.
-func (c *Consumer) startHandler(d *delivery) (ctx context.Context, cancel context.CancelFunc) {
+func (r *run) startHandler(d *delivery) (ctx context.Context, cancel context.CancelFunc) {
 	d.handlerStarts(time.Now())
-	c.observe(EventStarted, d, nil)
-	if c.s.handlerTimeout > 0 {
-		return context.WithTimeout(d.ctx, c.s.handlerTimeout)
+	r.observe(EventStarted, d, nil)
+	if r.s.handlerTimeout > 0 {
+		return context.WithTimeout(d.ctx, r.s.handlerTimeout)
 	}
 	return d.ctx, func() {}
 }
 
 // call runs the handler, turning a panic into a *PanicError (protect).
-func (c *Consumer) call(ctx context.Context, m *Message) error {
-	err := protect(func() error { return c.handler.HandleMessage(ctx, m) })
+func (r *run) call(ctx context.Context, m *Message) error {
+	err := protect(func() error { return r.handler.HandleMessage(ctx, m) })
 	if pe, ok := err.(*PanicError); ok && pe.recovered {
 		// One readable line at Error, naming where it panicked; the
 		// whole stack at Debug.
-		c.log(slog.LevelError, "sqsconsumer: handler panicked", "message_id", m.ID, "panic", fmt.Sprint(pe.Value), "at", pe.at)
-		c.log(slog.LevelDebug, "sqsconsumer: handler panic stack", "message_id", m.ID, "stack", string(pe.Stack))
+		r.log(slog.LevelError, "sqsconsumer: handler panicked", "message_id", m.ID, "panic", fmt.Sprint(pe.Value), "at", pe.at)
+		r.log(slog.LevelDebug, "sqsconsumer: handler panic stack", "message_id", m.ID, "stack", string(pe.Stack))
 	}
 	return err
 }

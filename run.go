@@ -1,0 +1,384 @@
+package sqsconsumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqskit/sqsconsumer/internal/share"
+)
+
+// run is one Run of a Consumer: it owns the message path, from the
+// receive that brings a message to the call that settles it, and every
+// piece of state that lives only while Run does. The Consumer keeps the
+// configuration and the lifecycle (consumer.go) and reaches the run
+// through one pointer (Consumer.run) for Pause, Stats and Health.
+//
+// A message moves forward through the run's files: receive.go receives
+// it and makes its delivery (one allocation with its Lease), registry.go
+// records it (by message ID, in the shutdown's count, in its FIFO group's
+// order), flow.go gives it a handler slot, worker.go runs its handler
+// (batch.go gathers it into a batch for a Batch handler), settle.go is
+// the one door after the handler (delete, retry, dead-letter, hand back),
+// and calls.go coalesces the SQS calls of many leases, which the pollers
+// make between receives (lanes.go). This file starts and winds it all
+// down.
+//
+// Lock order. Every lock of the run is a leaf, taken alone, except:
+//   - flow.mu is held while the flow asks the breaker's mu (its gate) and
+//     the fleet member's (its share);
+//   - batcher.mu is held while the batcher asks registry.mu and a
+//     Lease's mu.
+//
+// registry.mu, Lease.mu, failureLog.mu, pollSet.mu, run.mu and the
+// coalescers' locks take no other lock. (Consumer.mu is held while Run
+// publishes the run, which binds the fleet member under the fleet pool's
+// lock: see Consumer.Run.)
+//
+// Who runs each step of a message's life:
+//
+//	step                                     goroutine (joined by)
+//	receive, dispatch, hand back unstarted   a poller (pollers)
+//	a coalesced renewal or delete call       a poller between receives; one of
+//	                                         its own when every poller waits in a
+//	                                         long poll or after the pollers
+//	                                         returned (the coalescer: calls.close)
+//	heartbeat of a lease                     the lease's own (Lease.Stop, in finish)
+//	handler, its settle, the next message    a worker (workers)
+//	a Batch handler without middleware       a worker sends the batch and settles
+//	                                         its successes; each failure settles
+//	                                         on a goroutine of its own (workers)
+//	finish after a delete's answer           the goroutine that took the answer:
+//	                                         a poller or the coalescer's; a
+//	                                         delete's retries on a goroutine of
+//	                                         their own (workers)
+//	later FIFO messages handed back          a goroutine each (workers)
+//	breaker's releases and probes, scaler    aux
+//	shutdown                                 Run's own goroutine
+type run struct {
+	// The Consumer's, given at Run and read-only.
+	client   Client
+	queueURL string
+	handler  Handler // with middleware applied
+	s        *settings
+	stats    *statsRecorder
+	ev       *eventSink
+	batch    *batcher      // the handler given to New, when it came from Batch
+	scaler   *scaler       // WithScaling; nil when off
+	prog     *progress     // for Health
+	pool     *poolInfo     // the HTTP client's idle pool, as New saw it
+	member   *share.Member // the fleet's budget; nil for a Consumer on its own
+
+	// Set up by setup and start, read-only afterwards.
+	cfg      leaseConfig
+	calls    *coalescedCalls
+	fl       *flow         // when to receive, how much; the handler slots
+	reg      *registry     // what the run holds
+	pollWait time.Duration // WaitTimeSeconds of every receive
+	dlq      deadLetter    // where Permanent errors' messages go
+	br       *breaker      // WithBreaker; nil when off
+
+	dlqWarned atomic.Bool // the missing dead-letter queue was logged
+	failLog   failureLog  // the rate of failure lines
+	polls     pollSet     // long polls in flight (WithCancelIdlePollsAtShutdown)
+
+	// stopping is set at shutdown: no handler starts any more. paused is
+	// set between Pause and Resume.
+	stopping atomic.Bool
+	paused   atomic.Bool
+
+	// settleCtx bounds every settling call (deletes, releases) and
+	// pollCtx every receive; both are cancelled at the hard stop, one
+	// call timeout after the shutdown budget, so Run returns in time
+	// even when SQS does not answer.
+	settleCtx   context.Context
+	pollCtx     context.Context
+	hardStop    context.CancelFunc
+	fatalStop   context.CancelFunc // ends Run's wait after a permanent receive error
+	probeCtx    context.Context    // a probe's context; cancelled at shutdown
+	cancelProbe context.CancelFunc // cancels probeCtx
+	afterDelete func(*Lease, error)
+
+	// The goroutines the run owns and joins before Run returns: pollers;
+	// workers (handlers, idle or busy, and the goroutines that settle on
+	// their own: goSettle, a delete's retries); aux (the breaker's
+	// releases and probes, the scaler).
+	pollers sync.WaitGroup
+	workers sync.WaitGroup
+	aux     sync.WaitGroup
+	work    chan *delivery // hands a delivery to an idle worker
+	runs    chan *hbatch   // hands a due batch to an idle worker (Batch without middleware)
+	quit    chan struct{}  // closed after shutdown: idle workers exit
+
+	mu    sync.Mutex // guards fatal
+	fatal error      // a permanent receive error that ends Run
+}
+
+// setup reads what the options left to the queue, checks the lease
+// options against it, and prepares the run's state; makeFlow then makes the
+// flow.
+func (r *run) setup(ctx context.Context) error {
+	lease := r.s.visibility
+	// The queue's VisibilityTimeout is the lease when none was given, and
+	// FifoQueue confirms the URL's suffix. Without WithVisibilityTimeout a
+	// failure here ends Run; with it, the URL decides FIFO.
+	out, err := r.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(r.queueURL),
+		AttributeNames: []types.QueueAttributeName{
+			types.QueueAttributeNameVisibilityTimeout, types.QueueAttributeNameFifoQueue,
+			types.QueueAttributeNameRedrivePolicy, types.QueueAttributeNameQueueArn, // for the poison path
+		},
+	})
+	if err != nil && lease == 0 {
+		var missing *types.QueueDoesNotExist
+		switch {
+		case errors.As(err, &missing):
+			return fmt.Errorf("sqsconsumer: queue %s does not exist (check the region and account in its URL): %w", r.queueURL, err)
+		case isAccessDenied(err):
+			return fmt.Errorf("sqsconsumer: reading the queue's VisibilityTimeout: access denied (allow sqs:GetQueueAttributes, or set WithVisibilityTimeout to skip this read): %w", err)
+		}
+		return fmt.Errorf("sqsconsumer: reading the queue's VisibilityTimeout: %w", err)
+	}
+	attrErr := err
+	if err != nil {
+		msg := err.Error()
+		r.prog.recvErr.Store(&msg)
+		r.log(slog.LevelDebug, "sqsconsumer: could not read the queue's attributes; FIFO is judged from the URL", "error", err)
+		out = &sqs.GetQueueAttributesOutput{}
+	} else {
+		r.prog.answer()
+	}
+	fifo := strings.HasSuffix(r.queueURL, ".fifo") || out.Attributes[string(types.QueueAttributeNameFifoQueue)] == "true"
+	if r.dlq, err = deadLetterFor(r.client, r.queueURL, fifo, r.s.deadLetterURL, out.Attributes, attrErr); err != nil {
+		return err
+	}
+	if err := r.checkDeadLetter(ctx); err != nil {
+		return err
+	}
+	if lease == 0 {
+		secs, err := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameVisibilityTimeout)])
+		if err != nil {
+			return fmt.Errorf("sqsconsumer: queue VisibilityTimeout %q is not a number", out.Attributes[string(types.QueueAttributeNameVisibilityTimeout)])
+		}
+		lease = time.Duration(secs) * time.Second
+		if lease < minVisibilityTimeout {
+			return fmt.Errorf("%w: the queue's VisibilityTimeout (%v) is below %v, too short to renew; set WithVisibilityTimeout", ErrInvalidOption, lease, minVisibilityTimeout)
+		}
+	}
+	cfg, err := r.s.leaseConfig(lease)
+	if err != nil {
+		return err
+	}
+	settleCtx, cancelSettle := context.WithCancel(context.Background())
+	r.calls = newCoalescedCalls(r.client, r.queueURL, max(r.s.pollers, minDeleteCalls), settleCtx)
+	r.calls.report = r.callDone
+	pollCtx, cancelPolls := context.WithCancel(context.Background())
+	r.settleCtx, r.pollCtx = settleCtx, pollCtx
+	r.hardStop = func() { cancelPolls(); cancelSettle() }
+	cfg.calls, cfg.events.queueURL, cfg.settleCtx, cfg.join = r.calls, r.queueURL, settleCtx, &r.workers
+	r.cfg = cfg
+	r.reg = newRegistry(fifo)
+	r.probeCtx, r.cancelProbe = context.WithCancel(context.Background())
+	if r.s.breaker != nil {
+		r.br = r.newBreaker(*r.s.breaker)
+	}
+	r.work = make(chan *delivery)
+	r.runs = make(chan *hbatch)
+	r.quit = make(chan struct{})
+	r.afterDelete = r.deleted
+	if r.batch != nil {
+		r.batch.bind(r)
+	}
+	r.pollWait = r.s.waitTime
+	if r.pollWait > 0 {
+		// A receive in flight at shutdown is never cancelled, so it must
+		// return within the shutdown timeout (at least a second: the SDK
+		// cannot send a wait of 0).
+		r.pollWait = max(min(r.pollWait, r.s.shutdownTimeout.Truncate(time.Second)), time.Second)
+	}
+	return nil
+}
+
+// makeFlow makes the flow, paused if Pause came first, and binds the fleet
+// member to it. The Consumer calls it under its mu, so that a Pause
+// either came before (paused) or finds the run.
+func (r *run) makeFlow(paused bool) {
+	fc := flowConfig{conc: r.s.concurrency, size: r.s.receiveSize, maxAhead: r.s.maxAhead, maxPollers: r.s.pollers,
+		spawn: func() {
+			r.pollers.Add(1)
+			go r.poll()
+		},
+		// A coalesced call no poller took in time; the coalescer counts it
+		// until it returns, and Run waits for that (calls.close).
+		overflow: func(job func()) { go job() },
+		atLimit:  r.atCallLimit,
+		paused:   paused, member: r.member}
+	if r.batch != nil {
+		fc.burst = r.batch.maxSize()
+	}
+	if r.br != nil {
+		fc.gate = r.br.limit
+	}
+	if r.s.rateLimit > 0 {
+		fc.limiter = newTokenBucket(r.s.rateLimit, r.s.rateBurst)
+	}
+	r.paused.Store(paused)
+	r.fl = newFlow(fc)
+	if m := r.member; m != nil {
+		m.Bind(r.granted, r.fl.nudge)
+	}
+	r.calls.runOn(r.fl.submit)
+}
+
+// run receives and handles messages until ctx is cancelled or a
+// permanent receive error ends it, then shuts down and joins every
+// goroutine the run started. It returns the permanent error, nil after a
+// clean shutdown.
+func (r *run) run(ctx context.Context) error {
+	runCtx, fatalStop := context.WithCancel(ctx)
+	defer fatalStop()
+	r.fatalStop = fatalStop
+	r.fl.begin()
+	if r.scaler != nil {
+		r.aux.Add(1)
+		go func() {
+			defer r.aux.Done()
+			r.scaler.run(runCtx, r.fl)
+		}()
+	}
+	<-runCtx.Done()
+
+	r.prog.stage.Store(runDraining)
+	r.shutdown()
+	close(r.quit)
+	r.pollers.Wait()
+	r.fl.closeLanes() // calls made from now on run on goroutines of their own
+	r.workers.Wait()
+	// The breaker's goroutines and the scaler: none starts after shutdown
+	// stopped the breaker and runCtx ended.
+	r.aux.Wait()
+	r.calls.close()
+	r.hardStop()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fatal
+}
+
+// shutdownCallTimeout is how long after the shutdown timeout calls to SQS
+// still pending (a delete, a release, a receive that does not return) are
+// given before they are abandoned.
+const shutdownCallTimeout = 5 * time.Second
+
+// shutdown stops receiving, hands back what has not started, waits for
+// running handlers within the shutdown timeout, then cancels them with
+// ErrShutdown and waits for them to return. One call timeout after the
+// shutdown timeout it abandons calls to SQS still pending (hardStop).
+func (r *run) shutdown() {
+	begun := time.Now()
+	hard := time.AfterFunc(r.s.shutdownTimeout+shutdownCallTimeout, r.hardStop)
+	defer hard.Stop()
+	if r.br != nil {
+		r.br.stop() // no more releases, probes or wakes of its own
+	}
+	r.cancelProbe()
+	r.stopping.Store(true)
+	if r.batch != nil {
+		r.batch.shutdown() // messages gathering for a batch are handed back at once
+	}
+	unstarted := r.unstarted(r.fl.stop())
+	if r.s.cancelIdlePolls {
+		if n := r.polls.cancelIdle(time.Now()); n > 0 {
+			r.log(slog.LevelDebug, "sqsconsumer: idle long polls cancelled", "polls", n)
+		}
+	}
+	running, _, _, _ := r.fl.snapshot()
+	r.log(slog.LevelInfo, "sqsconsumer: shutting down: receiving stopped, unstarted messages released, running handlers have the shutdown timeout to finish",
+		"running", running, "released_unstarted", len(unstarted), "receives_in_flight", r.fl.receivesInFlight(), "shutdown_timeout", r.s.shutdownTimeout.String())
+	r.handBack(unstarted)
+
+	done := r.reg.idle()
+	timer := time.NewTimer(time.Until(begun.Add(r.s.shutdownTimeout)))
+	defer timer.Stop()
+	select {
+	case <-done:
+		return
+	case <-timer.C:
+	}
+	r.log(slog.LevelWarn, "sqsconsumer: shutdown timeout reached; cancelling running handlers", "running", len(r.inHandler()))
+	for _, d := range r.reg.all() {
+		d.lease.abort(ErrShutdown)
+	}
+	warn := time.NewTicker(max(r.cfg.interval, time.Second))
+	defer warn.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-warn.C:
+			// Only handlers still inside their function hold Run up for
+			// good; settling calls end at the hard stop.
+			if ids := r.inHandler(); len(ids) > 0 {
+				r.log(slog.LevelWarn, "sqsconsumer: still waiting for handlers that ignore their cancelled context", "message_ids", ids)
+			}
+		}
+	}
+}
+
+// shuttingDown reports whether the shutdown has begun: no handler starts
+// any more.
+func (r *run) shuttingDown() bool { return r.stopping.Load() }
+
+// inHandler returns the IDs of the messages whose handler is running.
+func (r *run) inHandler() []string {
+	var ids []string
+	for _, d := range r.reg.all() {
+		if d.inHandler.Load() {
+			ids = append(ids, d.msg.ID)
+		}
+	}
+	return ids
+}
+
+// pause stops receiving and starting messages and hands back what has not
+// started; it returns once those releases are answered.
+func (r *run) pause() {
+	r.paused.Store(true)
+	unstarted := r.unstarted(r.fl.pause())
+	r.log(slog.LevelInfo, "sqsconsumer: paused: receiving stopped, unstarted messages released", "released_unstarted", len(unstarted))
+	r.handBack(unstarted)
+}
+
+// resume ends a pause.
+func (r *run) resume() {
+	r.paused.Store(false)
+	r.fl.resume()
+}
+
+// fail records a permanent receive error and ends Run.
+func (r *run) fail(err error, msg string) {
+	r.mu.Lock()
+	if r.fatal == nil {
+		r.fatal = fmt.Errorf("sqsconsumer: ReceiveMessage: %w", err)
+	}
+	r.mu.Unlock()
+	r.log(slog.LevelError, msg, "error", err)
+	r.fatalStop()
+}
+
+// log logs through the Consumer's logger, if any.
+func (r *run) log(level slog.Level, msg string, args ...any) { r.ev.log(level, msg, args...) }
+
+// observe tells the Observer and the statistics of one event of d.
+func (r *run) observe(kind EventKind, d *delivery, err error) {
+	r.ev.emit(kind, &d.msg, d.msg.ReceiveCount, d.lease.arrivedAt(), d.workStarted(), 0, err)
+}
