@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 )
@@ -76,53 +75,6 @@ const (
 	defaultBreakerPause        = 30 * time.Second
 	defaultBreakerMaxPause     = 5 * time.Minute
 )
-
-// WithBreaker turns on the circuit breaker b describes (see Breaker).
-// Default: off.
-func WithBreaker(b Breaker) Option {
-	return option(func(s *settings) {
-		if b.Failures == 0 {
-			b.Failures = defaultBreakerFailures
-		}
-		if b.Window == 0 {
-			b.Window = defaultBreakerWindow
-		}
-		if b.CallFailures == 0 {
-			b.CallFailures = defaultBreakerCallFailures
-		}
-		if b.Pause == 0 {
-			b.Pause = defaultBreakerPause
-		}
-		if b.MaxPause == 0 {
-			b.MaxPause = max(defaultBreakerMaxPause, b.Pause)
-		}
-		var errs []string
-		if b.Failures < 1 || b.Failures > 100_000 {
-			errs = append(errs, fmt.Sprintf("Failures %d must be from 1 to 100000", b.Failures))
-		}
-		if b.Ratio < 0 || b.Ratio > 1 || b.Ratio != b.Ratio {
-			errs = append(errs, fmt.Sprintf("Ratio %v must be from 0 to 1", b.Ratio))
-		}
-		if b.Window < 2 || b.Window > 100_000 {
-			errs = append(errs, fmt.Sprintf("Window %d must be from 2 to 100000", b.Window))
-		}
-		if b.CallFailures < 1 || b.CallFailures > 100_000 {
-			errs = append(errs, fmt.Sprintf("CallFailures %d must be from 1 to 100000", b.CallFailures))
-		}
-		if b.Pause < time.Second || b.Pause > MaxVisibilityTimeout {
-			errs = append(errs, fmt.Sprintf("Pause %v must be from 1s to %v", b.Pause, MaxVisibilityTimeout))
-		}
-		if b.MaxPause < b.Pause || b.MaxPause > MaxVisibilityTimeout {
-			errs = append(errs, fmt.Sprintf("MaxPause %v must be from Pause (%v) to %v", b.MaxPause, b.Pause, MaxVisibilityTimeout))
-		}
-		for _, e := range errs {
-			s.fail("WithBreaker: %s", e)
-		}
-		if len(errs) == 0 {
-			s.breaker = &b
-		}
-	})
-}
 
 // breakerState is where a breaker stands.
 type breakerState int
@@ -420,80 +372,5 @@ func (b *breaker) stop() {
 	b.stopped = true
 	if b.timer != nil {
 		b.timer.Stop()
-	}
-}
-
-// newBreaker makes the breaker of cfg wired to the Consumer (and, through
-// it, to the flow, which is made after it).
-func (r *run) newBreaker(cfg Breaker) *breaker {
-	b := newBreaker(cfg)
-	b.wake = func() { r.fl.wake() }
-	b.onClose = r.breakerClosed
-	b.onOpen = func(reason string) {
-		r.aux.Add(1)
-		go r.breakerOpened(reason)
-	}
-	b.runProbe = func() {
-		r.aux.Add(1)
-		go r.probe()
-	}
-	return b
-}
-
-// breakerOpened hands back what the Consumer holds but has not started
-// when the breaker opens (unstarted): the ready messages and the FIFO
-// messages waiting behind their group's running one. It runs on its own
-// goroutine (aux).
-func (r *run) breakerOpened(reason string) {
-	defer r.aux.Done()
-	if r.stopping.Load() {
-		return // the shutdown hands everything back itself
-	}
-	unstarted := r.unstarted(r.fl.takeReady())
-	state, _, _ := r.br.status()
-	r.log(slog.LevelWarn, "sqsconsumer: circuit breaker open: receiving paused, unstarted messages handed back, running handlers go on",
-		"reason", reason, "state", state.String(), "released_unstarted", len(unstarted))
-	r.handBack(unstarted)
-}
-
-// breakerClosed resumes receiving after the breaker closed.
-func (r *run) breakerClosed() {
-	r.log(slog.LevelInfo, "sqsconsumer: circuit breaker closed: receiving resumes")
-	stamp(&r.prog.resumed)
-	r.fl.wake()
-}
-
-// probe runs Breaker.Probe once, on its own goroutine (aux), and tells
-// the breaker how it went. A panic in it is a failed probe.
-func (r *run) probe() {
-	defer r.aux.Done()
-	ctx, cancel := context.WithTimeout(r.probeCtx, r.br.cfg.Pause)
-	defer cancel()
-	err := protect(func() error { return r.br.cfg.Probe(ctx) })
-	if pe, ok := err.(*PanicError); ok && pe.recovered {
-		err = fmt.Errorf("sqsconsumer: Breaker.Probe panicked: %v", pe.Value)
-	}
-	if r.probeCtx.Err() != nil {
-		return // shutting down: the result says nothing
-	}
-	if err != nil {
-		r.log(slog.LevelInfo, "sqsconsumer: circuit breaker probe failed; staying open", "error", err)
-	}
-	r.br.probed(err)
-}
-
-// callDone takes the result of a renewal or delete batch call.
-func (r *run) callDone(deleting bool, err error) {
-	switch {
-	case err != nil:
-	case deleting:
-		stamp(&r.prog.delete)
-		r.prog.answer()
-	default:
-		stamp(&r.prog.renewal)
-		r.prog.answer()
-	}
-	if r.br != nil {
-		r.br.recordCall(err)
 	}
 }

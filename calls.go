@@ -3,7 +3,6 @@ package sqsconsumer
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -285,16 +284,4 @@ type poolInfo struct {
 	known   bool // idle is known (idleConnsPerHost)
 	capped  bool // the pool, not the read-ahead, bounds the calls in flight
 	limited atomic.Bool
-}
-
-// atCallLimit is called (under the flow's lock, once a Run) when the
-// Consumer wanted one more call in flight than its bound allows. When the
-// bound is the HTTP client's pool it says so, once, and Stats shows it:
-// a larger pool would let the Consumer go faster.
-func (r *run) atCallLimit() {
-	if !r.pool.capped || r.pool.limited.Load() || r.pool.limited.Swap(true) {
-		return
-	}
-	r.log(slog.LevelWarn, "sqsconsumer: the HTTP client's connection pool bounds this Consumer: it wanted more calls in flight than twice the idle connections the client keeps; a larger pool lets it go faster without a new connection (a TLS handshake) per call (sqsclient.HTTPOptions{MaxIdleConnsPerHost: n})",
-		"max_idle_conns_per_host", r.pool.idle, "max_calls_in_flight", r.s.pollers)
 }

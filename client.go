@@ -22,3 +22,9 @@ type Client interface {
 }
 
 var _ Client = (*sqs.Client)(nil)
+
+// messageSender is the optional part of a Client the poison path needs.
+// *sqs.Client has it.
+type messageSender interface {
+	SendMessage(ctx context.Context, in *sqs.SendMessageInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageOutput, error)
+}

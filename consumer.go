@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"sync/atomic"
 
+	healthprobe "github.com/sqskit/sqsconsumer/internal/probe"
 	"github.com/sqskit/sqsconsumer/internal/scaling"
 	"github.com/sqskit/sqsconsumer/internal/share"
 )
@@ -310,5 +312,43 @@ func (c *Consumer) Health() Health {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return c.runErr
+	})
+}
+
+// HealthHandler returns an http.Handler for liveness checks (Kubernetes
+// liveness probes, ECS container health checks through curl, load
+// balancer target groups): it answers GET and HEAD with Health's
+// HTTPStatus (200 when healthy, 503 when not; see Health for each state),
+// with Health as a JSON body (for GET), and 405 to other methods. Mount it
+// where the orchestrator looks, e.g. mux.Handle("/healthz",
+// c.HealthHandler()).
+func (c *Consumer) HealthHandler() http.Handler {
+	return healthprobe.Handler(func() (any, int) { h := c.Health(); return h, h.HTTPStatus() })
+}
+
+// ReadyHandler returns an http.Handler for readiness and startup checks:
+// as HealthHandler, with Health's ReadyHTTPStatus (200 only while the
+// Consumer takes messages; see Health for each state). Mount it, e.g.,
+// at mux.Handle("/readyz", c.ReadyHandler()).
+func (c *Consumer) ReadyHandler() http.Handler {
+	return healthprobe.Handler(func() (any, int) { h := c.Health(); return h, h.ReadyHTTPStatus() })
+}
+
+// ScalingHandler returns an http.Handler that serves the scaling signal
+// as JSON, in the shape KEDA's metrics-api scaler reads: the figure is at
+// valueLocation "replicas". It answers GET and HEAD, 200 when the figure
+// is known and 503 (with the reason in "reason") when it is not, so that
+// KEDA counts a failure and applies its fallback rather than act on a
+// guess; the body is Scaling's JSON: known, reason, replicas, raw,
+// visible, in_flight, delayed, arrival_rate, demand,
+// capacity_per_replica, target_seconds, at, error. With KEDA, use
+// metricType AverageValue and targetValue "1": the HPA then sets replicas
+// = ceil(replicas / 1). docs/scaling.md in the module's repository has a
+// complete ScaledObject. Safe for
+// concurrent use.
+func (c *Consumer) ScalingHandler() http.Handler {
+	return healthprobe.Handler(func() (any, int) {
+		s := c.Scaling()
+		return scalingJSON{s, s.Target.Seconds()}, healthprobe.Status(s.Known)
 	})
 }

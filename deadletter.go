@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
@@ -41,12 +40,6 @@ const maxMessageAttributes = 10
 // moveCallTimeout bounds one SendMessage to the dead-letter queue (the
 // client's own retries included).
 const moveCallTimeout = 30 * time.Second
-
-// messageSender is the optional part of a Client the poison path needs.
-// *sqs.Client has it.
-type messageSender interface {
-	SendMessage(ctx context.Context, in *sqs.SendMessageInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageOutput, error)
-}
 
 // WithDeadLetterQueue sets the queue, by URL, to which a message whose
 // handler returned a Permanent error is moved at once. Default: the
@@ -245,67 +238,6 @@ func refusedContent(err error) bool {
 		return true
 	}
 	return false
-}
-
-// moveToDeadLetter moves a message whose handler returned the permanent
-// error err to the dead-letter queue. It reports false, having done
-// nothing to the message, when the move could not be made: the caller
-// then settles it as an ordinary failure.
-func (r *run) moveToDeadLetter(d *delivery, err error) bool {
-	m := &d.msg
-	if !r.dlq.ready() {
-		if r.dlqWarned.CompareAndSwap(false, true) {
-			r.log(slog.LevelWarn, "sqsconsumer: a handler returned a permanent error but there is no dead-letter queue to move it to; such messages are retried as ordinary failures (logged once)",
-				"message_id", m.ID, "reason", r.dlq.why)
-		}
-		return false
-	}
-	id, dropped, serr := r.dlq.move(r.settleCtx, m, err)
-	if serr != nil {
-		r.log(slog.LevelWarn, "sqsconsumer: could not move a permanently failing message to the dead-letter queue; retrying it as an ordinary failure",
-			"message_id", m.ID, "dead_letter_queue", r.dlq.url, "error", serr)
-		return false
-	}
-	args := []any{"message_id", m.ID, "receive_count", m.ReceiveCount, "dead_letter_queue", r.dlq.url, "dead_letter_message_id", id, "error", err}
-	if len(dropped) > 0 {
-		args = append(args, "attributes_left_out", dropped)
-	}
-	r.log(slog.LevelWarn, "sqsconsumer: moved a permanently failing message to the dead-letter queue", args...)
-	r.observe(EventDeadLettered, d, err)
-	return true
-}
-
-// checkDeadLetter makes sure, at Run's start, that the dead-letter queue
-// the Consumer will move messages to exists and is of the source's type,
-// so that a wrong name fails Run at once rather than the first poison
-// message hours later. A queue SQS says does not exist, or whose FifoQueue
-// attribute contradicts the source's type, fails Run; any other error
-// reading its attributes (access to the queue's attributes denied, say:
-// the move needs only sqs:SendMessage) is logged, and Run goes on.
-func (r *run) checkDeadLetter(ctx context.Context) error {
-	if r.dlq.url == "" {
-		return nil
-	}
-	source := "WithDeadLetterQueue"
-	if r.s.deadLetterURL == "" {
-		source = "the queue's RedrivePolicy"
-	}
-	out, err := r.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-		QueueUrl:       aws.String(r.dlq.url),
-		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameFifoQueue},
-	})
-	var missing *types.QueueDoesNotExist
-	switch {
-	case errors.As(err, &missing) || err != nil && classify(err) == kindPermanent && !isAccessDenied(err):
-		return fmt.Errorf("%w: dead-letter queue %s (from %s) does not exist or cannot be used: %w", ErrInvalidOption, r.dlq.url, source, err)
-	case err != nil:
-		r.log(slog.LevelWarn, "sqsconsumer: could not check the dead-letter queue; moving messages to it may fail", "dead_letter_queue", r.dlq.url, "error", err)
-		return nil
-	}
-	if v, ok := out.Attributes[string(types.QueueAttributeNameFifoQueue)]; ok && strings.EqualFold(v, "true") != r.dlq.fifo {
-		return typeMismatch(r.dlq.url, source, !r.dlq.fifo)
-	}
-	return nil
 }
 
 // typeMismatch is the error for a dead-letter queue at url (named by

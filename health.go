@@ -4,9 +4,7 @@ import (
 	"encoding/json"
 
 	"fmt"
-	"net/http"
 	"sort"
-	"sync/atomic"
 	"time"
 
 	healthprobe "github.com/sqskit/sqsconsumer/internal/probe"
@@ -160,44 +158,6 @@ func WithStartupLimit(d time.Duration) Option {
 	})
 }
 
-// Run's stages, for Health.
-const (
-	runNotStarted int32 = iota
-	runStarting
-	runRunning
-	runDraining
-	runStopped
-)
-
-// progress is what a Consumer last completed, for Health: unix
-// nanoseconds, 0 for never.
-type progress struct {
-	stage    atomic.Int32
-	begun    atomic.Int64 // Run was called
-	answered atomic.Int64 // SQS first answered a call (the queue's attributes included)
-	receive  atomic.Int64
-	renewal  atomic.Int64
-	delete   atomic.Int64
-	resumed  atomic.Int64 // Run began running, or the breaker closed
-	recvErr  atomic.Pointer[string]
-}
-
-// answer records that SQS answered a call.
-func (p *progress) answer() {
-	if p.answered.Load() == 0 {
-		p.answered.CompareAndSwap(0, time.Now().UnixNano())
-	}
-}
-
-func stamp(a *atomic.Int64) { a.Store(time.Now().UnixNano()) }
-
-func timeOf(a *atomic.Int64) time.Time {
-	if n := a.Load(); n != 0 {
-		return time.Unix(0, n)
-	}
-	return time.Time{}
-}
-
 // health is Consumer.Health: the Consumer's health now, judged from its
 // settings, its progress, its fleet membership, its run (nil before Run
 // set it up) and what Run returned (read only once Run has stopped). It
@@ -349,23 +309,4 @@ func (r *run) runningHandlers(now time.Time) (running int, longest time.Duration
 	}
 	sort.Strings(nearCeiling)
 	return running, longest, nearCeiling
-}
-
-// HealthHandler returns an http.Handler for liveness checks (Kubernetes
-// liveness probes, ECS container health checks through curl, load
-// balancer target groups): it answers GET and HEAD with Health's
-// HTTPStatus (200 when healthy, 503 when not; see Health for each state),
-// with Health as a JSON body (for GET), and 405 to other methods. Mount it
-// where the orchestrator looks, e.g. mux.Handle("/healthz",
-// c.HealthHandler()).
-func (c *Consumer) HealthHandler() http.Handler {
-	return healthprobe.Handler(func() (any, int) { h := c.Health(); return h, h.HTTPStatus() })
-}
-
-// ReadyHandler returns an http.Handler for readiness and startup checks:
-// as HealthHandler, with Health's ReadyHTTPStatus (200 only while the
-// Consumer takes messages; see Health for each state). Mount it, e.g.,
-// at mux.Handle("/readyz", c.ReadyHandler()).
-func (c *Consumer) ReadyHandler() http.Handler {
-	return healthprobe.Handler(func() (any, int) { h := c.Health(); return h, h.ReadyHTTPStatus() })
 }

@@ -12,9 +12,6 @@ import (
 
 // Defaults and limits. Every option's range is stated in its doc.
 const (
-	// MaxVisibilityTimeout is SQS's ceiling: a message may stay invisible
-	// for at most 12 hours after the receive that issued its handle.
-	MaxVisibilityTimeout = 12 * time.Hour
 	// defaultMaxLeaseDuration is the default WithMaxLeaseDuration.
 	defaultMaxLeaseDuration = MaxVisibilityTimeout
 	// defaultVisibilityTimeout is the lease length of a NewLease without
@@ -26,8 +23,6 @@ const (
 	minVisibilityTimeout = 3 * time.Second
 	// defaultWaitTime is the default long-poll wait (SQS's maximum).
 	defaultWaitTime = 20 * time.Second
-	// maxWaitTime is SQS's longest long poll.
-	maxWaitTime = 20 * time.Second
 	// defaultReceiveSize and maxReceiveSize bound MaxNumberOfMessages
 	// (WithBatchSize).
 	defaultReceiveSize = 10
@@ -550,5 +545,115 @@ func WithAdaptiveVisibility(lo, hi time.Duration) Option {
 			return
 		}
 		s.adaptiveMin, s.adaptiveMax = lo, hi
+	})
+}
+
+// WithBreaker turns on the circuit breaker b describes (see Breaker).
+// Default: off.
+func WithBreaker(b Breaker) Option {
+	return option(func(s *settings) {
+		if b.Failures == 0 {
+			b.Failures = defaultBreakerFailures
+		}
+		if b.Window == 0 {
+			b.Window = defaultBreakerWindow
+		}
+		if b.CallFailures == 0 {
+			b.CallFailures = defaultBreakerCallFailures
+		}
+		if b.Pause == 0 {
+			b.Pause = defaultBreakerPause
+		}
+		if b.MaxPause == 0 {
+			b.MaxPause = max(defaultBreakerMaxPause, b.Pause)
+		}
+		var errs []string
+		if b.Failures < 1 || b.Failures > 100_000 {
+			errs = append(errs, fmt.Sprintf("Failures %d must be from 1 to 100000", b.Failures))
+		}
+		if b.Ratio < 0 || b.Ratio > 1 || b.Ratio != b.Ratio {
+			errs = append(errs, fmt.Sprintf("Ratio %v must be from 0 to 1", b.Ratio))
+		}
+		if b.Window < 2 || b.Window > 100_000 {
+			errs = append(errs, fmt.Sprintf("Window %d must be from 2 to 100000", b.Window))
+		}
+		if b.CallFailures < 1 || b.CallFailures > 100_000 {
+			errs = append(errs, fmt.Sprintf("CallFailures %d must be from 1 to 100000", b.CallFailures))
+		}
+		if b.Pause < time.Second || b.Pause > MaxVisibilityTimeout {
+			errs = append(errs, fmt.Sprintf("Pause %v must be from 1s to %v", b.Pause, MaxVisibilityTimeout))
+		}
+		if b.MaxPause < b.Pause || b.MaxPause > MaxVisibilityTimeout {
+			errs = append(errs, fmt.Sprintf("MaxPause %v must be from Pause (%v) to %v", b.MaxPause, b.Pause, MaxVisibilityTimeout))
+		}
+		for _, e := range errs {
+			s.fail("WithBreaker: %s", e)
+		}
+		if len(errs) == 0 {
+			s.breaker = &b
+		}
+	})
+}
+
+// WithScalingTarget turns on the scaling signal with wait as its target
+// (the longest acceptable wait from a message's send to its handler's
+// start) and every other field of ScalingPolicy at its default. It is
+// WithScaling(ScalingPolicy{Target: wait}).
+func WithScalingTarget(wait time.Duration) Option {
+	return WithScaling(ScalingPolicy{Target: wait})
+}
+
+// WithScaling turns on the scaling signal (Consumer.Scaling,
+// Consumer.ScalingHandler): while Run runs, the Consumer reads the queue's
+// counts every p.Interval and computes the number of replicas the queue
+// needs. See ScalingPolicy for each field's default and range. Default: off.
+//
+// The figure is ceil((arrival + backlog/Target) / (capacity ×
+// Utilization)), where capacity is what this replica's handler slots
+// finish a second when never starved (WithConcurrency over the mean time a
+// message holds a slot), backlog the visible count (followed at once when
+// it rises, halfway toward each lower reading), and arrival
+// the whole queue's arrival rate, inferred from each reading's raw counts:
+// its departures (messages in flight over their mean time in flight,
+// Little's law) plus the visible count's growth since the previous
+// reading, smoothed by a quarter (each reading moves it a quarter of the
+// way). A growing backlog shows in the figure at once. Only the arrivals'
+// share is held: it is the highest of the last ScaleInAfter, while the
+// backlog's share follows each reading, so the figure falls as a backlog
+// drains and down to a lower arrivals' share only after ScaleInAfter. A
+// change within a tenth of the last figure is not made. The figure is
+// never 0 while anything is visible or in flight (nor at all without
+// ScaleToZero). Replicas reading one queue read the same counts and, with
+// the same settings and work, compute about the same figure.
+func WithScaling(p ScalingPolicy) Option {
+	return option(func(s *settings) {
+		if p.Interval == 0 {
+			p.Interval = DefaultScalingInterval
+		}
+		switch {
+		case p.ScaleInAfter == 0:
+			p.ScaleInAfter = DefaultScaleInAfter
+		case p.ScaleInAfter < 0:
+			p.ScaleInAfter = 0
+		}
+		if p.Utilization == 0 {
+			p.Utilization = DefaultScalingUtilization
+		}
+		switch {
+		case p.Target < time.Second || p.Target > MaxVisibilityTimeout:
+			s.fail("WithScaling: Target %v out of range [1s, 12h] (the longest acceptable wait from send to handler start)", p.Target)
+		case p.Interval < MinScalingInterval || p.Interval > MaxScalingInterval:
+			s.fail("WithScaling: Interval %v out of range [%v, %v]", p.Interval, MinScalingInterval, MaxScalingInterval)
+		case p.ScaleInAfter > time.Hour:
+			s.fail("WithScaling: ScaleInAfter %v above 1h", p.ScaleInAfter)
+		case len(p.EMFNamespace) > 255:
+			s.fail("WithScaling: EMFNamespace is %d characters, CloudWatch allows 255", len(p.EMFNamespace))
+		default:
+			if err := p.internal().Check(); err != nil {
+				s.fail("WithScaling: %v", err)
+				return
+			}
+			s.scaling = &p
+		}
 	})
 }

@@ -382,3 +382,123 @@ func (r *run) log(level slog.Level, msg string, args ...any) { r.ev.log(level, m
 func (r *run) observe(kind EventKind, d *delivery, err error) {
 	r.ev.emit(kind, &d.msg, d.msg.ReceiveCount, d.lease.arrivedAt(), d.workStarted(), 0, err)
 }
+
+// newBreaker makes the breaker of cfg wired to the Consumer (and, through
+// it, to the flow, which is made after it).
+func (r *run) newBreaker(cfg Breaker) *breaker {
+	b := newBreaker(cfg)
+	b.wake = func() { r.fl.wake() }
+	b.onClose = r.breakerClosed
+	b.onOpen = func(reason string) {
+		r.aux.Add(1)
+		go r.breakerOpened(reason)
+	}
+	b.runProbe = func() {
+		r.aux.Add(1)
+		go r.probe()
+	}
+	return b
+}
+
+// breakerOpened hands back what the Consumer holds but has not started
+// when the breaker opens (unstarted): the ready messages and the FIFO
+// messages waiting behind their group's running one. It runs on its own
+// goroutine (aux).
+func (r *run) breakerOpened(reason string) {
+	defer r.aux.Done()
+	if r.stopping.Load() {
+		return // the shutdown hands everything back itself
+	}
+	unstarted := r.unstarted(r.fl.takeReady())
+	state, _, _ := r.br.status()
+	r.log(slog.LevelWarn, "sqsconsumer: circuit breaker open: receiving paused, unstarted messages handed back, running handlers go on",
+		"reason", reason, "state", state.String(), "released_unstarted", len(unstarted))
+	r.handBack(unstarted)
+}
+
+// breakerClosed resumes receiving after the breaker closed.
+func (r *run) breakerClosed() {
+	r.log(slog.LevelInfo, "sqsconsumer: circuit breaker closed: receiving resumes")
+	stamp(&r.prog.resumed)
+	r.fl.wake()
+}
+
+// probe runs Breaker.Probe once, on its own goroutine (aux), and tells
+// the breaker how it went. A panic in it is a failed probe.
+func (r *run) probe() {
+	defer r.aux.Done()
+	ctx, cancel := context.WithTimeout(r.probeCtx, r.br.cfg.Pause)
+	defer cancel()
+	err := protect(func() error { return r.br.cfg.Probe(ctx) })
+	if pe, ok := err.(*PanicError); ok && pe.recovered {
+		err = fmt.Errorf("sqsconsumer: Breaker.Probe panicked: %v", pe.Value)
+	}
+	if r.probeCtx.Err() != nil {
+		return // shutting down: the result says nothing
+	}
+	if err != nil {
+		r.log(slog.LevelInfo, "sqsconsumer: circuit breaker probe failed; staying open", "error", err)
+	}
+	r.br.probed(err)
+}
+
+// callDone takes the result of a renewal or delete batch call.
+func (r *run) callDone(deleting bool, err error) {
+	switch {
+	case err != nil:
+	case deleting:
+		stamp(&r.prog.delete)
+		r.prog.answer()
+	default:
+		stamp(&r.prog.renewal)
+		r.prog.answer()
+	}
+	if r.br != nil {
+		r.br.recordCall(err)
+	}
+}
+
+// atCallLimit is called (under the flow's lock, once a Run) when the
+// Consumer wanted one more call in flight than its bound allows. When the
+// bound is the HTTP client's pool it says so, once, and Stats shows it:
+// a larger pool would let the Consumer go faster.
+func (r *run) atCallLimit() {
+	if !r.pool.capped || r.pool.limited.Load() || r.pool.limited.Swap(true) {
+		return
+	}
+	r.log(slog.LevelWarn, "sqsconsumer: the HTTP client's connection pool bounds this Consumer: it wanted more calls in flight than twice the idle connections the client keeps; a larger pool lets it go faster without a new connection (a TLS handshake) per call (sqsclient.HTTPOptions{MaxIdleConnsPerHost: n})",
+		"max_idle_conns_per_host", r.pool.idle, "max_calls_in_flight", r.s.pollers)
+}
+
+// checkDeadLetter makes sure, at Run's start, that the dead-letter queue
+// the Consumer will move messages to exists and is of the source's type,
+// so that a wrong name fails Run at once rather than the first poison
+// message hours later. A queue SQS says does not exist, or whose FifoQueue
+// attribute contradicts the source's type, fails Run; any other error
+// reading its attributes (access to the queue's attributes denied, say:
+// the move needs only sqs:SendMessage) is logged, and Run goes on.
+func (r *run) checkDeadLetter(ctx context.Context) error {
+	if r.dlq.url == "" {
+		return nil
+	}
+	source := "WithDeadLetterQueue"
+	if r.s.deadLetterURL == "" {
+		source = "the queue's RedrivePolicy"
+	}
+	out, err := r.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl:       aws.String(r.dlq.url),
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameFifoQueue},
+	})
+	var missing *types.QueueDoesNotExist
+	switch {
+	case errors.As(err, &missing) || err != nil && classify(err) == kindPermanent && !isAccessDenied(err):
+		return fmt.Errorf("%w: dead-letter queue %s (from %s) does not exist or cannot be used: %w", ErrInvalidOption, r.dlq.url, source, err)
+	case err != nil:
+		r.log(slog.LevelWarn, "sqsconsumer: could not check the dead-letter queue; moving messages to it may fail", "dead_letter_queue", r.dlq.url, "error", err)
+		return nil
+	}
+	if v, ok := out.Attributes[string(types.QueueAttributeNameFifoQueue)]; ok && strings.EqualFold(v, "true") != r.dlq.fifo {
+		return typeMismatch(r.dlq.url, source, !r.dlq.fifo)
+	}
+	return nil
+}

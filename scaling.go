@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,7 +14,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	healthprobe "github.com/sqskit/sqsconsumer/internal/probe"
 	"github.com/sqskit/sqsconsumer/internal/scaling"
 )
 
@@ -28,14 +26,15 @@ const (
 	// MinScalingInterval and MaxScalingInterval bound ScalingPolicy.Interval.
 	MinScalingInterval = 5 * time.Second
 	MaxScalingInterval = 15 * time.Minute
-	// DefaultScaleInAfter is how long the figure holds before it falls:
-	// the highest figure of the last 5 minutes (Kubernetes' default
-	// scale-down stabilization window is also 5 minutes).
+	// DefaultScaleInAfter is how long the arrivals' share of the figure
+	// holds before it falls: the highest such share of the last 5 minutes
+	// (Kubernetes' default scale-down stabilization window is also 5
+	// minutes). The backlog's share is not held (see ScalingPolicy).
 	DefaultScaleInAfter = 5 * time.Minute
 	// DefaultScalingUtilization is the share of a replica's measured
 	// capacity the figure plans for. The rest is headroom for bursts and
 	// for the noise of SQS's counts; the scale-in window, which holds the
-	// highest figure of 5 minutes, adds some of its own. In the scaling
+	// highest arrivals' share of 5 minutes, adds some of its own. In the scaling
 	// simulation (package scalesim, 1/10 of 2,000 msg/s) 0.85 settled at
 	// 15 to 17 replicas where 12 meet the target; 0.9 settles at 15.
 	DefaultScalingUtilization = 0.9
@@ -60,9 +59,13 @@ type ScalingPolicy struct {
 	// (GetQueueAttributes). Default DefaultScalingInterval (30 s), range
 	// [MinScalingInterval, MaxScalingInterval] (5 s to 15 min).
 	Interval time.Duration
-	// ScaleInAfter is how long the figure holds before it falls: it is
-	// the highest of the readings of the last ScaleInAfter, so it rises at
-	// once and falls only when the need has stayed lower that long.
+	// ScaleInAfter is how long the arrivals' share of the figure holds
+	// before it falls: that share is the highest of the readings of the
+	// last ScaleInAfter, so it rises at once and falls only when the
+	// arrivals have stayed lower that long. The backlog's share is not
+	// held: it follows the smoothed visible count, which falls halfway to
+	// each lower reading, so the replicas a drained backlog needed go
+	// within a few readings.
 	// Default DefaultScaleInAfter (5 min), at most 1 h; 0 takes the
 	// default, use a negative value for no holding at all.
 	ScaleInAfter time.Duration
@@ -87,63 +90,6 @@ type ScalingPolicy struct {
 	// no groups). See docs/scaling.md in the module's repository for
 	// the ECS target-tracking policy that follows it. At most 255 characters.
 	EMFNamespace string
-}
-
-// WithScalingTarget turns on the scaling signal with wait as its target
-// (the longest acceptable wait from a message's send to its handler's
-// start) and every other field of ScalingPolicy at its default. It is
-// WithScaling(ScalingPolicy{Target: wait}).
-func WithScalingTarget(wait time.Duration) Option {
-	return WithScaling(ScalingPolicy{Target: wait})
-}
-
-// WithScaling turns on the scaling signal (Consumer.Scaling,
-// Consumer.ScalingHandler): while Run runs, the Consumer reads the queue's
-// counts every p.Interval and computes the number of replicas the queue
-// needs. See ScalingPolicy for each field's default and range. Default: off.
-//
-// The figure is ceil((arrival + backlog/Target) / (capacity ×
-// Utilization)), where capacity is what this replica's handler slots
-// finish a second when never starved (WithConcurrency over the mean time a
-// message holds a slot), backlog the smoothed visible count, and arrival
-// the whole queue's inferred arrival rate: its departures (messages in
-// flight over their mean time in flight, Little's law) plus the backlog's
-// smoothed slope. Counts are smoothed (half weight to each reading), the
-// figure rises at once and falls only after ScaleInAfter, and it is never
-// 0 while anything is visible or in flight (nor at all without
-// ScaleToZero). Replicas reading one queue read the same counts and, with
-// the same settings and work, compute about the same figure.
-func WithScaling(p ScalingPolicy) Option {
-	return option(func(s *settings) {
-		if p.Interval == 0 {
-			p.Interval = DefaultScalingInterval
-		}
-		switch {
-		case p.ScaleInAfter == 0:
-			p.ScaleInAfter = DefaultScaleInAfter
-		case p.ScaleInAfter < 0:
-			p.ScaleInAfter = 0
-		}
-		if p.Utilization == 0 {
-			p.Utilization = DefaultScalingUtilization
-		}
-		switch {
-		case p.Target < time.Second || p.Target > MaxVisibilityTimeout:
-			s.fail("WithScaling: Target %v out of range [1s, 12h] (the longest acceptable wait from send to handler start)", p.Target)
-		case p.Interval < MinScalingInterval || p.Interval > MaxScalingInterval:
-			s.fail("WithScaling: Interval %v out of range [%v, %v]", p.Interval, MinScalingInterval, MaxScalingInterval)
-		case p.ScaleInAfter > time.Hour:
-			s.fail("WithScaling: ScaleInAfter %v above 1h", p.ScaleInAfter)
-		case len(p.EMFNamespace) > 255:
-			s.fail("WithScaling: EMFNamespace is %d characters, CloudWatch allows 255", len(p.EMFNamespace))
-		default:
-			if err := p.internal().Check(); err != nil {
-				s.fail("WithScaling: %v", err)
-				return
-			}
-			s.scaling = &p
-		}
-	})
 }
 
 // figure is a Scaling that holds p's own fields and no reading.
@@ -225,25 +171,6 @@ func (sc *scaler) figure() Scaling {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	return sc.fig
-}
-
-// ScalingHandler returns an http.Handler that serves the scaling signal
-// as JSON, in the shape KEDA's metrics-api scaler reads: the figure is at
-// valueLocation "replicas". It answers GET and HEAD, 200 when the figure
-// is known and 503 (with the reason in "reason") when it is not, so that
-// KEDA counts a failure and applies its fallback rather than act on a
-// guess; the body is Scaling's JSON: known, reason, replicas, raw,
-// visible, in_flight, delayed, arrival_rate, demand,
-// capacity_per_replica, target_seconds, at, error. With KEDA, use
-// metricType AverageValue and targetValue "1": the HPA then sets replicas
-// = ceil(replicas / 1). docs/scaling.md in the module's repository has a
-// complete ScaledObject. Safe for
-// concurrent use.
-func (c *Consumer) ScalingHandler() http.Handler {
-	return healthprobe.Handler(func() (any, int) {
-		s := c.Scaling()
-		return scalingJSON{s, s.Target.Seconds()}, healthprobe.Status(s.Known)
-	})
 }
 
 type scalingJSON struct {

@@ -382,3 +382,31 @@ func (r *run) backoff(receiveCount int) (d time.Duration) {
 	}()
 	return r.s.backoff(receiveCount)
 }
+
+// moveToDeadLetter moves a message whose handler returned the permanent
+// error err to the dead-letter queue. It reports false, having done
+// nothing to the message, when the move could not be made: the caller
+// then settles it as an ordinary failure.
+func (r *run) moveToDeadLetter(d *delivery, err error) bool {
+	m := &d.msg
+	if !r.dlq.ready() {
+		if r.dlqWarned.CompareAndSwap(false, true) {
+			r.log(slog.LevelWarn, "sqsconsumer: a handler returned a permanent error but there is no dead-letter queue to move it to; such messages are retried as ordinary failures (logged once)",
+				"message_id", m.ID, "reason", r.dlq.why)
+		}
+		return false
+	}
+	id, dropped, serr := r.dlq.move(r.settleCtx, m, err)
+	if serr != nil {
+		r.log(slog.LevelWarn, "sqsconsumer: could not move a permanently failing message to the dead-letter queue; retrying it as an ordinary failure",
+			"message_id", m.ID, "dead_letter_queue", r.dlq.url, "error", serr)
+		return false
+	}
+	args := []any{"message_id", m.ID, "receive_count", m.ReceiveCount, "dead_letter_queue", r.dlq.url, "dead_letter_message_id", id, "error", err}
+	if len(dropped) > 0 {
+		args = append(args, "attributes_left_out", dropped)
+	}
+	r.log(slog.LevelWarn, "sqsconsumer: moved a permanently failing message to the dead-letter queue", args...)
+	r.observe(EventDeadLettered, d, err)
+	return true
+}

@@ -1,0 +1,44 @@
+package sqsconsumer
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Run's stages, for Health.
+const (
+	runNotStarted int32 = iota
+	runStarting
+	runRunning
+	runDraining
+	runStopped
+)
+
+// progress is what a Consumer last completed, for Health: unix
+// nanoseconds, 0 for never.
+type progress struct {
+	stage    atomic.Int32
+	begun    atomic.Int64 // Run was called
+	answered atomic.Int64 // SQS first answered a call (the queue's attributes included)
+	receive  atomic.Int64
+	renewal  atomic.Int64
+	delete   atomic.Int64
+	resumed  atomic.Int64 // Run began running, or the breaker closed
+	recvErr  atomic.Pointer[string]
+}
+
+// answer records that SQS answered a call.
+func (p *progress) answer() {
+	if p.answered.Load() == 0 {
+		p.answered.CompareAndSwap(0, time.Now().UnixNano())
+	}
+}
+
+func stamp(a *atomic.Int64) { a.Store(time.Now().UnixNano()) }
+
+func timeOf(a *atomic.Int64) time.Time {
+	if n := a.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
