@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -170,11 +171,11 @@ type batcher struct {
 	size   int
 	window time.Duration
 
-	owner  atomic.Pointer[Consumer] // set by New
-	direct bool                     // set by New: no middleware, see join
-	r      *run                     // the owner's run, from bind at Run
-	reg    *registry                // the run's registry: FIFO group order
-	ev     *eventSink               // the owner's events
+	owned  atomic.Bool // set by New: the batcher has its Consumer
+	direct bool        // set by New: no middleware, see join
+	host   batchHost   // the Consumer's run, from bind at Run
+	reg    *registry   // the run's registry: FIFO group order
+	ev     *eventSink  // the Consumer's events
 
 	// mu guards the fields below, the batches (hbatch) and the members
 	// (member, and delivery.bm). Lock order: mu before the registry's
@@ -247,19 +248,38 @@ type member struct {
 	cancel  context.CancelFunc // a direct member's WithHandlerTimeout
 }
 
-// attach binds b to the Consumer c; false if another has it. direct: c
-// has no middleware, so messages join without a goroutine of their own.
-func (b *batcher) attach(c *Consumer, direct bool) bool {
-	if !b.owner.CompareAndSwap(nil, c) {
+// attach gives b to a Consumer; false if one already has it. direct: the
+// Consumer has no middleware, so messages join without a goroutine of
+// their own.
+func (b *batcher) attach(direct bool) bool {
+	if !b.owned.CompareAndSwap(false, true) {
 		return false
 	}
 	b.direct = direct
 	return true
 }
 
-// bind gives b to the run r of its Consumer, before r's first receive.
-func (b *batcher) bind(r *run) {
-	b.r, b.reg, b.ev = r, r.reg, r.ev
+// batchHost is what the batcher needs of the run it serves (run.go,
+// worker.go, settle.go): its handler slots' workers and its settle door.
+type batchHost interface {
+	// settleAndStart settles d (its handler's result err, ran: it ran)
+	// and starts the message its freed slot took, if any.
+	settleAndStart(d *delivery, err error, ran bool)
+	// goSettle runs settle on a worker goroutine of the run's.
+	goSettle(settle func())
+	// startBatch hands a due batch to a worker (direct only).
+	startBatch(bt *hbatch)
+	// startHandler marks d's handler as called and returns its context.
+	startHandler(d *delivery) (context.Context, context.CancelFunc)
+	// shuttingDown reports whether the shutdown has begun.
+	shuttingDown() bool
+	log(level slog.Level, msg string, args ...any)
+}
+
+// bind gives b to the run of its Consumer, before the run's first
+// receive: host, its registry and its events.
+func (b *batcher) bind(host batchHost, reg *registry, ev *eventSink) {
+	b.host, b.reg, b.ev = host, reg, ev
 }
 
 // maxSize is the most messages a batch holds (Batch's size).
@@ -483,10 +503,10 @@ func (b *batcher) takeLocked() batchWork {
 // handOff does the work takeLocked found, with b.mu released.
 func (b *batcher) handOff(w batchWork) {
 	for _, bt := range w.due {
-		b.r.startBatch(bt)
+		b.host.startBatch(bt)
 	}
 	for _, mb := range w.finished {
-		b.r.goSettle(func() { b.settleMember(mb) })
+		b.host.goSettle(func() { b.settleMember(mb) })
 	}
 }
 
@@ -552,12 +572,12 @@ func (b *batcher) enterLocked(mb *member) {
 // marks the handler's start, and a Consumer that is stopping hands it
 // back instead.
 func (b *batcher) join(d *delivery) {
-	r := b.r
-	if r.shuttingDown() {
-		r.goSettle(func() { r.settleAndStart(d, nil, false) })
+	h := b.host
+	if h.shuttingDown() {
+		h.goSettle(func() { h.settleAndStart(d, nil, false) })
 		return
 	}
-	ctx, cancel := r.startHandler(d)
+	ctx, cancel := h.startHandler(d)
 	mb := &member{m: &d.msg, d: d, ctx: ctx, cancel: cancel, joined: true}
 	b.mu.Lock()
 	b.enterLocked(mb)

@@ -148,7 +148,7 @@ func (b *batcher) runDirect(bt *hbatch) (next *hbatch, ok bool) {
 			if mb.err == nil {
 				b.settleMember(mb)
 			} else {
-				b.r.goSettle(func() { b.settleMember(mb) })
+				b.host.goSettle(func() { b.settleMember(mb) })
 			}
 		}
 		b.mu.Lock()
@@ -166,7 +166,7 @@ func (b *batcher) runDirect(bt *hbatch) (next *hbatch, ok bool) {
 	}
 	b.mu.Unlock()
 	for _, r := range rest {
-		b.r.startBatch(r)
+		b.host.startBatch(r)
 	}
 	return next, next != nil
 }
@@ -179,7 +179,7 @@ func (b *batcher) settleMember(mb *member) {
 		mb.unwatch()
 	}
 	d.inHandler.Store(false)
-	b.r.settleAndStart(d, mb.err, true)
+	b.host.settleAndStart(d, mb.err, true)
 	if mb.cancel != nil {
 		mb.cancel()
 	}
@@ -267,7 +267,7 @@ func (b *batcher) results(members []*member, err error) ([]error, error) {
 func (b *batcher) call(ctx context.Context, msgs []*Message) error {
 	err := protect(func() error { return b.h(ctx, msgs) })
 	if pe, ok := err.(*PanicError); ok && pe.recovered {
-		b.r.log(slog.LevelError, "sqsconsumer: batch handler panicked; the whole batch failed", "messages", len(msgs), "panic", fmt.Sprint(pe.Value), "at", pe.at)
+		b.host.log(slog.LevelError, "sqsconsumer: batch handler panicked; the whole batch failed", "messages", len(msgs), "panic", fmt.Sprint(pe.Value), "at", pe.at)
 	}
 	return err
 }

@@ -114,7 +114,7 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 			client: c2.client, queueURL: queueURL, conc: s.concurrency, stats: stats, ev: &c2.ev}
 		c2.scaler.fig.Reason = "Run has not read the queue's counts yet"
 	}
-	if bt != nil && !bt.attach(c2, len(s.middleware) == 0) {
+	if bt != nil && !bt.attach(len(s.middleware) == 0) {
 		return nil, fmt.Errorf("%w: the Handler from Batch is already used by another Consumer; call Batch once per Consumer", ErrInvalidOption)
 	}
 	return c2, nil

@@ -30,8 +30,7 @@ type delivery struct {
 	// ctx is the handler's context: the lease's, from Start at dispatch.
 	ctx context.Context
 
-	place place // where it stands in the flow
-	slot  slot  // its handler slot, while place is placeSlot
+	ticket ticket // its place in the flow: written only by the flow
 
 	// started is when its handler was called (unix nanoseconds; 0
 	// before); inHandler is set while the handler (or its batch) runs.
@@ -43,15 +42,8 @@ type delivery struct {
 	bm *member
 }
 
-// place is where a delivery stands in the flow's counts.
-type place uint8
-
-const (
-	placeWaiting  place = iota // received, not started: counted as waiting
-	placeSlot                  // holds a handler slot
-	placeSettling              // gave its slot back before its delete was confirmed
-	placeOut                   // counted nowhere any more
-)
+// flowTicket gives the flow d's ticket.
+func (d *delivery) flowTicket() *ticket { return &d.ticket }
 
 // newDelivery makes the delivery of raw with its lease and message, in one
 // allocation: handedOver is the receive's conservative hand-over estimate

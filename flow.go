@@ -18,9 +18,9 @@ import (
 // leased, not started: ready for a slot, or behind its FIFO group), then
 // running (it holds a handler slot), and, once its handler succeeded,
 // may give its slot back while SQS confirms its delete (settling, at most
-// conc + maxAhead at once). The flow counts each; the Consumer's delivery
-// says where its message stands, and tells the flow when it leaves
-// (leave). The flow keeps, beyond the free slots,
+// conc + maxAhead at once). The flow counts each, and keeps where each
+// message stands in the message's ticket, which only the flow writes; the
+// run tells it when a message leaves (leave). The flow keeps, beyond the free slots,
 // a read-ahead of messages waiting or on their way: by Little's law, the
 // messages handlers finish during one receive round trip, plus at most one full
 // receive so that receives stay full (see readAhead). A slot that frees then
@@ -30,7 +30,7 @@ import (
 // Pollers are started on demand, up to maxPollers, and park on kick when
 // there is nothing to ask for; the flow wakes one when a receive is due.
 // All fields but settling are guarded by mu.
-type flow struct {
+type flow[T ticketed] struct {
 	mu sync.Mutex
 
 	conc       int // handler slots
@@ -43,7 +43,7 @@ type flow struct {
 	starts  []time.Duration // when each slot in use was taken (since epoch), ascending
 	waiting int             // received and leased, not started
 	asked   int             // asked for by receives in flight
-	ready   []*delivery     // waiting messages free to start, oldest first
+	ready   []T             // waiting messages free to start, oldest first
 	rate    rateMeter
 	rtt     time.Duration // smoothed round trip of receives answered at once
 	// rttMin is the shortest such round trip in the last 10 to 20 s (the
@@ -153,8 +153,8 @@ type flowConfig struct {
 	paused                           bool // Pause came before Run
 }
 
-func newFlow(c flowConfig) *flow {
-	f := &flow{conc: c.conc, size: c.size, maxAhead: c.maxAhead, maxPollers: c.maxPollers, spawn: c.spawn, overflow: c.overflow, atLimit: c.atLimit,
+func newFlow[T ticketed](c flowConfig) *flow[T] {
+	f := &flow[T]{conc: c.conc, size: c.size, maxAhead: c.maxAhead, maxPollers: c.maxPollers, spawn: c.spawn, overflow: c.overflow, atLimit: c.atLimit,
 		burst: c.burst, gate: c.gate, limiter: c.limiter, member: c.member, paused: c.paused,
 		kick: make(chan struct{}, 1), quiet: true, full: true}
 	f.epoch = time.Now()
@@ -165,7 +165,7 @@ func newFlow(c flowConfig) *flow {
 	return f
 }
 
-func (f *flow) countsLocked(now time.Time) flowCounts {
+func (f *flow[T]) countsLocked(now time.Time) flowCounts {
 	conc := f.conc
 	if f.member != nil {
 		// In a fleet, receive for the slots the flow is entitled to.
@@ -187,7 +187,7 @@ func (f *flow) countsLocked(now time.Time) flowCounts {
 // dueLocked counts the running handlers expected to finish within one
 // receive round trip: those older than the longest recent hold time less
 // the round trip, once the pace is steady.
-func (f *flow) dueLocked(now time.Time) int {
+func (f *flow[T]) dueLocked(now time.Time) int {
 	// Only a steady pace is worth a forecast: after a full round of the
 	// slots, with the longest handlers close to the mean. Varied handler
 	// times spread the completions out anyway, and the rate covers them.
@@ -200,7 +200,7 @@ func (f *flow) dueLocked(now time.Time) int {
 
 // nextDueLocked returns when the next running handler not yet due (see
 // dueLocked) will be, if the pace is steady enough to forecast.
-func (f *flow) nextDueLocked(now time.Time) (time.Time, bool) {
+func (f *flow[T]) nextDueLocked(now time.Time) (time.Time, bool) {
 	if f.holds < f.conc || f.holdHigh > f.hold+f.hold/4 {
 		return time.Time{}, false
 	}
@@ -211,14 +211,39 @@ func (f *flow) nextDueLocked(now time.Time) (time.Time, bool) {
 	return f.epoch.Add(f.starts[i] + f.holdHigh - f.rtt), true
 }
 
-// slot is a handler slot the flow handed out: its holder keeps it and
-// gives it back to slotDone.
+// slot is a handler slot the flow handed out, kept in its holder's
+// ticket until the flow takes it back.
 type slot struct {
 	at time.Duration // when it was taken, since the flow's epoch (monotonic)
 }
 
+// ticket is a message's place in the flow: where it stands in the flow's
+// counts and its handler slot. Only the flow writes it (enqueue, granted,
+// settleEarly, leave and the slots they seat); its holder carries it and
+// gives it to the flow with itself.
+type ticket struct {
+	place place
+	slot  slot // while place is placeSlot
+}
+
+// ticketed is what the flow hands out: a message with its ticket.
+type ticketed interface {
+	comparable
+	flowTicket() *ticket
+}
+
+// place is where a message stands in the flow's counts.
+type place uint8
+
+const (
+	placeWaiting  place = iota // received, not started: counted as waiting
+	placeSlot                  // holds a handler slot
+	placeSettling              // gave its slot back before its delete was confirmed
+	placeOut                   // counted nowhere any more
+)
+
 // takeSlotLocked counts one more slot as running from now and returns it.
-func (f *flow) takeSlotLocked(now time.Time) slot {
+func (f *flow[T]) takeSlotLocked(now time.Time) slot {
 	f.running++
 	at := now.Sub(f.epoch)
 	f.starts = append(f.starts, at) // now is never before the last entry
@@ -227,7 +252,7 @@ func (f *flow) takeSlotLocked(now time.Time) slot {
 
 // giveSlotLocked counts s as no longer running and returns how long it
 // was held.
-func (f *flow) giveSlotLocked(s slot, now time.Time) time.Duration {
+func (f *flow[T]) giveSlotLocked(s slot, now time.Time) time.Duration {
 	f.running--
 	switch i := sort.Search(len(f.starts), func(i int) bool { return f.starts[i] >= s.at }); {
 	case i == 0 && len(f.starts) > 0:
@@ -241,7 +266,7 @@ func (f *flow) giveSlotLocked(s slot, now time.Time) time.Duration {
 // nextLocked is the size of the receive due now, 0 if none. When only
 // time stands in the way (a backoff, an idle pause, the rate limit) it
 // arms the timer for when it will not.
-func (f *flow) nextLocked(now time.Time) int {
+func (f *flow[T]) nextLocked(now time.Time) int {
 	if f.stopped || f.paused {
 		return 0
 	}
@@ -277,7 +302,7 @@ func (f *flow) nextLocked(now time.Time) int {
 }
 
 // wake makes sure a poller looks, if a receive is due (a gate opened).
-func (f *flow) wake() {
+func (f *flow[T]) wake() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.wakeLocked(time.Now())
@@ -285,7 +310,7 @@ func (f *flow) wake() {
 
 // takeReady returns the ready messages, which will not start (they still
 // count as waiting until they leave). Receiving goes on.
-func (f *flow) takeReady() []*delivery {
+func (f *flow[T]) takeReady() []T {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ready := f.ready
@@ -306,7 +331,7 @@ func later(a, b time.Time) time.Time {
 
 // armLocked makes the timer wake the pollers at at, unless it will
 // already fire sooner (it then looks again and re-arms).
-func (f *flow) armLocked(now, at time.Time) {
+func (f *flow[T]) armLocked(now, at time.Time) {
 	if !f.timerAt.IsZero() && !f.timerAt.After(at) {
 		return
 	}
@@ -328,7 +353,7 @@ func (f *flow) armLocked(now, at time.Time) {
 // the queue) while nothing is held and the queue looks empty or drained
 // (the latest receive got nothing, or less than it asked for); all its
 // own otherwise.
-func (f *flow) demandLocked() int {
+func (f *flow[T]) demandLocked() int {
 	switch {
 	case f.stopped || f.paused, f.gate != nil && f.gate(0) == 0:
 		return 0
@@ -345,14 +370,14 @@ func (f *flow) demandLocked() int {
 // idleLocked reports whether the flow holds no message. A full last
 // receive is no proof of a backlog: the queue may have just drained, and
 // the long poll in flight may wait out its whole wait time.
-func (f *flow) idleLocked() bool {
+func (f *flow[T]) idleLocked() bool {
 	return f.running == 0 && f.waiting == 0
 }
 
 // tellLocked tells the fleet's budget, if any, what the flow could use
 // and whether messages are on their way: a receive in flight, or received
 // and not ready yet, from a queue that has messages.
-func (f *flow) tellLocked() {
+func (f *flow[T]) tellLocked() {
 	if f.member == nil {
 		return
 	}
@@ -366,14 +391,14 @@ func (f *flow) tellLocked() {
 // handOut lets the fleet's budget, if any, hand out slots kept for this
 // flow's messages on their way, after a receive's messages were
 // dispatched (or it failed). Call it with no lock held.
-func (f *flow) handOut() {
+func (f *flow[T]) handOut() {
 	if f.member != nil {
 		f.member.Dispatch()
 	}
 }
 
 // wakeLocked makes sure a poller will look, if a receive is due.
-func (f *flow) wakeLocked(now time.Time) {
+func (f *flow[T]) wakeLocked(now time.Time) {
 	f.tellLocked()
 	if len(f.jobs) == 0 && f.nextLocked(now) == 0 {
 		return
@@ -392,82 +417,11 @@ func (f *flow) wakeLocked(now time.Time) {
 	}
 }
 
-// failed records a receive for asked messages that failed with err and
-// returns how many receives in a row failed with this same client error
-// (persistent: see persistentClientError), and the backoff before the
-// next receive, which it arms for every poller.
-func (f *flow) failed(asked int, sent time.Time, err error, persistent bool) (same int, backoff time.Duration) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	now := time.Now()
-	f.asked -= asked
-	f.endReceiveLocked(sent)
-	if f.limiter != nil {
-		f.limiter.giveBack(now, asked)
-	}
-	switch msg := errorIdentity(err); {
-	case !persistent:
-		f.same, f.lastErr = 0, ""
-	case msg == f.lastErr:
-		f.same++
-	default:
-		f.same, f.lastErr = 1, msg
-	}
-	backoff = receiveBackoff(f.failures)
-	f.failures++
-	f.retryAt = now.Add(backoff)
-	f.armLocked(now, f.retryAt)
-	return f.same, backoff
-}
-
-// abandoned records a receive for asked messages that was cancelled at
-// shutdown (it got nothing this process will see).
-func (f *flow) abandoned(asked int, sent time.Time) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.asked -= asked
-	f.endReceiveLocked(sent)
-}
-
-// received records a receive that asked for asked messages and got got
-// after took; the got messages are waiting until dispatched.
-func (f *flow) received(asked, got int, sent time.Time, took time.Duration) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	now := time.Now()
-	f.failures, f.same, f.lastErr = 0, 0, ""
-	f.asked -= asked
-	f.endReceiveLocked(sent)
-	f.waiting += got
-	f.quiet = got == 0
-	f.full = got == asked
-	if f.limiter != nil {
-		f.limiter.giveBack(now, asked-got)
-	}
-	if got == 0 && f.idlePause > 0 {
-		f.idleUntil = now.Add(f.idlePause)
-	} else {
-		f.idleUntil = time.Time{}
-	}
-	// A full answer of several messages means they were waiting in the
-	// queue, so the call took one round trip: that is what the read-ahead
-	// must cover. A quicker answer of any size bounds it too.
-	if (got == asked && got >= 2) || (got > 0 && took < f.rtt) {
-		if f.rtt == 0 {
-			f.rtt = took
-		} else {
-			f.rtt += (took - f.rtt) / 8
-		}
-		f.sampleRTTLocked(now, took)
-	}
-	f.wakeLocked(now)
-}
-
 // coverRTTLocked is the round trip the read-ahead covers: the smoothed
 // one, but at most twice the shortest recent one (rttMin). Calls that wait
 // a little for a busy CPU are covered; a saturated CPU, whose waits grow
 // with every call added, does not make the read-ahead grow with them.
-func (f *flow) coverRTTLocked() time.Duration {
+func (f *flow[T]) coverRTTLocked() time.Duration {
 	if f.rttMin <= 0 {
 		return f.rtt
 	}
@@ -477,23 +431,9 @@ func (f *flow) coverRTTLocked() time.Duration {
 // rttWindowLength is the length of rttMin's windows.
 const rttWindowLength = 10 * time.Second
 
-// sampleRTTLocked takes a receive's round trip into rttMin.
-func (f *flow) sampleRTTLocked(now time.Time, took time.Duration) {
-	if now.Sub(f.rttWindow) >= rttWindowLength {
-		f.rttPrev, f.rttCur, f.rttWindow = f.rttCur, 0, now
-	}
-	if f.rttCur == 0 || took < f.rttCur {
-		f.rttCur = took
-	}
-	f.rttMin = f.rttCur
-	if f.rttPrev > 0 && f.rttPrev < f.rttMin {
-		f.rttMin = f.rttPrev
-	}
-}
-
 // drop takes n waiting messages out that never became deliveries (adopted
 // by a running lease, invalid, handed back raw).
-func (f *flow) drop(n int) {
+func (f *flow[T]) drop(n int) {
 	if n == 0 {
 		return
 	}
@@ -506,60 +446,70 @@ func (f *flow) drop(n int) {
 // What enqueue tells its caller to do with the message.
 const (
 	enqueued    = iota // it starts when a slot frees (slotDone)
-	startNow           // a slot was free and nothing older ready: start it in the slot returned
+	startNow           // a slot was free and nothing older ready: it holds it now; start it
 	notStarting        // receiving has stopped or is paused: hand it back
 )
 
 // enqueue makes a waiting message ready to start: it joins the ready
-// messages, or takes a free slot at once (startNow, with the slot).
-func (f *flow) enqueue(d *delivery) (int, slot) {
+// messages, or takes a free slot at once (startNow).
+func (f *flow[T]) enqueue(d T) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
 	case f.stopped || f.paused:
-		return notStarting, slot{}
+		return notStarting
 	case f.running < f.conc && len(f.ready) == 0 && (f.member == nil || f.member.Acquire()):
 		// In a fleet a slot of the shared budget too; without one, the
 		// member now waits for one (Acquire), granted through granted.
 		f.waiting--
-		return startNow, f.takeSlotLocked(time.Now())
+		f.seatLocked(d, time.Now())
+		return startNow
 	}
 	f.ready = append(f.ready, d)
 	f.tellLocked()
-	return enqueued, slot{}
+	return enqueued
 }
 
-// granted starts the oldest ready message in a slot of the fleet's budget
-// given to this flow, and returns it with its slot; nil (the slot goes
+// granted seats the oldest ready message in a slot of the fleet's budget
+// given to this flow, and returns it to start; ok false (the slot goes
 // back) if none can start.
-func (f *flow) granted() (*delivery, slot) {
+func (f *flow[T]) granted() (next T, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.stopped || f.paused || len(f.ready) == 0 || f.running >= f.conc {
 		f.member.SetWant(false)
-		return nil, slot{}
+		return next, false
 	}
-	next := f.popReadyLocked()
-	s := f.takeSlotLocked(time.Now())
+	now := time.Now()
+	next = f.popReadyLocked()
+	f.seatLocked(next, now)
 	if len(f.ready) == 0 || f.running >= f.conc {
 		f.member.SetWant(false)
 	}
-	f.wakeLocked(time.Now())
-	return next, s
+	f.wakeLocked(now)
+	return next, true
 }
 
-func (f *flow) popReadyLocked() *delivery {
+func (f *flow[T]) popReadyLocked() T {
+	var none T
 	next := f.ready[0]
-	f.ready[0] = nil
+	f.ready[0] = none
 	f.ready = f.ready[1:]
 	f.waiting--
 	return next
 }
 
+// seatLocked gives d, counted as waiting until now, a handler slot taken
+// at now.
+func (f *flow[T]) seatLocked(d T, now time.Time) {
+	t := d.flowTicket()
+	t.place, t.slot = placeSlot, f.takeSlotLocked(now)
+}
+
 // takeSettling reserves room for one more message that gives its handler
 // slot back before its delete is confirmed; false when conc + maxAhead
 // already do (the slot then stays taken until SQS answers).
-func (f *flow) takeSettling() bool {
+func (f *flow[T]) takeSettling() bool {
 	bound := int64(f.conc + f.maxAhead)
 	for {
 		n := f.settling.Load()
@@ -572,18 +522,45 @@ func (f *flow) takeSettling() bool {
 	}
 }
 
-// leaveWaiting takes out a waiting message that leaves without starting
-// (handed back, or its lease ended while it waited).
-func (f *flow) leaveWaiting() { f.drop(1) }
+// settleEarly gives back the handler slot of d, whose handler succeeded,
+// before SQS confirms its delete, if room is left for one more such
+// message (takeSettling): d then counts as settling until it leaves. It
+// returns the next ready message, seated in the freed slot, to start (ok
+// false: none, or d keeps its slot until it leaves).
+func (f *flow[T]) settleEarly(d T) (next T, ok bool) {
+	t := d.flowTicket()
+	if t.place != placeSlot || !f.takeSettling() {
+		return next, false
+	}
+	next, ok = f.slotDone(t.slot, true)
+	t.place = placeSettling
+	return next, ok
+}
 
-// leaveSettling takes out a message that gave its slot back early
-// (takeSettling), once SQS answered its delete.
-func (f *flow) leaveSettling() { f.settling.Add(-1) }
+// leave takes d out of the flow's counts, wherever it stands: a waiting
+// message that leaves without starting (handed back, or its lease ended
+// while it waited), one in a slot (ran: its handler returned, which counts
+// in the completion rate and the mean hold time), or one settling. It
+// returns the next ready message, seated in a slot d freed, to start (ok
+// false: none).
+func (f *flow[T]) leave(d T, ran bool) (next T, ok bool) {
+	t := d.flowTicket()
+	switch t.place {
+	case placeWaiting:
+		f.drop(1)
+	case placeSlot:
+		next, ok = f.slotDone(t.slot, ran)
+	case placeSettling:
+		f.settling.Add(-1)
+	}
+	t.place = placeOut
+	return next, ok
+}
 
 // capacity is how many messages a second the handler slots could finish
 // if never starved: concurrency / mean slot hold time (+Inf before any
 // measurement).
-func (f *flow) capacity() float64 {
+func (f *flow[T]) capacity() float64 {
 	if f.hold <= 0 {
 		return math.Inf(1)
 	}
@@ -593,20 +570,20 @@ func (f *flow) capacity() float64 {
 // slotDone gives back s, a handler slot whose handler returned (done; it
 // counts in the completion rate and the mean hold time) or that is given
 // up without a handler (a message that leaves unstarted), and returns the
-// next ready message to start in the slot it takes instead, if any.
-func (f *flow) slotDone(s slot, done bool) (*delivery, slot) {
+// next ready message, seated in the slot it takes instead, if any (ok).
+func (f *flow[T]) slotDone(s slot, done bool) (next T, ok bool) {
 	f.mu.Lock()
-	next, ns := f.slotDoneLocked(s, done)
+	next, ok = f.slotDoneLocked(s, done)
 	f.mu.Unlock()
 	if f.member != nil {
 		// The fleet's budget decides who gets the slot, this flow or
 		// another (through granted).
 		f.member.Release()
 	}
-	return next, ns
+	return next, ok
 }
 
-func (f *flow) slotDoneLocked(s slot, done bool) (*delivery, slot) {
+func (f *flow[T]) slotDoneLocked(s slot, done bool) (next T, ok bool) {
 	now := time.Now()
 	held := f.giveSlotLocked(s, now)
 	if done {
@@ -623,22 +600,20 @@ func (f *flow) slotDoneLocked(s slot, done bool) (*delivery, slot) {
 			f.holdHigh += (held - f.holdHigh) / 64
 		}
 	}
-	var next *delivery
-	var ns slot
 	switch {
 	case len(f.ready) == 0 || f.stopped || f.paused:
 	case f.member != nil:
 		f.member.SetWant(true) // Release follows
 	default:
-		next = f.popReadyLocked()
-		ns = f.takeSlotLocked(now)
+		next, ok = f.popReadyLocked(), true
+		f.seatLocked(next, now)
 	}
 	f.wakeLocked(now)
-	return next, ns
+	return next, ok
 }
 
 // begin starts the first poller; it starts the others as they are due.
-func (f *flow) begin() {
+func (f *flow[T]) begin() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.wakeLocked(time.Now())
@@ -646,7 +621,7 @@ func (f *flow) begin() {
 
 // stop ends receiving and returns the ready messages, which will not
 // start (they count as waiting until they leave).
-func (f *flow) stop() []*delivery {
+func (f *flow[T]) stop() []T {
 	f.mu.Lock()
 	f.stopped = true
 	if f.timer != nil {
@@ -659,7 +634,7 @@ func (f *flow) stop() []*delivery {
 // pause stops receiving and starting messages until resume, and returns
 // the ready messages, which will not start (they count as waiting until
 // they leave).
-func (f *flow) pause() []*delivery {
+func (f *flow[T]) pause() []T {
 	f.mu.Lock()
 	f.paused = true
 	f.mu.Unlock()
@@ -667,7 +642,7 @@ func (f *flow) pause() []*delivery {
 }
 
 // resume ends a pause.
-func (f *flow) resume() {
+func (f *flow[T]) resume() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.paused = false
@@ -675,14 +650,14 @@ func (f *flow) resume() {
 }
 
 // capacityNow is capacity under the flow's lock, for the scaling signal.
-func (f *flow) capacityNow() float64 {
+func (f *flow[T]) capacityNow() float64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.capacity()
 }
 
 // snapshot returns the flow's counts for Stats.
-func (f *flow) snapshot() (running, waiting, asked, peakAhead int) {
+func (f *flow[T]) snapshot() (running, waiting, asked, peakAhead int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.running, f.waiting, f.asked, f.peakAhead

@@ -97,46 +97,54 @@ func TestRateMeter(t *testing.T) {
 func TestFlowCounts(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		f := newFlow(flowConfig{conc: 2, size: 10, maxAhead: 1, maxPollers: 1, spawn: func() {}})
+		f := newFlow[*delivery](flowConfig{conc: 2, size: 10, maxAhead: 1, maxPollers: 1, spawn: func() {}})
 		f.received(0, 4, time.Now(), time.Millisecond)
 		ds := []*delivery{{}, {}, {}, {}}
-		var slots []slot
 		for i, d := range ds {
-			v, s := f.enqueue(d)
+			v := f.enqueue(d)
 			if i < 2 {
 				require.Equal(t, startNow, v, "message %d", i)
-				slots = append(slots, s)
+				require.Equal(t, placeSlot, d.ticket.place, "message %d seated by the flow", i)
 			} else {
 				require.Equal(t, enqueued, v, "message %d", i)
+				require.Equal(t, placeWaiting, d.ticket.place, "message %d", i)
 			}
 		}
 		running, waiting, _, _ := f.snapshot()
 		require.Equal(t, 2, running)
 		require.Equal(t, 2, waiting)
 
-		next, s := f.slotDone(slots[0], true)
+		next, ok := f.leave(ds[0], true)
+		require.True(t, ok)
 		require.Same(t, ds[2], next, "the oldest ready message takes the slot")
-		slots[0] = s
+		require.Equal(t, placeSlot, ds[2].ticket.place)
+		require.Equal(t, placeOut, ds[0].ticket.place)
 		running, waiting, _, _ = f.snapshot()
 		require.Equal(t, 2, running)
 		require.Equal(t, 1, waiting)
 
 		require.True(t, f.takeSettling())
 		require.True(t, f.takeSettling())
-		require.True(t, f.takeSettling())
-		require.False(t, f.takeSettling(), "at most concurrency + max read-ahead settle at once")
-		f.leaveSettling()
-		require.True(t, f.takeSettling())
+		next, ok = f.settleEarly(ds[1])
+		require.True(t, ok, "room for a third settling message: the slot goes to the ready one")
+		require.Same(t, ds[3], next)
+		require.Equal(t, placeSettling, ds[1].ticket.place)
+		_, ok = f.settleEarly(ds[2])
+		require.False(t, ok, "at most concurrency + max read-ahead settle at once")
+		require.Equal(t, placeSlot, ds[2].ticket.place, "it keeps its slot until it leaves")
+		f.leave(ds[1], true)
+		require.True(t, f.takeSettling(), "a settling message that leaves makes room")
 
-		require.Equal(t, []*delivery{ds[3]}, f.pause(), "a pause takes the ready messages out")
+		waitingOne := &delivery{}
+		f.received(0, 1, time.Now(), time.Millisecond)
+		require.Equal(t, enqueued, f.enqueue(waitingOne), "both slots are busy (ds[2], ds[3])")
+		require.Equal(t, []*delivery{waitingOne}, f.pause(), "a pause takes the ready messages out")
 		_, waiting, _, _ = f.snapshot()
 		require.Equal(t, 1, waiting, "a message taken out still counts until it leaves")
-		f.leaveWaiting()
+		_, ok = f.leave(waitingOne, false)
+		require.False(t, ok)
 		_, waiting, _, _ = f.snapshot()
 		require.Zero(t, waiting)
-		v, _ := f.enqueue(&delivery{})
-		require.Equal(t, notStarting, v, "nothing starts while paused")
-		next, _ = f.slotDone(slots[1], true)
-		require.Nil(t, next)
+		require.Equal(t, notStarting, f.enqueue(&delivery{}), "nothing starts while paused")
 	})
 }

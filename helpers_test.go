@@ -140,7 +140,7 @@ func (b bundle) send(t *testing.T, n int, opts ...sqstest.SendOption) []string {
 }
 
 // flowOf returns the flow of c's run once Run has set it up, nil before.
-func (c *Consumer) flowOf() *flow {
+func (c *Consumer) flowOf() *flow[*delivery] {
 	if r := c.runOf(); r != nil {
 		return r.fl
 	}

@@ -6,11 +6,13 @@ import "time"
 // a receive the flow says is due or a coalesced call (a job) handed to the
 // flow, so that the Consumer's calls in flight are no more than its busy
 // pollers and rise and fall as theirs do. The flow (flow.go) owns their
-// counts and the jobs waiting; this file is how work reaches them.
+// counts and the jobs waiting; this file is how work reaches them, and how
+// a receive's end comes back to the flow (received, failed, abandoned:
+// the round trip, the backoff after failures).
 
 // nudge makes a parked poller look again (the fleet's budget has a slot
 // for this flow).
-func (f *flow) nudge() {
+func (f *flow[T]) nudge() {
 	select {
 	case f.kick <- struct{}{}:
 	default:
@@ -19,14 +21,14 @@ func (f *flow) nudge() {
 
 // kicked is where parked pollers wait for a receive to be due (take
 // returned 0).
-func (f *flow) kicked() <-chan struct{} { return f.kick }
+func (f *flow[T]) kicked() <-chan struct{} { return f.kick }
 
 // take gives a poller its next work: a job (a coalesced call to make),
 // or the number of messages the receive due asks for, sent from now
 // (sent: the receive's send time for received, failed or abandoned,
 // which must end it); with neither the poller counts as idle and must
 // wait on kick (or for the end) and call unpark.
-func (f *flow) take() (job func(), n int, sent time.Time) {
+func (f *flow[T]) take() (job func(), n int, sent time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now()
@@ -57,7 +59,7 @@ func (f *flow) take() (job func(), n int, sent time.Time) {
 }
 
 // endReceiveLocked counts the receive sent at sent as no longer in flight.
-func (f *flow) endReceiveLocked(sent time.Time) {
+func (f *flow[T]) endReceiveLocked(sent time.Time) {
 	at := sent.Sub(f.epoch)
 	for i, s := range f.recvSince {
 		if s == at {
@@ -70,7 +72,7 @@ func (f *flow) endReceiveLocked(sent time.Time) {
 // stuckLocked reports whether every poller is busy in a receive sent
 // jobWait ago or more: long polls, which may go on for their whole wait,
 // so a job must not wait for them.
-func (f *flow) stuckLocked(now time.Time) bool {
+func (f *flow[T]) stuckLocked(now time.Time) bool {
 	if f.idle > 0 || len(f.recvSince) < f.pollers {
 		return false
 	}
@@ -86,13 +88,13 @@ func (f *flow) stuckLocked(now time.Time) bool {
 // jobWait is how long a job may wait for a poller to be free before it
 // runs on a goroutine of its own: about a round trip, the time a busy
 // poller takes to finish its call.
-func (f *flow) jobWait() time.Duration { return max(2*f.rtt, 20*time.Millisecond) }
+func (f *flow[T]) jobWait() time.Duration { return max(2*f.rtt, 20*time.Millisecond) }
 
 // submit hands a job (a coalesced call) to the pollers: an idle one takes
 // it, or a new one if there is room, or the first to finish its call
 // (within jobWait, else it overflows). It returns false, having done
 // nothing, once the pollers are gone (closeLanes): the caller runs job.
-func (f *flow) submit(job func()) bool {
+func (f *flow[T]) submit(job func()) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.lanesClosed {
@@ -126,7 +128,7 @@ func (f *flow) submit(job func()) bool {
 // overflowJobs runs the jobs waiting on goroutines of their own when no
 // poller took any work for jobWait (all of them wait in long polls);
 // while they make progress, the jobs wait their turn.
-func (f *flow) overflowJobs() {
+func (f *flow[T]) overflowJobs() {
 	f.mu.Lock()
 	if len(f.jobs) == 0 {
 		f.jobArmed = false
@@ -144,7 +146,7 @@ func (f *flow) overflowJobs() {
 
 // closeLanes records that the pollers have returned and runs the jobs
 // still waiting on goroutines of their own; from now on submit refuses.
-func (f *flow) closeLanes() {
+func (f *flow[T]) closeLanes() {
 	f.mu.Lock()
 	f.lanesClosed = true
 	if f.jobTimer != nil {
@@ -155,7 +157,7 @@ func (f *flow) closeLanes() {
 
 // overflowLocked takes the jobs waiting, unlocks f.mu and runs them on
 // goroutines of their own.
-func (f *flow) overflowLocked() {
+func (f *flow[T]) overflowLocked() {
 	jobs := f.jobs
 	f.jobs = nil
 	f.mu.Unlock()
@@ -165,15 +167,107 @@ func (f *flow) overflowLocked() {
 }
 
 // unpark counts a poller that take left idle as busy again.
-func (f *flow) unpark() {
+func (f *flow[T]) unpark() {
 	f.mu.Lock()
 	f.idle--
 	f.mu.Unlock()
 }
 
 // receivesInFlight is how many receives are in flight now.
-func (f *flow) receivesInFlight() int {
+func (f *flow[T]) receivesInFlight() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.recvSince)
+}
+
+// failed records a receive for asked messages that failed with err and
+// returns how many receives in a row failed with this same client error
+// (persistent: see persistentClientError), and the backoff before the
+// next receive, which it arms for every poller.
+func (f *flow[T]) failed(asked int, sent time.Time, err error, persistent bool) (same int, backoff time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := time.Now()
+	f.asked -= asked
+	f.endReceiveLocked(sent)
+	if f.limiter != nil {
+		f.limiter.giveBack(now, asked)
+	}
+	switch msg := errorIdentity(err); {
+	case !persistent:
+		f.same, f.lastErr = 0, ""
+	case msg == f.lastErr:
+		f.same++
+	default:
+		f.same, f.lastErr = 1, msg
+	}
+	backoff = receiveBackoff(f.failures)
+	f.failures++
+	f.retryAt = now.Add(backoff)
+	f.armLocked(now, f.retryAt)
+	return f.same, backoff
+}
+
+// abandoned records a receive for asked messages that was cancelled at
+// shutdown (it got nothing this process will see).
+func (f *flow[T]) abandoned(asked int, sent time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked -= asked
+	f.endReceiveLocked(sent)
+}
+
+// received records a receive that asked for asked messages and got got
+// after took; the got messages are waiting until dispatched.
+func (f *flow[T]) received(asked, got int, sent time.Time, took time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := time.Now()
+	f.failures, f.same, f.lastErr = 0, 0, ""
+	f.asked -= asked
+	f.endReceiveLocked(sent)
+	f.waiting += got
+	f.quiet = got == 0
+	f.full = got == asked
+	if f.limiter != nil {
+		f.limiter.giveBack(now, asked-got)
+	}
+	if got == 0 && f.idlePause > 0 {
+		f.idleUntil = now.Add(f.idlePause)
+	} else {
+		f.idleUntil = time.Time{}
+	}
+	// A full answer of several messages means they were waiting in the
+	// queue, so the call took one round trip: that is what the read-ahead
+	// must cover. A quicker answer of any size bounds it too.
+	if (got == asked && got >= 2) || (got > 0 && took < f.rtt) {
+		if f.rtt == 0 {
+			f.rtt = took
+		} else {
+			f.rtt += (took - f.rtt) / 8
+		}
+		f.sampleRTTLocked(now, took)
+	}
+	f.wakeLocked(now)
+}
+
+// sampleRTTLocked takes a receive's round trip into rttMin.
+func (f *flow[T]) sampleRTTLocked(now time.Time, took time.Duration) {
+	if now.Sub(f.rttWindow) >= rttWindowLength {
+		f.rttPrev, f.rttCur, f.rttWindow = f.rttCur, 0, now
+	}
+	if f.rttCur == 0 || took < f.rttCur {
+		f.rttCur = took
+	}
+	f.rttMin = f.rttCur
+	if f.rttPrev > 0 && f.rttPrev < f.rttMin {
+		f.rttMin = f.rttPrev
+	}
+}
+
+// receiveBackoff is the pause after the n-th consecutive receive failure:
+// 100 ms doubling to 10 s, jittered.
+func receiveBackoff(n int) time.Duration {
+	d := backoffDelay(n, 100*time.Millisecond, 10*time.Second)
+	return between(d/2, d)
 }

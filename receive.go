@@ -220,13 +220,6 @@ func (p *pollSet) cancelIdle(now time.Time) int {
 	return n
 }
 
-// receiveBackoff is the pause after the n-th consecutive receive failure:
-// 100 ms doubling to 10 s, jittered.
-func receiveBackoff(n int) time.Duration {
-	d := backoffDelay(n, 100*time.Millisecond, 10*time.Second)
-	return between(d/2, d)
-}
-
 // dispatch takes the messages of one receive, counted as waiting in the
 // flow, in the order SQS returned them: each gets its delivery, leased at
 // once (so it is renewed while it waits), and joins its FIFO group; then
@@ -319,32 +312,6 @@ func (r *run) adopt(d *delivery, raw types.Message, handedOver time.Time, cfg *l
 	r.releaseRaw(raw, DefaultBackoff(count))
 }
 
-// enqueue hands a waiting delivery, free to start, to the flow: it starts
-// at once in a free slot or waits for one. It returns false, having done
-// nothing, when receiving has stopped or paused: the caller hands d back.
-func (r *run) enqueue(d *delivery) bool {
-	switch v, s := r.fl.enqueue(d); v {
-	case startNow:
-		d.place, d.slot = placeSlot, s
-		r.start(d)
-	case notStarting:
-		return false
-	}
-	return true
-}
-
-// granted starts the oldest waiting message in a slot of the fleet's
-// budget given to this Consumer; false if none could start.
-func (r *run) granted() bool {
-	d, s := r.fl.granted()
-	if d == nil {
-		return false
-	}
-	d.place, d.slot = placeSlot, s
-	r.start(d)
-	return true
-}
-
 // releaseRaw sets the visibility of a message that never got a delivery
 // (and so no lease): one the receive should not have returned, a corrupt
 // one, a redelivery of one still winding down.
@@ -355,10 +322,4 @@ func (r *run) releaseRaw(m types.Message, after time.Duration) {
 	if err := r.calls.changeVisibility(ctx, aws.ToString(m.ReceiptHandle), secs); err != nil {
 		r.log(slog.LevelWarn, "sqsconsumer: could not hand a message back", "message_id", aws.ToString(m.MessageId), "error", err)
 	}
-}
-
-// taking reports whether the Consumer takes new messages: not shutting
-// down, not paused, its breaker (if any) not open.
-func (r *run) taking() bool {
-	return !r.stopping.Load() && !r.paused.Load() && (r.br == nil || !r.br.refusing())
 }

@@ -82,7 +82,7 @@ type run struct {
 	// Set up by setup and start, read-only afterwards.
 	cfg      leaseConfig
 	calls    *coalescedCalls
-	fl       *flow         // when to receive, how much; the handler slots
+	fl       *flow[*delivery]         // when to receive, how much; the handler slots
 	reg      *registry     // what the run holds
 	pollWait time.Duration // WaitTimeSeconds of every receive
 	dlq      deadLetter    // where Permanent errors' messages go
@@ -197,7 +197,7 @@ func (r *run) setup(ctx context.Context) error {
 	r.quit = make(chan struct{})
 	r.afterDelete = r.deleted
 	if r.batch != nil {
-		r.batch.bind(r)
+		r.batch.bind(r, r.reg, r.ev)
 	}
 	r.pollWait = r.s.waitTime
 	if r.pollWait > 0 {
@@ -233,7 +233,7 @@ func (r *run) makeFlow(paused bool) {
 		fc.limiter = newTokenBucket(r.s.rateLimit, r.s.rateBurst)
 	}
 	r.paused.Store(paused)
-	r.fl = newFlow(fc)
+	r.fl = newFlow[*delivery](fc)
 	if m := r.member; m != nil {
 		m.Bind(r.granted, r.fl.nudge)
 	}

@@ -179,7 +179,7 @@ type scalingJSON struct {
 }
 
 // runScaler reads the queue's counts every interval until ctx is done.
-func (sc *scaler) run(ctx context.Context, fl *flow) {
+func (sc *scaler) run(ctx context.Context, fl *flow[*delivery]) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -194,7 +194,7 @@ func (sc *scaler) run(ctx context.Context, fl *flow) {
 }
 
 // scale takes one reading and updates the figure.
-func (sc *scaler) scale(ctx context.Context, fl *flow) {
+func (sc *scaler) scale(ctx context.Context, fl *flow[*delivery]) {
 	sc.stats.calls.scalingAttrs.Add(1)
 	cctx, cancel := context.WithTimeout(ctx, scalingCallTimeout)
 	out, err := sc.client.GetQueueAttributes(cctx, &sqs.GetQueueAttributesInput{

@@ -236,14 +236,7 @@ func (r *run) settleAndStart(d *delivery, err error, ran bool) {
 // the caller to run: the lease keeps renewing until then. At most
 // concurrency + max read-ahead such messages are held at once.
 func (r *run) settleDelete(d *delivery, after func(*Lease, error)) (next *delivery) {
-	if d.place == placeSlot && r.fl.takeSettling() {
-		var s slot
-		next, s = r.fl.slotDone(d.slot, true)
-		d.place = placeSettling
-		if next != nil {
-			next.place, next.slot = placeSlot, s
-		}
-	}
+	next, _ = r.fl.settleEarly(d)
 	if !d.lease.deleteAsync(after) {
 		// A call of the lease is in flight (a renewal): this delete
 		// waits for SQS, and the next message must not wait with it.
@@ -304,18 +297,9 @@ func (r *run) finish(d *delivery, done, ran bool, doneErr error) {
 // leaveFlow takes d out of the flow's counts; a slot it frees goes to the
 // next ready message, which starts.
 func (r *run) leaveFlow(d *delivery, ran bool) {
-	switch d.place {
-	case placeWaiting:
-		r.fl.leaveWaiting()
-	case placeSlot:
-		if next, s := r.fl.slotDone(d.slot, ran); next != nil {
-			next.place, next.slot = placeSlot, s
-			r.start(next)
-		}
-	case placeSettling:
-		r.fl.leaveSettling()
+	if next, ok := r.fl.leave(d, ran); ok {
+		r.start(next)
 	}
-	d.place = placeOut
 }
 
 // handBack hands ds back to SQS without running them (visibility 0) and

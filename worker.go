@@ -134,3 +134,32 @@ func (r *run) call(ctx context.Context, m *Message) error {
 	}
 	return err
 }
+
+// enqueue hands a waiting delivery, free to start, to the flow: it starts
+// at once in a free slot or waits for one. It returns false, having done
+// nothing, when receiving has stopped or paused: the caller hands d back.
+func (r *run) enqueue(d *delivery) bool {
+	switch r.fl.enqueue(d) {
+	case startNow:
+		r.start(d)
+	case notStarting:
+		return false
+	}
+	return true
+}
+
+// granted starts the oldest waiting message in a slot of the fleet's
+// budget given to this Consumer; false if none could start.
+func (r *run) granted() bool {
+	d, ok := r.fl.granted()
+	if ok {
+		r.start(d)
+	}
+	return ok
+}
+
+// taking reports whether the Consumer takes new messages: not shutting
+// down, not paused, its breaker (if any) not open.
+func (r *run) taking() bool {
+	return !r.stopping.Load() && !r.paused.Load() && (r.br == nil || !r.br.refusing())
+}
