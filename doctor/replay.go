@@ -93,6 +93,14 @@ type ReplayOptions struct {
 	// Audit, when set, is called once per matching message, when its outcome is
 	// final, on Replay's goroutine.
 	Audit func(AuditRecord)
+	// Force receives from a queue Replay would otherwise refuse (see
+	// PeekRefusal): one that no queue's RedrivePolicy names, or one with a
+	// RedrivePolicy of its own, whose maxReceiveCount the receives count toward
+	// (a dry run's too).
+	Force bool
+	// BeforePeek, when set, is called once before the first receive with what
+	// the receives will do.
+	BeforePeek func(PeekPlan)
 }
 
 // ReplayResult counts what Replay did.
@@ -129,6 +137,12 @@ func (r ReplayResult) Complete() bool {
 // is not replayed (it does not match, is skipped, or its send fails), the later
 // ones of its group are skipped, and SQS returns no more of that group in this run.
 //
+// Unless opts.Force, Replay receives only from a dead-letter queue (one a
+// RedrivePolicy names) without a RedrivePolicy of its own: on any other queue
+// its receives, a dry run's too, would hide live work or count toward a
+// maxReceiveCount and so move messages. It then returns a *PeekRefusal
+// (wrapping ErrUnsafePeek) before any receive.
+//
 // When ctx ends, Replay finishes the message in hand (its send and delete run on a
 // context of their own), sends no more, releases what it holds and returns an
 // error wrapping ErrInterrupted. Other errors: bad options, a DLQ that cannot be
@@ -138,9 +152,21 @@ func Replay(ctx context.Context, c DLQClient, dlqURL string, opts ReplayOptions)
 	if err := opts.fill(); err != nil {
 		return res, err
 	}
-	q, err := readQueue(ctx, c, dlqURL)
+	q, counts, err := readCounters(ctx, c, dlqURL)
 	if err != nil {
 		return res, fmt.Errorf("doctor: %w", err)
+	}
+	srcs, err := listSources(ctx, c, dlqURL)
+	srcsErr := ""
+	if err != nil {
+		srcsErr = err.Error()
+	}
+	plan, err := checkPeek(q, counts[0], srcs, srcsErr, 0, opts.Lease, opts.Force)
+	if err != nil {
+		return res, err
+	}
+	if opts.BeforePeek != nil {
+		opts.BeforePeek(plan)
 	}
 	rp := replayer{c: c, dlq: q, opts: opts, res: &res, sources: &sourceResolver{c: c}, failedGroups: map[string]bool{}}
 	var hs []held
