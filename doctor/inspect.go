@@ -71,7 +71,7 @@ type PeekCost struct {
 	// DLQMaxReceiveCount is the maxReceiveCount of the DLQ's own RedrivePolicy,
 	// 0 when it has none. When set, every peek counts toward it, and a message
 	// peeked often enough moves on to the next queue.
-	DLQMaxReceiveCount int `json:"dlq_max_receive_count,omitempty"`
+	DLQMaxReceiveCount int `json:"dlq_max_receive_count"`
 }
 
 // DLQReport is what InspectDLQ found.

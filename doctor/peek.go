@@ -41,7 +41,10 @@ type PeekPlan struct {
 // String says what the receives will do, in one sentence without a final period:
 // "receives up to 1000 of the 5 visible messages of URL: each one's
 // ApproximateReceiveCount rises by 1 and it is hidden for up to 2m (released at the end)".
-func (p PeekPlan) String() string {
+func (p PeekPlan) String() string { return p.describe(false) }
+
+// describe is String, or with would the same in the conditional, for a refusal.
+func (p PeekPlan) describe(would bool) string {
 	n := fmt.Sprintf("every one of the %d visible messages", p.Visible)
 	switch {
 	case p.Visible == 0:
@@ -50,6 +53,10 @@ func (p PeekPlan) String() string {
 		n = "the 1 visible message"
 	case p.Max > 0 && int64(p.Max) < p.Visible:
 		n = fmt.Sprintf("up to %d of the %d visible messages", p.Max, p.Visible)
+	}
+	if would {
+		return fmt.Sprintf("would receive %s of %s: each one's ApproximateReceiveCount would rise by 1 and it would be hidden for up to %s",
+			n, p.URL, fmtDur(p.HiddenFor))
 	}
 	return fmt.Sprintf("receives %s of %s: each one's ApproximateReceiveCount rises by 1 and it is hidden for up to %s (released at the end)",
 		n, p.URL, fmtDur(p.HiddenFor))
@@ -74,7 +81,7 @@ type PeekRefusal struct {
 
 func (e *PeekRefusal) Error() string {
 	return fmt.Sprintf("doctor: refusing to receive from %s: %s; the run %s",
-		e.Peek.URL, strings.Join(e.Reasons, "; "), e.Peek)
+		e.Peek.URL, strings.Join(e.Reasons, "; "), e.Peek.describe(true))
 }
 
 // Unwrap returns ErrUnsafePeek.

@@ -103,7 +103,7 @@ func TestPeekRefusesQueuesItCouldMoveMessagesFrom(t *testing.T) {
 				require.Equal(t, PeekPlan{URL: f.src, Visible: 3, Max: DefaultInspectMax, HiddenFor: DefaultPeekVisibility}, ref.Peek)
 				require.ErrorContains(t, err, "it is not a dead-letter queue: no queue's RedrivePolicy names it")
 				require.ErrorContains(t, err, fmt.Sprintf("it has a RedrivePolicy of its own (maxReceiveCount %d, to jobs-dlq)", n))
-				require.ErrorContains(t, err, "every one of the 3 visible messages of "+f.src+": each one's ApproximateReceiveCount rises by 1 and it is hidden for up to 2m")
+				require.ErrorContains(t, err, "every one of the 3 visible messages of "+f.src+": each one's ApproximateReceiveCount would rise by 1 and it would be hidden for up to 2m")
 
 				for _, dry := range []bool{true, false} {
 					res, err := Replay(t.Context(), f.c, f.src, ReplayOptions{DryRun: dry, Destination: f.dlq})

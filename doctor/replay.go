@@ -48,25 +48,26 @@ const (
 )
 
 // AuditRecord is one line of Replay's audit, for a message that matched the
-// filter. It encodes as one JSON object.
+// filter. It encodes as one JSON object with every field, "" when not known or
+// not applicable.
 type AuditRecord struct {
 	Time    time.Time `json:"time"`
 	Outcome string    `json:"outcome"`
 	// MessageID is the message's id in the DLQ; NewMessageID the id of the
 	// copy the target accepted (replayed, sent_not_deleted).
 	MessageID    string `json:"message_id"`
-	NewMessageID string `json:"new_message_id,omitempty"`
+	NewMessageID string `json:"new_message_id"`
 	DLQ          string `json:"dlq"`
 	// Target is the queue URL the message was (or would be) sent to.
-	Target          string    `json:"target,omitempty"`
-	Source          string    `json:"source,omitempty"`
-	Reason          string    `json:"reason,omitempty"`
-	GroupID         string    `json:"group_id,omitempty"`
-	DeduplicationID string    `json:"deduplication_id,omitempty"`
-	SentAt          time.Time `json:"sent_at,omitzero"`
+	Target          string    `json:"target"`
+	Source          string    `json:"source"`
+	Reason          string    `json:"reason"`
+	GroupID         string    `json:"group_id"`
+	DeduplicationID string    `json:"deduplication_id"`
+	SentAt          time.Time `json:"sent_at"`
 	ReceiveCount    int       `json:"receive_count"`
 	// Error says why the message was skipped or what failed.
-	Error string `json:"error,omitempty"`
+	Error string `json:"error"`
 }
 
 // ReplayOptions tunes Replay.

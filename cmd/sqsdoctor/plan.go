@@ -68,7 +68,7 @@ var planFlags = map[string]string{
 // runPlan is "sqsdoctor plan": it parses args, plans, and writes the
 // plan to stdout (problems to stderr); it returns the exit code.
 func runPlan(stdin io.Reader, args []string, stdout, stderr io.Writer) int {
-	cf := newCLIFlags("sqsdoctor plan", stdout, stderr, "sqsdoctor plan:", "Run sqsdoctor plan -help for usage.",
+	cf := newCLIFlags("sqsdoctor plan", stdout, stderr, "sqsdoctor plan:", "Run sqsdoctor plan -h for usage.",
 		"print the plan as JSON", planUsage, planUsageTail)
 	fs := cf.fs
 	var in doctor.PlanInput
