@@ -57,12 +57,11 @@ func (f *cliFlags) parse(args []string) (code int, done bool) {
 	return 0, false
 }
 
-// fail reports why the command stopped: on stderr, and as JSON on stdout
-// with -json. It returns code.
+// fail reports why the command stopped: on stderr, on one line (several
+// problems joined by "; ") followed for a usage error by the pointer to -h,
+// and as JSON on stdout with -json. It returns code.
 func (f *cliFlags) fail(code int, msgs ...string) int {
-	for _, m := range msgs {
-		fmt.Fprintln(f.stderr, f.prefix, m)
-	}
+	fmt.Fprintln(f.stderr, f.prefix, strings.Join(msgs, "; "))
 	if code == exitUsage {
 		fmt.Fprintln(f.stderr, f.help)
 	}

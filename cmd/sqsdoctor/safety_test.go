@@ -238,7 +238,7 @@ func TestFlagErrorsAndHelpEverywhere(t *testing.T) {
 		name := strings.Join(append([]string{"sqsdoctor"}, cmd...), " ")
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			for _, bad := range [][]string{{"-nope"}, {"-json=maybe"}} {
+			for _, bad := range [][]string{{"-nope"}, {"-json=maybe"}, {"extra", "args"}} {
 				code, out, errOut := runCLI(t, inMemory(b.srv), append(slices.Clone(cmd), bad...)...)
 				require.Equal(t, exitUsage, code)
 				require.Empty(t, out)
