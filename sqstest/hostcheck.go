@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -65,7 +66,9 @@ func (s *Server) foreignQueueURL(req *http.Request, body []byte) (Fault, bool) {
 		if req.TLS != nil {
 			scheme = "https"
 		}
-		ours = append(ours, hostPort(scheme, req.Host))
+		if hp := hostPort(scheme, req.Host); !slices.Contains(ours, hp) {
+			ours = append(ours, hp)
+		}
 	}
 	for _, o := range ours {
 		if got == o {

@@ -64,7 +64,7 @@ func TestHostCheckingHandler(t *testing.T) {
 		code, msg := apiError(t, err)
 		require.Equal(t, "AWS.SimpleQueueService.NonExistentQueue", code, u)
 		require.Contains(t, msg, "The specified queue does not exist.")
-		require.Contains(t, msg, "this server answers for 127.0.0.1:9324")
+		require.Contains(t, msg, "this server answers for 127.0.0.1:9324)", "each address once")
 	}
 	// The address the client reached the server at counts as the server's.
 	viaLocalhost := client(srv.HostCheckingHandler(), "http://localhost:9324")
