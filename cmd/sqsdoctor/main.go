@@ -8,10 +8,10 @@
 //	sqsdoctor -queue-url URL [-endpoint URL] [-region R] [-json] [-p99 D]
 //	          [-lambda-timeout D] [-batching-window D] [-shutdown D]
 //	          [-heartbeat] [-strict] [-timeout D]
-//	sqsdoctor dlq inspect -queue-url DLQ_URL [-max N] [-visibility D] [-json]
+//	sqsdoctor dlq inspect -queue-url DLQ_URL [-max N] [-visibility D] [-force] [-json]
 //	sqsdoctor dlq redrive -queue-url DLQ_URL [-to URL] [-rate N] [-json]
 //	sqsdoctor dlq replay  -queue-url DLQ_URL (-filter EXPR ... | -all) [-to URL]
-//	          [-rate R] [-dry-run] [-lease D] [-max N] [-audit FILE] [-json]
+//	          [-rate R] [-dry-run] [-lease D] [-max N] [-audit FILE] [-force] [-json]
 //	sqsdoctor plan (-p50 D -p99 D | -stats FILE) -rate R [-peak R] -target D
 //	          -concurrency N [-json] [more: sqsdoctor plan -help]
 //
@@ -19,6 +19,12 @@
 // peeks (saying what peeking costs), redrive runs an SQS message move task
 // (Ctrl-C cancels it), replay sends filtered messages back with an audit line
 // each. Their logic lives in package doctor (InspectDLQ, Redrive, Replay).
+// inspect and replay (-dry-run too) receive only from a dead-letter queue
+// without a RedrivePolicy of its own: any other queue they refuse before a
+// receive (exit code 5) unless -force, since a receive there counts toward a
+// maxReceiveCount and can move messages. A replay that matched nothing and a
+// redrive that moved nothing exit 4. Flag errors are one line on stderr and a
+// pointer to -h; -h exits 0.
 //
 // plan prints a capacity and cost plan (replicas, waits, lease, SQS
 // requests a month) from handler times and arrival rates, or from a
