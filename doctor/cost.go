@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"fmt"
 	"math"
 	"time"
 )
@@ -37,6 +38,11 @@ import (
 // ceil(BatchFill × MessageSize / 64 KiB) requests (at least 1); the other
 // calls carry no message body and are billed one each. Sends by
 // producers are not counted.
+//
+// The fills decide most of the bill, so Cost bounds it too: FullBatches
+// is the month were every receive to carry BatchSize messages and every
+// delete and renewal call 10, SingleMessages were every call to carry
+// one; both count the empty receives and GetQueueAttributes as estimated.
 type Cost struct {
 	// Messages is the month's messages received and deleted.
 	Messages float64
@@ -44,6 +50,10 @@ type Cost struct {
 	// and Estimated which of them were estimated rather than given.
 	BatchFill, DeleteFill, RenewalsPerMessage float64
 	Estimated                                 []string
+	// BatchFillBasis and DeleteFillBasis say, in words, where BatchFill
+	// and DeleteFill come from: the estimate's reasoning with its figures,
+	// or the source of a given figure (Input.BatchFillSource, ...).
+	BatchFillBasis, DeleteFillBasis string
 	// ReceiveChunks is the billed requests per non-empty receive.
 	ReceiveChunks int
 	// Lines are the actions, in the order above.
@@ -56,6 +66,15 @@ type Cost struct {
 	FreeTier float64
 	// PerMillionMessages is Dollars per million messages (0 without any).
 	PerMillionMessages float64
+	// FullBatches and SingleMessages bound the bill: its requests and
+	// dollars with every call full, and with one message per call.
+	FullBatches, SingleMessages CostBound
+}
+
+// CostBound is a month's billed requests and their cost under one
+// assumption about batch fills (see Cost).
+type CostBound struct {
+	Requests, Dollars float64
 }
 
 // CostLine is one action's month.
@@ -64,6 +83,9 @@ type CostLine struct {
 	Calls    float64 // calls a month
 	Requests float64 // billed requests: calls × chunks
 	Dollars  float64 // at Input.PricePerMillion
+	// Exact is true when Calls follows from the inputs alone, with no
+	// estimate (GetQueueAttributes; empty receives on an idle queue).
+	Exact bool
 }
 
 // cost counts the month's requests (see Cost).
@@ -73,39 +95,51 @@ func (p *CapacityPlan) cost() Cost {
 	n := float64(p.Average.Replicas)
 	lam := in.ArrivalAvg / n // per replica, msg/s
 	c := Cost{Messages: in.ArrivalAvg * month}
-	c.BatchFill = in.BatchFill
+	c.BatchFill, c.BatchFillBasis = in.BatchFill, given(in.BatchFillSource, "BatchFill")
 	if c.BatchFill == 0 {
 		c.BatchFill = poissonFill(lam*in.HandOff.Seconds(), 0, in.BatchSize)
 		c.Estimated = append(c.Estimated, "BatchFill")
+		c.BatchFillBasis = fmt.Sprintf("estimated from the rate, the receive round trip and the batch size: a long poll answers as soon as "+
+			"a message waits, with the others that arrived during the %s round trip at %s msg/s per replica (Poisson, at most %d); "+
+			"a Consumer with several receives in flight fills them less: measure it (InputFromStats, sqsdoctor plan -stats)",
+			fmtDur(in.HandOff), fmtRate(lam), in.BatchSize)
 	}
-	c.DeleteFill = in.DeleteFill
+	c.DeleteFill, c.DeleteFillBasis = in.DeleteFill, given(in.DeleteFillSource, "DeleteFill")
 	if c.DeleteFill == 0 {
 		c.DeleteFill = poissonFill(lam*coalesceWindow.Seconds(), 1, 10)
 		c.Estimated = append(c.Estimated, "DeleteFill")
+		c.DeleteFillBasis = fmt.Sprintf("estimated from the rate: the Consumer coalesces deletes for %s, and %s msg/s per replica "+
+			"settle about %s more in that time (Poisson, at most 10 a call)",
+			fmtDur(coalesceWindow), fmtRate(lam), sig3(lam*coalesceWindow.Seconds()))
 	}
 	c.RenewalsPerMessage = in.RenewalsPerMessage
 	if c.RenewalsPerMessage == 0 {
 		c.RenewalsPerMessage = p.renewals(p.Lease.Heartbeat)
 		c.Estimated = append(c.Estimated, "RenewalsPerMessage")
 	}
-	c.ReceiveChunks = max(1, int(math.Ceil(c.BatchFill*float64(in.MessageSize)/BillingChunk-1e-9)))
+	chunks := func(fill float64) int {
+		return max(1, int(math.Ceil(fill*float64(in.MessageSize)/BillingChunk-1e-9)))
+	}
+	c.ReceiveChunks = chunks(c.BatchFill)
 
 	receives := c.Messages / c.BatchFill
 	var empty float64
 	w := in.WaitTime.Seconds()
-	if x := lam * w; x < 1e-9 {
+	idle := lam*w < 1e-9
+	if idle {
 		empty = n * month / w
 	} else {
-		empty = receives * math.Exp(-lam*in.HandOff.Seconds()) / math.Expm1(x)
+		empty = receives * math.Exp(-lam*in.HandOff.Seconds()) / math.Expm1(lam*w)
 	}
 	renewals := c.Messages * c.RenewalsPerMessage
 	renewFill := poissonFill(lam*c.RenewalsPerMessage*coalesceWindow.Seconds(), 1, 10)
+	attrs := n * month / in.ScalingInterval.Seconds()
 	c.Lines = []CostLine{
 		{Action: "ReceiveMessage", Calls: receives, Requests: receives * float64(c.ReceiveChunks)},
-		{Action: "ReceiveMessage (empty)", Calls: empty, Requests: empty},
+		{Action: "ReceiveMessage (empty)", Calls: empty, Requests: empty, Exact: idle},
 		{Action: "DeleteMessageBatch", Calls: c.Messages / c.DeleteFill, Requests: c.Messages / c.DeleteFill},
 		{Action: "ChangeMessageVisibilityBatch", Calls: renewals / renewFill, Requests: renewals / renewFill},
-		{Action: "GetQueueAttributes", Calls: n * month / in.ScalingInterval.Seconds(), Requests: n * month / in.ScalingInterval.Seconds()},
+		{Action: "GetQueueAttributes", Calls: attrs, Requests: attrs, Exact: true},
 	}
 	price := in.PricePerMillion / 1e6
 	for i := range c.Lines {
@@ -117,7 +151,22 @@ func (p *CapacityPlan) cost() Cost {
 	if c.Messages > 0 {
 		c.PerMillionMessages = c.Dollars / (c.Messages / 1e6)
 	}
+	bound := func(receiveFill, fill float64) CostBound {
+		r := c.Messages/receiveFill*float64(chunks(receiveFill)) + empty + c.Messages/fill + renewals/fill + attrs
+		return CostBound{Requests: r, Dollars: r * price}
+	}
+	c.FullBatches = bound(float64(in.BatchSize), 10)
+	c.SingleMessages = bound(1, 1)
 	return c
+}
+
+// given is the basis of a fill that was given: its source, else "given"
+// and the field's name.
+func given(source, field string) string {
+	if source != "" {
+		return source
+	}
+	return "given (" + field + ")"
 }
 
 // poissonFill is E[min(max(lo + N, 1), hi)] for N ~ Poisson(m): the mean

@@ -211,7 +211,9 @@ func TestInspectDLQCostsAndErrors(t *testing.T) {
 		_, err := f.c.SetQueueAttributes(t.Context(), &sqs.SetQueueAttributesInput{QueueUrl: &f.dlq,
 			Attributes: map[string]string{"RedrivePolicy": redrive("spare", 4)}})
 		require.NoError(t, err)
-		rep, err := InspectDLQ(t.Context(), f.c, f.dlq, InspectOptions{Visibility: 10 * time.Second})
+		_, err = InspectDLQ(t.Context(), f.c, f.dlq, InspectOptions{Visibility: 10 * time.Second})
+		require.ErrorIs(t, err, ErrUnsafePeek, "the DLQ's own policy counts the peeks")
+		rep, err := InspectDLQ(t.Context(), f.c, f.dlq, InspectOptions{Visibility: 10 * time.Second, Force: true})
 		require.NoError(t, err)
 		require.True(t, rep.Empty())
 		require.Equal(t, 4, rep.Cost.DLQMaxReceiveCount, "peeking counts toward the DLQ's own policy")

@@ -30,6 +30,13 @@
 //     (those sqsconsumer sent to the DLQ, which name their source in
 //     sqsconsumer.source).
 //
+// InspectDLQ and Replay receive, and a receive is never free: it raises the
+// message's receive count, which a RedrivePolicy counts. So they receive only
+// from a dead-letter queue (one a RedrivePolicy names) without a
+// RedrivePolicy of its own, and refuse any other queue with a [PeekRefusal]
+// before the first receive, unless their options' Force is set; BeforePeek
+// says what the receives will do before they start.
+//
 // Comparative words in findings follow the figures they describe: "far
 // below" means under a quarter, "far above" over four times, and every
 // comparison of two durations prints their ratio. Each [Finding] also

@@ -38,6 +38,13 @@ type InspectOptions struct {
 	Visibility time.Duration
 	// Top is how many reasons and sources to list; 0 means DefaultTop.
 	Top int
+	// Force peeks at a queue InspectDLQ would otherwise refuse (see
+	// PeekRefusal): one that no queue's RedrivePolicy names, or one with a
+	// RedrivePolicy of its own, whose maxReceiveCount the peeks count toward.
+	Force bool
+	// BeforePeek, when set, is called once before the first receive with what
+	// the receives will do; not called when none is made (Max negative).
+	BeforePeek func(PeekPlan)
 }
 
 // Tally is a count of peeked messages sharing a key (a reason, a source queue).
@@ -64,7 +71,7 @@ type PeekCost struct {
 	// DLQMaxReceiveCount is the maxReceiveCount of the DLQ's own RedrivePolicy,
 	// 0 when it has none. When set, every peek counts toward it, and a message
 	// peeked often enough moves on to the next queue.
-	DLQMaxReceiveCount int `json:"dlq_max_receive_count,omitempty"`
+	DLQMaxReceiveCount int `json:"dlq_max_receive_count"`
 }
 
 // DLQReport is what InspectDLQ found.
@@ -117,7 +124,9 @@ func (r *DLQReport) Empty() bool { return r.Visible+r.InFlight+r.Delayed == 0 }
 // they were dead-lettered with. Peeking is a receive: it raises each message's
 // ApproximateReceiveCount by one and hides it for opts.Visibility, until the scan
 // releases it at the end (Cost says what it cost). It does not delete or change
-// anything else. An error is returned when the queue cannot be read or a receive
+// anything else. Unless opts.Force, it peeks only at a dead-letter queue (one a
+// RedrivePolicy names) without a RedrivePolicy of its own, and otherwise returns
+// the counters with a *PeekRefusal (wrapping ErrUnsafePeek) before any receive. An error is returned when the queue cannot be read or a receive
 // fails; the messages already peeked are released first.
 func InspectDLQ(ctx context.Context, c DLQClient, dlqURL string, opts InspectOptions) (*DLQReport, error) {
 	if err := opts.fill(); err != nil {
@@ -136,6 +145,15 @@ func InspectDLQ(ctx context.Context, c DLQClient, dlqURL string, opts InspectOpt
 		rep.SourcesError = err.Error()
 	} else {
 		rep.Sources = srcs
+	}
+	if opts.Max > 0 {
+		plan, err := checkPeek(q, rep.Visible, rep.Sources, rep.SourcesError, opts.Max, opts.Visibility, opts.Force)
+		if err != nil {
+			return rep, err
+		}
+		if opts.BeforePeek != nil {
+			opts.BeforePeek(plan)
+		}
 	}
 
 	now := time.Now()

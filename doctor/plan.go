@@ -141,6 +141,11 @@ type PlanInput struct {
 	// DeleteFill is the mean number of deletes per delete call, 1 to 10, as
 	// measured. 0: estimated.
 	DeleteFill float64
+	// BatchFillSource and DeleteFillSource say where a given BatchFill and
+	// DeleteFill come from, for the plan's explanation of its bill
+	// (InputFromStats sets them; "" says "given"). Unused for estimated
+	// fills, which the plan explains itself.
+	BatchFillSource, DeleteFillSource string
 	// RenewalsPerMessage is the mean number of lease renewals per message,
 	// as measured (sqsconsumer's Stats.RenewalsPerMessage). 0: estimated
 	// from the lognormal handler times and the lease.
@@ -830,8 +835,8 @@ func (p *CapacityPlan) String() string {
 	pf("\nstep from %s to %s msg/s (decision every %s, first %s after the step; replicas serve %s after they are asked for)\n",
 		fmtRate(in.ArrivalAvg), fmtRate(in.ArrivalPeak), fmtDur(in.DecisionPeriod), fmtDur(in.DecisionLag), fmtDur(in.StartDelay))
 	if s.PeakBacklog > 0 {
-		pf("  backlog peaks at %.0f messages; new replicas serve %s after the step, up to %d while it drains; drained %s after the step\n",
-			s.PeakBacklog, fmtDur(s.FirstServing), s.MaxReplicas, fmtFig(s.Drained))
+		pf("  backlog peaks at %s messages; new replicas serve %s after the step, up to %d while it drains; drained %s after the step\n",
+			sig3(s.PeakBacklog), fmtDur(s.FirstServing), s.MaxReplicas, fmtFig(s.Drained))
 	} else {
 		pf("  no backlog builds up: %d replicas keep up until the new ones serve (%s after the step)\n", p.Average.Replicas, fmtDur(s.FirstServing))
 	}
@@ -842,21 +847,31 @@ func (p *CapacityPlan) String() string {
 	pf("  visibility timeout %s, heartbeat every %s (a third of the lease)\n", fmtDur(l.VisibilityTimeout), fmtFig(l.Heartbeat))
 	pf("  maxReceiveCount %d: %s to the DLQ; retention %s; DLQ retention %s\n\n", l.MaxReceiveCount, fmtDur(l.TimeToDLQ), fmtDur(l.Retention), fmtDur(l.DLQRetention))
 	c := p.Requests
-	pf("requests a month (730h, %s messages, %s, $%s per million requests)\n", sig3(c.Messages), count(int64(p.Average.Replicas), "replica"), price(in.PricePerMillion))
-	for _, ln := range c.Lines {
-		pf("  %-30s %14s  $%s\n", ln.Action, sig3(ln.Requests), dollars(ln.Dollars))
+	pf("requests a month (730h, %s messages, %s, $%s per million requests)\n", whole(c.Messages), count(int64(p.Average.Replicas), "replica"), price(in.PricePerMillion))
+	reqs := func(ln CostLine) string {
+		if ln.Exact {
+			return whole(ln.Requests)
+		}
+		return sig3(ln.Requests)
 	}
-	pf("  %-30s %14s  $%s", "total", sig3(c.Requests), dollars(c.Dollars))
+	for _, ln := range c.Lines {
+		pf("  %-30s %14s  $%s\n", ln.Action, reqs(ln), money(ln.Dollars))
+	}
+	pf("  %-30s %14s  $%s", "total", sig3(c.Requests), money(c.Dollars))
 	if c.Messages > 0 {
 		pf(" ($%s per million messages)", dollars(c.PerMillionMessages))
 	}
-	pf("\n  free tier: the first %s requests a month are free per account, all queues together: at most $%s off, not deducted above\n",
-		sig3(FreeTierRequests), dollars(c.FreeTier))
-	pf("  per receive %s messages, per delete call %s, renewals per message %s", sig3(c.BatchFill), sig3(c.DeleteFill), sig3(c.RenewalsPerMessage))
-	if len(c.Estimated) > 0 {
-		pf(" (estimated: %s)", strings.Join(c.Estimated, ", "))
+	pf("\n  range: $%s with full batches (%d messages per receive, 10 per delete and renewal call) to $%s with one message per call;\n"+
+		"         the total above rests on the batch fills below\n", money(c.FullBatches.Dollars), in.BatchSize, money(c.SingleMessages.Dollars))
+	pf("  free tier: the first %s requests a month are free per account, all queues together: at most $%s off, not deducted above\n",
+		whole(FreeTierRequests), dollars(c.FreeTier))
+	pf("  batch fill: %s messages per receive, %s\n", sig3(c.BatchFill), c.BatchFillBasis)
+	pf("              %s deletes per delete call, %s\n", sig3(c.DeleteFill), c.DeleteFillBasis)
+	renewals := "given"
+	if slices.Contains(c.Estimated, "RenewalsPerMessage") {
+		renewals = "estimated from the handler times and the heartbeat"
 	}
-	pf("; %d billed request(s) per receive\n", c.ReceiveChunks)
+	pf("  renewals per message %s (%s); %s per receive\n", sig3(c.RenewalsPerMessage), renewals, count(int64(c.ReceiveChunks), "billed request"))
 	if len(p.Findings) > 0 {
 		pf("\nchecks of the planned queue\n")
 		for _, f := range p.Findings {
@@ -872,21 +887,49 @@ func (p *CapacityPlan) String() string {
 	return b.String()
 }
 
-// sig3 formats a count or figure with three significant digits and
-// thousands separators for large ones: "0.0012", "1.4", "980", "85,100,000".
+// sig3 formats an estimated count or figure with three significant
+// digits, never padded with zeros that would read as digits: "0.0012",
+// "1.42", "980", "87.7 thousand", "5.94 billion"; "<0.001" for a
+// positive figure below 0.001.
 func sig3(f float64) string {
-	if f < 0.001 {
+	switch {
+	case f <= 0:
 		return "0"
+	case f < 0.001:
+		return "<0.001"
 	}
-	if f < 1000 {
-		return strconv.FormatFloat(f, 'g', 3, 64)
+	r, _ := strconv.ParseFloat(strconv.FormatFloat(f, 'e', 2, 64), 64) // rounded to 3 digits first: 999.6 is 1.00 thousand
+	if r < 1000 {
+		return strconv.FormatFloat(r, 'g', 3, 64)
 	}
-	digits := strconv.FormatFloat(f, 'f', 0, 64)
-	if n := len(digits); n > 3 {
-		r := strconv.FormatFloat(f, 'e', 2, 64) // d.dde+XX
-		mant := strings.Replace(r[:4], ".", "", 1)
-		digits = mant + strings.Repeat("0", n-3)
+	return scaled(r, []string{" thousand", " million", " billion", " trillion"})
+}
+
+// scaled formats r (>= 1000, rounded to three significant digits) as a
+// mantissa from 1 to 999 with three digits and the name of its power of
+// a thousand from names (thousand first); beyond the last name, in
+// scientific notation.
+func scaled(r float64, names []string) string {
+	scale := 1000.0
+	for _, name := range names {
+		if m := r / scale; m < 1000 {
+			decimals := 2
+			if m >= 100 {
+				decimals = 0
+			} else if m >= 10 {
+				decimals = 1
+			}
+			return strconv.FormatFloat(m, 'f', decimals, 64) + name
+		}
+		scale *= 1000
 	}
+	return strconv.FormatFloat(r, 'e', 2, 64)
+}
+
+// whole formats a count that follows from the inputs exactly, rounded to
+// a whole number, with thousands separators: "87,600", "5,256,000,000".
+func whole(f float64) string {
+	digits := strconv.FormatFloat(math.Round(max(f, 0)), 'f', 0, 64)
 	var out []byte
 	for i := range len(digits) {
 		if i > 0 && (len(digits)-i)%3 == 0 {
@@ -895,6 +938,21 @@ func sig3(f float64) string {
 		out = append(out, digits[i])
 	}
 	return string(out)
+}
+
+// money formats an estimated sum of US dollars to the precision of the
+// estimates behind it, three significant digits (to the cent below
+// $100): "0.04", "89.41", "894", "2.38k", "1.05M"; "<0.01" for a
+// positive sum below half a cent.
+func money(d float64) string {
+	if d < 100 {
+		return dollars(d)
+	}
+	r, _ := strconv.ParseFloat(strconv.FormatFloat(d, 'e', 2, 64), 64)
+	if r < 1000 {
+		return strconv.FormatFloat(r, 'f', 0, 64)
+	}
+	return scaled(r, []string{"k", "M", "B"})
 }
 
 // dollars formats US dollars to the cent; a positive figure below half
@@ -940,10 +998,14 @@ func (p *CapacityPlan) MarshalJSON() ([]byte, error) {
 		Calls    float64 `json:"calls"`
 		Requests float64 `json:"requests"`
 		Dollars  float64 `json:"dollars"`
+		Exact    bool    `json:"exact"`
 	}
 	lines := make([]line, len(p.Requests.Lines))
 	for i, l := range p.Requests.Lines {
 		lines[i] = line(l)
+	}
+	bound := func(b CostBound) map[string]float64 {
+		return map[string]float64{"requests": b.Requests, "dollars": b.Dollars}
 	}
 	s, l, c := p.Step, p.Lease, p.Requests
 	v := map[string]any{
@@ -972,6 +1034,8 @@ func (p *CapacityPlan) MarshalJSON() ([]byte, error) {
 			"messages": c.Messages, "batch_fill": c.BatchFill, "delete_fill": c.DeleteFill, "renewals_per_message": c.RenewalsPerMessage,
 			"estimated": nonNil(c.Estimated), "receive_chunks": c.ReceiveChunks, "lines": lines, "requests": c.Requests, "dollars": c.Dollars,
 			"free_tier_dollars": c.FreeTier, "per_million_messages_dollars": c.PerMillionMessages,
+			"batch_fill_basis": c.BatchFillBasis, "delete_fill_basis": c.DeleteFillBasis,
+			"full_batches": bound(c.FullBatches), "single_messages": bound(c.SingleMessages),
 		},
 		"findings": nonNil(p.Findings),
 		"notes":    nonNil(p.Notes),
@@ -1013,9 +1077,13 @@ func InputFromStats(st sqsconsumer.Stats) (PlanInput, error) {
 	n := st.Calls
 	if full := n.Receive - n.EmptyReceive; full > 0 && st.Received > 0 {
 		in.BatchFill = min(max(float64(st.Received)/float64(full), 1), float64(DefaultPlanBatchSize))
+		in.BatchFillSource = fmt.Sprintf("measured by the Consumer's Stats: %s over %s",
+			count(st.Received, "message"), count(full, "non-empty receive"))
 	}
 	if calls := n.Delete + n.DeleteBatch; calls > 0 && st.Deleted > 0 {
 		in.DeleteFill = min(max(float64(st.Deleted)/float64(calls), 1), 10)
+		in.DeleteFillSource = fmt.Sprintf("measured by the Consumer's Stats: %s over %s",
+			count(st.Deleted, "delete"), count(calls, "delete call"))
 	}
 	return in, nil
 }

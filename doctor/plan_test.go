@@ -3,6 +3,7 @@ package doctor
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -425,11 +426,92 @@ func TestPlanTextAndJSON(t *testing.T) {
 	require.Len(t, v.Notes, 1, "the step's wait is above the target")
 }
 
-func TestSig3(t *testing.T) {
+// Estimates print with three significant digits and no zeros standing in
+// for digits they do not have; exact counts print in full.
+func TestNumberFormats(t *testing.T) {
 	t.Parallel()
-	for in, want := range map[float64]string{0: "0", 0.0001: "0", 1.4: "1.4", 980: "980", 1000: "1,000", 87600: "87,600", 85130272.5: "85,100,000", 1e6: "1,000,000"} {
+	for in, want := range map[float64]string{0: "0", 0.0001: "<0.001", 0.00123: "0.00123", 1.4: "1.4", 1.4203: "1.42", 980: "980",
+		999.6: "1.00 thousand", 1000: "1.00 thousand", 87600: "87.6 thousand", 85130272.5: "85.1 million", 1e6: "1.00 million",
+		5_256_000_000: "5.26 billion", 3.2e13: "32.0 trillion", 4e16: "4.00e+16"} {
 		require.Equal(t, want, sig3(in), "sig3(%v)", in)
 	}
+	for in, want := range map[float64]string{0: "0", 999.6: "1,000", 87600: "87,600", 3_241_200: "3,241,200", 5_256_000_000: "5,256,000,000"} {
+		require.Equal(t, want, whole(in), "whole(%v)", in)
+	}
+	for in, want := range map[float64]string{0: "0.00", 0.001: "<0.01", 0.4351: "0.44", 89.414: "89.41", 894.12: "894", 999.7: "1.00k",
+		2376.11: "2.38k", 14_230: "14.2k", 1_054_000: "1.05M"} {
+		require.Equal(t, want, money(in), "money(%v)", in)
+	}
+}
+
+// The issue's plan, 2000 msg/s: its bill rests on estimated fills (1.42
+// messages a receive, 2.35 deletes a call), which the plan explains, and it
+// prints the bill's range: full batches (every receive 10, every delete 10)
+// to single messages, checked by hand.
+func TestPlanBillRange(t *testing.T) {
+	t.Parallel()
+	in := PlanInput{HandlerP50: 100 * time.Millisecond, HandlerP99: time.Second, ArrivalAvg: 2000, ArrivalPeak: 2000,
+		Target: time.Second, Concurrency: 10}
+	p, err := Plan(in)
+	require.NoError(t, err)
+	c := p.Requests
+	require.Equal(t, 5_256_000_000.0, c.Messages, "2000 msg/s × 730 h × 3600 s")
+	empty, attrs := c.Lines[1].Requests, c.Lines[4].Requests
+	require.Equal(t, 37.0*2_628_000/30, attrs, "37 replicas, every 30 s")
+	// Full: 5,256,000,000 / 10 receives + / 10 deletes = 1,051,200,000, plus
+	// the renewals / 10, the empty receives and GetQueueAttributes.
+	renew := c.Messages * c.RenewalsPerMessage
+	full := 2*c.Messages/10 + renew/10 + empty + attrs
+	single := 2*c.Messages + renew + empty + attrs
+	require.InDelta(t, full, c.FullBatches.Requests, 1)
+	require.InDelta(t, single, c.SingleMessages.Requests, 1)
+	require.InDelta(t, 421.8, c.FullBatches.Dollars, 0.1)
+	require.InDelta(t, 4206.5, c.SingleMessages.Dollars, 0.1)
+	require.Less(t, c.FullBatches.Dollars, c.Dollars)
+	require.Less(t, c.Dollars, c.SingleMessages.Dollars)
+	require.InDelta(t, 1.42, c.BatchFill, 0.005)
+	require.InDelta(t, 2.35, c.DeleteFill, 0.005)
+
+	text := p.String()
+	for _, want := range []string{
+		"requests a month (730h, 5,256,000,000 messages, 37 replicas",
+		"ReceiveMessage                   3.70 billion  $1.48k",
+		"GetQueueAttributes                  3,241,200  $1.30",
+		"total                            5.94 billion  $2.38k",
+		"range: $422 with full batches (10 messages per receive, 10 per delete and renewal call) to $4.21k with one message per call",
+		"batch fill: 1.42 messages per receive, estimated from the rate, the receive round trip and the batch size: " +
+			"a long poll answers as soon as a message waits, with the others that arrived during the 20ms round trip at 54.1 msg/s per replica",
+		"2.35 deletes per delete call, estimated from the rate: the Consumer coalesces deletes for 25ms",
+	} {
+		require.Contains(t, text, want)
+	}
+	require.NotContains(t, text, "5,260,000,000", "a rounded figure printed with all its digits")
+
+	// Given fills are said to be given, with their source.
+	in.BatchFill, in.DeleteFill, in.BatchFillSource = 5, 4, "measured in production"
+	p, err = Plan(in)
+	require.NoError(t, err)
+	require.Equal(t, "measured in production", p.Requests.BatchFillBasis)
+	require.Equal(t, "given (DeleteFill)", p.Requests.DeleteFillBasis)
+	require.Contains(t, p.String(), "batch fill: 5 messages per receive, measured in production")
+	b, err := json.Marshal(p)
+	require.NoError(t, err)
+	var v struct {
+		Requests struct {
+			Basis  string             `json:"batch_fill_basis"`
+			Full   map[string]float64 `json:"full_batches"`
+			Single map[string]float64 `json:"single_messages"`
+			Lines  []struct {
+				Exact bool `json:"exact"`
+			} `json:"lines"`
+		} `json:"requests"`
+	}
+	require.NoError(t, json.Unmarshal(b, &v))
+	require.Equal(t, "measured in production", v.Requests.Basis)
+	require.InDelta(t, 421.8, v.Requests.Full["dollars"], 0.1)
+	require.InDelta(t, 4206.5, v.Requests.Single["dollars"], 0.1)
+	require.True(t, v.Requests.Lines[4].Exact)
+	require.False(t, v.Requests.Lines[0].Exact)
 }
 
 // A Consumer's Stats gives the plan its handler times (not the longer
@@ -448,6 +530,9 @@ func TestInputFromMeasuredStats(t *testing.T) {
 	require.LessOrEqual(t, in.BatchFill, 10.0)
 	require.InDelta(t, float64(st.Received)/float64(st.Calls.Receive-st.Calls.EmptyReceive), in.BatchFill, 1e-9)
 	require.InDelta(t, float64(st.Deleted)/float64(st.Calls.DeleteBatch), in.DeleteFill, 1e-9)
+	require.Equal(t, fmt.Sprintf("measured by the Consumer's Stats: %d messages over %d non-empty receives",
+		st.Received, st.Calls.Receive-st.Calls.EmptyReceive), in.BatchFillSource)
+	require.Contains(t, in.DeleteFillSource, "measured by the Consumer's Stats: ")
 	_, err = Plan(PlanInput{HandlerP50: in.HandlerP50, HandlerP99: in.HandlerP99, HandlerMean: in.HandlerMean,
 		Concurrency: in.Concurrency, ArrivalAvg: 10, ArrivalPeak: 10, Target: time.Minute, BatchFill: in.BatchFill, DeleteFill: in.DeleteFill})
 	require.NoError(t, err)

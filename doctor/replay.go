@@ -48,25 +48,26 @@ const (
 )
 
 // AuditRecord is one line of Replay's audit, for a message that matched the
-// filter. It encodes as one JSON object.
+// filter. It encodes as one JSON object with every field, "" when not known or
+// not applicable.
 type AuditRecord struct {
 	Time    time.Time `json:"time"`
 	Outcome string    `json:"outcome"`
 	// MessageID is the message's id in the DLQ; NewMessageID the id of the
 	// copy the target accepted (replayed, sent_not_deleted).
 	MessageID    string `json:"message_id"`
-	NewMessageID string `json:"new_message_id,omitempty"`
+	NewMessageID string `json:"new_message_id"`
 	DLQ          string `json:"dlq"`
 	// Target is the queue URL the message was (or would be) sent to.
-	Target          string    `json:"target,omitempty"`
-	Source          string    `json:"source,omitempty"`
-	Reason          string    `json:"reason,omitempty"`
-	GroupID         string    `json:"group_id,omitempty"`
-	DeduplicationID string    `json:"deduplication_id,omitempty"`
-	SentAt          time.Time `json:"sent_at,omitzero"`
+	Target          string    `json:"target"`
+	Source          string    `json:"source"`
+	Reason          string    `json:"reason"`
+	GroupID         string    `json:"group_id"`
+	DeduplicationID string    `json:"deduplication_id"`
+	SentAt          time.Time `json:"sent_at"`
 	ReceiveCount    int       `json:"receive_count"`
 	// Error says why the message was skipped or what failed.
-	Error string `json:"error,omitempty"`
+	Error string `json:"error"`
 }
 
 // ReplayOptions tunes Replay.
@@ -93,6 +94,14 @@ type ReplayOptions struct {
 	// Audit, when set, is called once per matching message, when its outcome is
 	// final, on Replay's goroutine.
 	Audit func(AuditRecord)
+	// Force receives from a queue Replay would otherwise refuse (see
+	// PeekRefusal): one that no queue's RedrivePolicy names, or one with a
+	// RedrivePolicy of its own, whose maxReceiveCount the receives count toward
+	// (a dry run's too).
+	Force bool
+	// BeforePeek, when set, is called once before the first receive with what
+	// the receives will do.
+	BeforePeek func(PeekPlan)
 }
 
 // ReplayResult counts what Replay did.
@@ -129,6 +138,12 @@ func (r ReplayResult) Complete() bool {
 // is not replayed (it does not match, is skipped, or its send fails), the later
 // ones of its group are skipped, and SQS returns no more of that group in this run.
 //
+// Unless opts.Force, Replay receives only from a dead-letter queue (one a
+// RedrivePolicy names) without a RedrivePolicy of its own: on any other queue
+// its receives, a dry run's too, would hide live work or count toward a
+// maxReceiveCount and so move messages. It then returns a *PeekRefusal
+// (wrapping ErrUnsafePeek) before any receive.
+//
 // When ctx ends, Replay finishes the message in hand (its send and delete run on a
 // context of their own), sends no more, releases what it holds and returns an
 // error wrapping ErrInterrupted. Other errors: bad options, a DLQ that cannot be
@@ -138,9 +153,21 @@ func Replay(ctx context.Context, c DLQClient, dlqURL string, opts ReplayOptions)
 	if err := opts.fill(); err != nil {
 		return res, err
 	}
-	q, err := readQueue(ctx, c, dlqURL)
+	q, counts, err := readCounters(ctx, c, dlqURL)
 	if err != nil {
 		return res, fmt.Errorf("doctor: %w", err)
+	}
+	srcs, err := listSources(ctx, c, dlqURL)
+	srcsErr := ""
+	if err != nil {
+		srcsErr = err.Error()
+	}
+	plan, err := checkPeek(q, counts[0], srcs, srcsErr, 0, opts.Lease, opts.Force)
+	if err != nil {
+		return res, err
+	}
+	if opts.BeforePeek != nil {
+		opts.BeforePeek(plan)
 	}
 	rp := replayer{c: c, dlq: q, opts: opts, res: &res, sources: &sourceResolver{c: c}, failedGroups: map[string]bool{}}
 	var hs []held

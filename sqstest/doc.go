@@ -11,7 +11,10 @@
 // [New] (or [NewServer]) makes a server; [Server.Client] returns an *sqs.Client wired
 // to it through an in-memory, synchronous [http.RoundTripper] ([Server.Transport]):
 // no socket and no goroutine. [Server.Handler] serves the same thing on a real
-// listener; the command cmd/sqstest does that for other processes and SDKs.
+// listener, routing by a QueueUrl's account and name whatever its host;
+// [Server.HostCheckingHandler] answers a QueueUrl on another host or port as a
+// queue that does not exist. The command cmd/sqstest serves the latter for other
+// processes and SDKs.
 //
 // All time comes from time.Now and timers, so inside a testing/synctest bubble hours
 // of visibility timeouts, delays and long polls pass in microseconds. Create the

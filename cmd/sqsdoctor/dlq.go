@@ -39,7 +39,7 @@ const dlqUsageText = `Usage: sqsdoctor dlq ACTION -queue-url DLQ_URL [flags]
 
 Acts on the messages in a dead-letter queue. Actions:
 %s
-Run sqsdoctor dlq ACTION -help for an action's flags, output and exit codes.
+Run sqsdoctor dlq ACTION -h for an action's flags, output and exit codes.
 The endpoint, region and credentials are found as for sqsdoctor -queue-url
 (see sqsdoctor -help).
 `
@@ -53,9 +53,10 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, mk new
 		}
 		fmt.Fprintf(stderr, dlqUsageText, lines.String())
 	}
+	const pointer = "Run sqsdoctor dlq -h for usage."
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, "sqsdoctor: dlq needs an action: inspect, redrive or replay")
-		usage()
+		fmt.Fprintln(stderr, pointer)
 		return exitUsage
 	}
 	switch args[0] {
@@ -66,7 +67,7 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer, mk new
 	cmd, ok := dlqCommands[args[0]]
 	if !ok {
 		fmt.Fprintf(stderr, "sqsdoctor: unknown dlq action %q (want inspect, redrive or replay)\n", args[0])
-		usage()
+		fmt.Fprintln(stderr, pointer)
 		return exitUsage
 	}
 	return cmd.run(ctx, args[1:], dlqEnv{stdout: stdout, stderr: stderr, mk: mk})
@@ -85,7 +86,7 @@ type dlqFlags struct {
 func newDLQFlags(name string, env dlqEnv, usage, tail string) *dlqFlags {
 	f := &dlqFlags{name: name, env: env,
 		cliFlags: newCLIFlags("sqsdoctor dlq "+name, env.stdout, env.stderr, "sqsdoctor:",
-			"Run sqsdoctor dlq "+name+" -help for usage.", "print the result as JSON (see below)", usage, tail)}
+			"Run sqsdoctor dlq "+name+" -h for usage.", "print the result as JSON (see below)", usage, tail)}
 	fs := f.fs
 	f.queueURL = fs.String("queue-url", "", "URL of the dead-letter queue (required)")
 	f.endpoint = fs.String("endpoint", "", "SQS endpoint URL, for a local server; default as for sqsdoctor -queue-url")
@@ -134,6 +135,30 @@ func (f *dlqFlags) client(ctx context.Context) (doctor.DLQClient, error) {
 	return dc, nil
 }
 
+// forceUsage is the -force flag's description, for inspect and replay.
+const forceUsage = "receive even from a queue that is no dead-letter queue or has a RedrivePolicy of its own (see above)"
+
+// announce says on stderr, before the first receive, what the receives will
+// do (and what -force overrode); what is the action ("dlq inspect") and rest
+// what the run does besides.
+func (f *dlqFlags) announce(what, rest string) func(doctor.PeekPlan) {
+	return func(p doctor.PeekPlan) {
+		for _, r := range p.Forced {
+			fmt.Fprintf(f.env.stderr, "sqsdoctor: -force: receiving although %s\n", r)
+		}
+		fmt.Fprintf(f.env.stderr, "sqsdoctor: %s %s%s\n", what, p, rest)
+	}
+}
+
+// refused reports a PeekRefusal (exitRefused) and reports whether err was one.
+func (f *dlqFlags) refused(err error, hint string) (int, bool) {
+	var ref *doctor.PeekRefusal
+	if !errors.As(err, &ref) {
+		return 0, false
+	}
+	return f.fail(exitRefused, errText(err)+"; nothing was received. "+hint), true
+}
+
 const inspectUsage = `Usage: sqsdoctor dlq inspect -queue-url DLQ_URL [flags]
 
 Reads a dead-letter queue: its counters, the queues that use it as their DLQ,
@@ -145,10 +170,19 @@ What peeking costs: a peek is a ReceiveMessage. Each peeked message's
 ApproximateReceiveCount rises by one, and it is hidden for -visibility while
 the scan runs (from other consumers of the DLQ and from a running move task);
 the scan makes every peeked message visible again when it ends, so only a scan
-that dies leaves them hidden that long. If the DLQ has a RedrivePolicy of its
-own, each peek counts toward its maxReceiveCount. Nothing is deleted or sent.
+that dies leaves them hidden that long. Nothing is deleted or sent. The line
+"sqsdoctor: dlq inspect receives ..." on stderr says so before the first peek.
 On a FIFO DLQ a receive returns one message group at a time: a scan sees the
 messages of a group that one receive returns (at most 10).
+
+Which queues: inspect peeks only at a dead-letter queue (a queue some
+RedrivePolicy names, as ListDeadLetterSourceQueues tells) that has no
+RedrivePolicy of its own. It refuses, before any receive and with exit code 5,
+a queue no RedrivePolicy names (its messages are live work: a source queue,
+where every peek counts toward maxReceiveCount and can move messages to the
+DLQ) and a queue with a RedrivePolicy of its own (every peek counts toward
+that maxReceiveCount, and a message that reached it moves on). -max 0 reads
+the counters only and is safe on any queue; -force peeks all the same.
 
 Flags:
 `
@@ -161,10 +195,13 @@ sqsdoctor -json), "visible", "in_flight", "delayed", "sources" (URLs),
 ([{"key": string, "count": int}], "" for none), "with_reason", "not_from_sqs"
 (messages without DeadLetterQueueSourceArn, which a move task without a
 destination cannot send back), "cost" ({"receives", "receive_count_raised",
-"hidden_for_seconds", "released", "dlq_max_receive_count"}), and "exit_code".
+"hidden_for_seconds", "released", "dlq_max_receive_count" (0 when the queue
+has no RedrivePolicy of its own)}), and "exit_code".
 ` + "\nExit codes:\n  0  the DLQ is empty\n  1  the DLQ holds messages (visible, in flight or delayed)\n" + `  2  bad or missing flags
   3  the queue could not be read; the reason goes to stderr (and, with -json,
      as {"error": string, "exit_code": int} to stdout)
+  5  refused: the queue is no dead-letter queue or has a RedrivePolicy of its
+     own (see "Which queues"); nothing was received
 `
 
 func runInspect(ctx context.Context, args []string, env dlqEnv) int {
@@ -173,6 +210,7 @@ func runInspect(ctx context.Context, args []string, env dlqEnv) int {
 	vis := f.fs.Duration("visibility", doctor.DefaultPeekVisibility, "how long each peeked message stays hidden during the scan (whole seconds, 1s to 12h)")
 	top := f.fs.Int("top", doctor.DefaultTop, "how many reasons and sources to list")
 	timeout := f.fs.Duration("timeout", 5*time.Minute, "give up after this long")
+	force := f.fs.Bool("force", false, forceUsage)
 	if code, done := f.parse(args); done {
 		return code
 	}
@@ -202,7 +240,11 @@ func runInspect(ctx context.Context, args []string, env dlqEnv) int {
 	if peek == 0 {
 		peek = -1 // InspectOptions: negative peeks none
 	}
-	rep, err := doctor.InspectDLQ(ctx, c, *f.queueURL, doctor.InspectOptions{Max: peek, Visibility: *vis, Top: *top})
+	rep, err := doctor.InspectDLQ(ctx, c, *f.queueURL, doctor.InspectOptions{Max: peek, Visibility: *vis, Top: *top,
+		Force: *force, BeforePeek: f.announce("dlq inspect", "; nothing is deleted or sent")})
+	if code, ok := f.refused(err, "-max 0 reads its counters only; -force peeks all the same."); ok {
+		return code
+	}
 	if err != nil {
 		return f.fail(exitRead, errText(err))
 	}
@@ -317,14 +359,16 @@ Flags:
 `
 
 const redriveTail = `
-Output: one line on stdout when the task ends; with -json one object:
-{"task_handle", "status", "source_arn", "destination_arn",
-"max_messages_per_second", "moved", "to_move" (-1 when SQS did not say),
-"failure_reason", "started", "exit_code"}.
-` + "\nExit codes:\n  0  the task COMPLETED\n  1  the task FAILED or was CANCELLED (Ctrl-C included)\n" + `  2  bad or missing flags
+Output: one line on stdout when the task ends; with -json one object with
+every one of these keys: {"task_handle", "status", "source_arn",
+"destination_arn" ("" when moving to the sources), "max_messages_per_second"
+(0 when SQS chose), "moved", "to_move" (-1 when SQS did not say),
+"failure_reason" ("" when none), "started", "exit_code"}.
+` + "\nExit codes:\n  0  the task COMPLETED and moved at least one message\n  1  the task FAILED or was CANCELLED (Ctrl-C included)\n" + `  2  bad or missing flags
   3  the queue could not be read or the task could not start (the queue is no
      DLQ, a task is already running on it, ...); the reason goes to stderr
      (and, with -json, as {"error": string, "exit_code": int} to stdout)
+  4  the task COMPLETED but moved nothing (the DLQ was empty)
 `
 
 func runRedrive(ctx context.Context, args []string, env dlqEnv) int {
@@ -364,14 +408,29 @@ func runRedrive(ctx context.Context, args []string, env dlqEnv) int {
 		fmt.Fprintln(env.stderr, "sqsdoctor:", errText(err))
 	}
 	code := exitOK
-	if task.Status != doctor.TaskCompleted {
+	switch {
+	case task.Status != doctor.TaskCompleted:
 		code = exitFindings
+	case task.Moved == 0:
+		code = exitNothing
+		fmt.Fprintln(env.stderr, "sqsdoctor: the move task moved nothing")
 	}
 	if f.wantJSON {
+		// Every key the help lists, set or not (MoveTask's own encoding
+		// leaves the unset ones out).
 		out := struct {
-			doctor.MoveTask
-			ExitCode int `json:"exit_code"`
-		}{task, code}
+			Handle         string    `json:"task_handle"`
+			Status         string    `json:"status"`
+			SourceARN      string    `json:"source_arn"`
+			DestinationARN string    `json:"destination_arn"`
+			Rate           int       `json:"max_messages_per_second"`
+			Moved          int64     `json:"moved"`
+			ToMove         int64     `json:"to_move"`
+			FailureReason  string    `json:"failure_reason"`
+			Started        time.Time `json:"started"`
+			ExitCode       int       `json:"exit_code"`
+		}{task.Handle, task.Status, task.SourceARN, task.DestinationARN, task.Rate, task.Moved, task.ToMove,
+			task.FailureReason, task.Started, code}
 		if !writeJSON(env.stdout, env.stderr, out) {
 			return exitRead
 		}
@@ -468,17 +527,28 @@ Filters (all must match; letter case is ignored by ~):
 
 Replay receives with -lease as visibility timeout and keeps the messages it
 does not replay hidden until it ends, then releases them: each examined
-message's ApproximateReceiveCount rises by one. On a FIFO DLQ a group's
+message's ApproximateReceiveCount rises by one, with -dry-run too (SQS cannot
+read a message without receiving it); the line "sqsdoctor: dlq replay
+receives ..." on stderr says so before the first receive. On a FIFO DLQ a group's
 messages go in order: after one that is not replayed, the rest of its group
 is skipped. Ctrl-C finishes the message in hand, sends no more, and releases
 the rest.
+
+Which queues: replay, -dry-run included, receives only from a dead-letter
+queue (a queue some RedrivePolicy names, as ListDeadLetterSourceQueues tells)
+that has no RedrivePolicy of its own. It refuses, before any receive and with
+exit code 5, a queue no RedrivePolicy names (a source queue: every receive
+counts toward its maxReceiveCount, so even a dry run would move messages to
+the DLQ) and a queue with a RedrivePolicy of its own (the receives count
+toward it). -force receives all the same.
 
 Flags:
 `
 
 const replayTail = `
 Audit: one JSON object per matching message, as its outcome is final, to
-stdout (or appended to -audit FILE): {"time", "outcome", "message_id",
+stdout (or appended to -audit FILE), with every one of these keys ("" when
+not known or not applicable; sent_at is SentTimestamp): {"time", "outcome", "message_id",
 "new_message_id", "dlq", "target", "source", "reason", "group_id",
 "deduplication_id", "sent_at", "receive_count", "error"}, outcome one of
 replayed, would_replay (-dry-run), skipped (nowhere to go, or an earlier
@@ -489,9 +559,12 @@ stdout: {"summary": {"examined", "matched", "replayed", "would_replay",
 "skipped", "send_failed", "sent_not_deleted", "released", "interrupted"},
 "exit_code"}. If the process is killed between a send and its delete, that
 message has no audit line: it is in both queues.
-` + "\nExit codes:\n  0  every matching message was replayed (with -dry-run: would be)\n  1  a matching message was not replayed (skipped, failed, in both queues) or\n     the run was interrupted\n" + `  2  bad or missing flags
+` + "\nExit codes:\n  0  every matching message was replayed (with -dry-run: would be), and at\n     least one matched\n  1  a matching message was not replayed (skipped, failed, in both queues) or\n     the run was interrupted\n" + `  2  bad or missing flags
   3  the queue could not be read or a receive failed; the reason goes to
      stderr (and, with -json, as {"error": string, "exit_code": int} to stdout)
+  4  no message matched (-dry-run too): check the filter, or the DLQ is empty
+  5  refused: the queue is no dead-letter queue or has a RedrivePolicy of its
+     own (see "Which queues"); nothing was received
 `
 
 type filterFlags []string
@@ -511,6 +584,7 @@ func runReplay(ctx context.Context, args []string, env dlqEnv) int {
 	max := f.fs.Int("max", 0, "stop after this many matching messages (0: no limit)")
 	keep := f.fs.Bool("keep-reason", false, "keep the sqsconsumer.* attributes on the replayed copies")
 	auditPath := f.fs.String("audit", "", "append the audit lines to this file instead of stdout")
+	force := f.fs.Bool("force", false, forceUsage)
 	if code, done := f.parse(args); done {
 		return code
 	}
@@ -557,14 +631,22 @@ func runReplay(ctx context.Context, args []string, env dlqEnv) int {
 	}
 	enc := json.NewEncoder(auditW)
 	var auditErr error
+	rest := "; matching messages are sent to their target and then deleted from the DLQ"
+	if *dry {
+		rest = "; the dry run sends, deletes and moves nothing"
+	}
 	res, err := doctor.Replay(ctx, c, *f.queueURL, doctor.ReplayOptions{
 		Filter: filter, Destination: *to, Rate: *rate, DryRun: *dry, Lease: *lease, Max: *max, KeepReason: *keep,
+		Force: *force, BeforePeek: f.announce("dlq replay", rest),
 		Audit: func(r doctor.AuditRecord) {
 			if err := enc.Encode(r); err != nil && auditErr == nil {
 				auditErr = err
 			}
 		},
 	})
+	if code, ok := f.refused(err, "-force receives all the same."); ok {
+		return code
+	}
 	if err != nil && !errors.Is(err, doctor.ErrInterrupted) && res.Examined == 0 {
 		return f.fail(exitRead, errText(err))
 	}
@@ -575,11 +657,17 @@ func runReplay(ctx context.Context, args []string, env dlqEnv) int {
 		fmt.Fprintln(env.stderr, "sqsdoctor: writing the audit:", auditErr)
 	}
 	code := exitOK
-	if err != nil || !res.Complete() || auditErr != nil {
+	switch {
+	case err != nil || !res.Complete() || auditErr != nil:
 		code = exitFindings
+	case res.Matched == 0:
+		code = exitNothing
 	}
 	fmt.Fprintf(env.stderr, "replay (%s): %d examined, %d matched, %d replayed, %d would be replayed, %d skipped, %d send failed, %d sent but not deleted, %d released\n",
 		filter, res.Examined, res.Matched, res.Replayed, res.WouldReplay, res.Skipped, res.SendFailed, res.NotDeleted, res.Released)
+	if code == exitNothing {
+		fmt.Fprintf(env.stderr, "sqsdoctor: no message matched %s (exit code %d)\n", filter, exitNothing)
+	}
 	if f.wantJSON {
 		out := struct {
 			Summary  doctor.ReplayResult `json:"summary"`

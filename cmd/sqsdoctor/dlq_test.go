@@ -147,7 +147,7 @@ func TestDLQInspect(t *testing.T) {
 		require.EqualValues(t, 2, rep["cost"].(map[string]any)["receive_count_raised"])
 		require.EqualValues(t, 120, rep["cost"].(map[string]any)["hidden_for_seconds"])
 
-		code, out, _ = runCLI(t, inMemory(s.srv), "dlq", "inspect", "-queue-url", s.spare)
+		code, out, _ = runCLI(t, inMemory(s.srv), "dlq", "inspect", "-queue-url", s.spare, "-max", "0")
 		require.Equal(t, exitOK, code, "an empty queue exits 0")
 		require.Contains(t, out, "peeked    none")
 		require.Contains(t, out, "used by   no queue's RedrivePolicy names it")

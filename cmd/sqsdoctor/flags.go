@@ -34,28 +34,34 @@ func newCLIFlags(name string, stdout, stderr io.Writer, prefix, help, jsonUsage,
 }
 
 // parse parses args; done is true when the command must return code at
-// once (help, a bad flag).
+// once: -h or -help prints the usage to stderr and returns exitOK; a bad
+// flag is reported as any other usage error, on one line followed by the
+// pointer to -h (not the whole usage, which the flag package would print),
+// and returns exitUsage.
 func (f *cliFlags) parse(args []string) (code int, done bool) {
 	f.wantJSON = jsonRequested(f.fs, args)
-	if err := f.fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK, true
-		}
-		if f.wantJSON {
-			writeJSON(f.stdout, f.stderr, errorJSON{Error: err.Error(), ExitCode: exitUsage})
-		}
-		return exitUsage, true
+	usage := f.fs.Usage
+	f.fs.Usage = func() {}
+	f.fs.SetOutput(io.Discard)
+	err := f.fs.Parse(args)
+	f.fs.Usage = usage
+	f.fs.SetOutput(f.stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		f.fs.Usage()
+		return exitOK, true
+	case err != nil:
+		return f.fail(exitUsage, err.Error()), true
 	}
 	f.wantJSON = *f.asJSON
 	return 0, false
 }
 
-// fail reports why the command stopped: on stderr, and as JSON on stdout
-// with -json. It returns code.
+// fail reports why the command stopped: on stderr, on one line (several
+// problems joined by "; ") followed for a usage error by the pointer to -h,
+// and as JSON on stdout with -json. It returns code.
 func (f *cliFlags) fail(code int, msgs ...string) int {
-	for _, m := range msgs {
-		fmt.Fprintln(f.stderr, f.prefix, m)
-	}
+	fmt.Fprintln(f.stderr, f.prefix, strings.Join(msgs, "; "))
 	if code == exitUsage {
 		fmt.Fprintln(f.stderr, f.help)
 	}

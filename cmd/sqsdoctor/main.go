@@ -8,10 +8,10 @@
 //	sqsdoctor -queue-url URL [-endpoint URL] [-region R] [-json] [-p99 D]
 //	          [-lambda-timeout D] [-batching-window D] [-shutdown D]
 //	          [-heartbeat] [-strict] [-timeout D]
-//	sqsdoctor dlq inspect -queue-url DLQ_URL [-max N] [-visibility D] [-json]
+//	sqsdoctor dlq inspect -queue-url DLQ_URL [-max N] [-visibility D] [-force] [-json]
 //	sqsdoctor dlq redrive -queue-url DLQ_URL [-to URL] [-rate N] [-json]
 //	sqsdoctor dlq replay  -queue-url DLQ_URL (-filter EXPR ... | -all) [-to URL]
-//	          [-rate R] [-dry-run] [-lease D] [-max N] [-audit FILE] [-json]
+//	          [-rate R] [-dry-run] [-lease D] [-max N] [-audit FILE] [-force] [-json]
 //	sqsdoctor plan (-p50 D -p99 D | -stats FILE) -rate R [-peak R] -target D
 //	          -concurrency N [-json] [more: sqsdoctor plan -help]
 //
@@ -19,6 +19,12 @@
 // peeks (saying what peeking costs), redrive runs an SQS message move task
 // (Ctrl-C cancels it), replay sends filtered messages back with an audit line
 // each. Their logic lives in package doctor (InspectDLQ, Redrive, Replay).
+// inspect and replay (-dry-run too) receive only from a dead-letter queue
+// without a RedrivePolicy of its own: any other queue they refuse before a
+// receive (exit code 5) unless -force, since a receive there counts toward a
+// maxReceiveCount and can move messages. A replay that matched nothing and a
+// redrive that moved nothing exit 4. Flag errors are one line on stderr and a
+// pointer to -h; -h exits 0.
 //
 // plan prints a capacity and cost plan (replicas, waits, lease, SQS
 // requests a month) from handler times and arrival rates, or from a
@@ -32,7 +38,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -62,6 +67,12 @@ const (
 	exitFindings = 1 // at least one error finding (with -strict: or warning)
 	exitUsage    = 2 // bad or missing flags
 	exitRead     = 3 // the queue could not be read
+	// exitNothing: a dlq replay matched no message, or a redrive moved none
+	// (a mistyped filter must not read as success in a script).
+	exitNothing = 4
+	// exitRefused: dlq inspect or replay refused to receive from a queue
+	// that is no DLQ or has a RedrivePolicy of its own (without -force).
+	exitRefused = 5
 )
 
 const usageText = `Usage: sqsdoctor -queue-url URL [flags]
@@ -197,13 +208,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, mk newCli
 			return sub(ctx, args[1:], stdout, stderr, mk)
 		}
 	}
-	fs := flag.NewFlagSet("sqsdoctor", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	cf := newCLIFlags("sqsdoctor", stdout, stderr, "sqsdoctor:", "Run sqsdoctor -h for usage.",
+		"print the report as JSON (schema below)", usageText, usageTail)
+	fs := cf.fs
 	var (
 		queueURL   = fs.String("queue-url", "", "URL of the queue to check (required)")
 		endpoint   = fs.String("endpoint", "", "SQS endpoint URL, for a local server; default: the queue URL's scheme and host when it is on localhost or a loopback address, else AWS")
 		region     = fs.String("region", "", "AWS region; default: from the queue URL, then the SDK's configuration")
-		asJSON     = fs.Bool("json", false, "print the report as JSON (schema below)")
 		p99        = fs.Duration("p99", 0, "measured p99 of receive-to-settle time, in-process queueing included; enables visibility_p99")
 		lambda     = fs.Duration("lambda-timeout", 0, "timeout of a Lambda function consuming the queue; enables lambda_visibility")
 		window     = fs.Duration("batching-window", 0, "the event source mapping's MaximumBatchingWindowInSeconds, with -lambda-timeout")
@@ -213,39 +224,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, mk newCli
 		timeout    = fs.Duration("timeout", 30*time.Second, "give up reading the queue after this long")
 		exitStatus = exitOK
 	)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usageText)
-		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), usageTail)
-	}
-	// Guessed before parsing, so that a parse error is JSON too; -json
-	// itself decides once parsed.
-	wantJSON := jsonRequested(fs, args)
-	// fail reports an error that stopped the check: on stderr, and as
-	// JSON on stdout with -json.
-	fail := func(code int, msgs ...string) int {
-		for _, m := range msgs {
-			fmt.Fprintln(stderr, "sqsdoctor:", m)
-		}
-		if code == exitUsage {
-			fmt.Fprintln(stderr, "Run sqsdoctor -help for usage.")
-		}
-		if wantJSON {
-			writeJSON(stdout, stderr, errorJSON{Error: strings.Join(msgs, "; "), ExitCode: code})
-		}
+	fail := cf.fail
+	if code, done := cf.parse(args); done {
 		return code
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		// The flag package has already printed the error and the usage.
-		if wantJSON {
-			writeJSON(stdout, stderr, errorJSON{Error: err.Error(), ExitCode: exitUsage})
-		}
-		return exitUsage
-	}
-	wantJSON = *asJSON
+	wantJSON := cf.wantJSON
 	var problems []string
 	if *queueURL == "" {
 		problems = append(problems, "-queue-url is required")

@@ -35,8 +35,20 @@ at -price per million requests (AWS's list price by default), the free
 tier shown apart, never deducted.
 
 -stats reads a sqsconsumer.Stats as JSON (json.Marshal of
-Consumer.Stats(); "-" for stdin): its handler times and renewals per
-message; flags given as well win.
+Consumer.Stats(); "-" for stdin): its handler times, renewals per
+message and batch fills (messages per non-empty receive, deletes per
+delete call); flags given as well win.
+
+The bill: most requests are receives and deletes, so the batch fills
+decide it. Unless measured (-stats) or given (-batch-fill,
+-delete-fill), they are estimated from the rate per replica, the receive
+round trip (-handoff) and the batch size (-batch-size): a long poll
+answers as soon as a message waits, with what else arrived during the
+round trip; deletes are coalesced for 25ms. The plan says which it used
+and why, and prints the bill's range beside its estimate: every call
+full (10 messages a receive at -batch-size 10, 10 a delete) to one
+message per call. Exact counts (messages, GetQueueAttributes) print in
+full; estimates to three significant digits ("5.94 billion", "$2.38k").
 
 Flags:
 `
@@ -46,8 +58,12 @@ Durations take Go's syntax: 90s, 5m, 1h30m. Rates are messages per
 second for the whole queue.
 
 -json prints the plan as one JSON object: durations in seconds (keys
-ending _seconds), rates in msg/s, money in US dollars; on bad input
-{"error": string, "exit_code": 2}.
+ending _seconds), rates in msg/s, money in US dollars, figures unrounded;
+"requests" holds the bill: "lines" (each {"action", "calls", "requests",
+"dollars", "exact"}), "requests", "dollars", "batch_fill",
+"batch_fill_basis", "delete_fill", "delete_fill_basis",
+"full_batches" and "single_messages" (each {"requests", "dollars"}),
+and more. On bad input {"error": string, "exit_code": 2}.
 
 Exit codes: 0 the plan was printed, 2 bad flags or input, 3 the -stats
 file could not be read.
@@ -68,7 +84,7 @@ var planFlags = map[string]string{
 // runPlan is "sqsdoctor plan": it parses args, plans, and writes the
 // plan to stdout (problems to stderr); it returns the exit code.
 func runPlan(stdin io.Reader, args []string, stdout, stderr io.Writer) int {
-	cf := newCLIFlags("sqsdoctor plan", stdout, stderr, "sqsdoctor plan:", "Run sqsdoctor plan -help for usage.",
+	cf := newCLIFlags("sqsdoctor plan", stdout, stderr, "sqsdoctor plan:", "Run sqsdoctor plan -h for usage.",
 		"print the plan as JSON", planUsage, planUsageTail)
 	fs := cf.fs
 	var in doctor.PlanInput
@@ -129,13 +145,24 @@ func runPlan(stdin io.Reader, args []string, stdout, stderr io.Writer) int {
 					in.Concurrency = base.Concurrency
 				}
 			},
-			"batch-fill":  func() { in.BatchFill = base.BatchFill },
-			"delete-fill": func() { in.DeleteFill = base.DeleteFill },
+			"batch-fill": func() {
+				in.BatchFill, in.BatchFillSource = base.BatchFill, withFile(base.BatchFillSource, *statsFile)
+			},
+			"delete-fill": func() {
+				in.DeleteFill, in.DeleteFillSource = base.DeleteFill, withFile(base.DeleteFillSource, *statsFile)
+			},
 		} {
 			if !set[name] {
 				pick()
 			}
 		}
+	}
+	// The plan explains where its batch fills come from.
+	if set["batch-fill"] {
+		in.BatchFillSource = "given with -batch-fill"
+	}
+	if set["delete-fill"] {
+		in.DeleteFillSource = "given with -delete-fill"
 	}
 	var missing []string
 	for name, unset := range map[string]bool{
@@ -173,6 +200,17 @@ func runPlan(stdin io.Reader, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprint(stdout, p)
 	return exitOK
+}
+
+// withFile adds the -stats file to a fill's source ("" stays "").
+func withFile(source, path string) string {
+	if source == "" {
+		return ""
+	}
+	if path == "-" {
+		path = "stdin"
+	}
+	return source + " (-stats " + path + ")"
 }
 
 // flagProblem rewrites the field names a problem mentions as flags.

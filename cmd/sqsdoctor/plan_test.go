@@ -194,3 +194,49 @@ func TestPlanStatsWithHandlerTimes(t *testing.T) {
 	require.Equal(t, 5.0, v.Requests.BatchFill)  // 5,000 messages over 1,000 full receives
 	require.Equal(t, 5.0, v.Requests.DeleteFill) // 5,000 deletes over 1,000 calls
 }
+
+// The plan says where its bill comes from: the batch fills it assumes and why
+// (estimated from the rate, the round trip and the batch size; given with a
+// flag; measured by -stats), and the bill's range beside the estimate.
+func TestPlanExplainsTheBill(t *testing.T) {
+	t.Parallel()
+	args := []string{"-p50", "100ms", "-p99", "1s", "-rate", "2000", "-target", "1s", "-concurrency", "10"}
+	code, out, errs := plan(t, "", args...)
+	require.Equal(t, exitOK, code, errs)
+	for _, want := range []string{
+		"5,256,000,000 messages",
+		"range: $422 with full batches (10 messages per receive, 10 per delete and renewal call) to $4.21k with one message per call",
+		"batch fill: 1.42 messages per receive, estimated from the rate, the receive round trip and the batch size",
+		"2.35 deletes per delete call, estimated from the rate",
+	} {
+		require.Contains(t, out, want)
+	}
+
+	code, out, errs = plan(t, "", append(args, "-batch-fill", "4", "-batch-size", "5")...)
+	require.Equal(t, exitOK, code, errs)
+	require.Contains(t, out, "batch fill: 4 messages per receive, given with -batch-fill")
+	require.Contains(t, out, "with full batches (5 messages per receive")
+
+	st := sqsconsumer.Stats{Processed: 5000, P50: 100 * time.Millisecond, P99: time.Second, Mean: 200 * time.Millisecond, Concurrency: 10,
+		Received: 5000, Deleted: 5000, Calls: sqsconsumer.CallCounts{Receive: 1500, EmptyReceive: 500, DeleteBatch: 2000}}
+	b, err := json.Marshal(st)
+	require.NoError(t, err)
+	code, out, errs = plan(t, string(b), "-stats", "-", "-rate", "2000", "-target", "1s")
+	require.Equal(t, exitOK, code, errs)
+	require.Contains(t, out, "batch fill: 5 messages per receive, measured by the Consumer's Stats: 5000 messages over 1000 non-empty receives (-stats stdin)")
+	require.Contains(t, out, "2.5 deletes per delete call, measured by the Consumer's Stats: 5000 deletes over 2000 delete calls (-stats stdin)")
+
+	code, out, _ = plan(t, "", append(args, "-json")...)
+	require.Equal(t, exitOK, code)
+	var v struct {
+		Requests struct {
+			Basis  string             `json:"batch_fill_basis"`
+			Full   map[string]float64 `json:"full_batches"`
+			Single map[string]float64 `json:"single_messages"`
+		} `json:"requests"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &v))
+	require.Contains(t, v.Requests.Basis, "estimated from the rate")
+	require.Contains(t, v.Requests.Full, "dollars")
+	require.Contains(t, v.Requests.Single, "requests")
+}

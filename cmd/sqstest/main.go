@@ -16,6 +16,19 @@
 // succeeds) until the message falls out of that history, and as never issued after.
 // Deleting a queue forgets its messages and handles at once.
 //
+// The server answers for its own address only: a request whose QueueUrl names
+// another host or port (another sqstest, an AWS endpoint) is answered as SQS answers a
+// queue that does not exist, 400 QueueDoesNotExist
+// (AWS.SimpleQueueService.NonExistentQueue), instead of reaching this server's queue
+// of the same name. Its own address is the host and port of -base-url (default the
+// listen address) and the one the request was sent to (its Host header), so queue
+// URLs on localhost work for a client that connects to localhost. Behind a proxy or
+// a port forward, whose address neither shows, -any-host accepts every host and
+// port, routing by the URL's account and queue name alone (sqstest.Server.Handler).
+//
+// Exit status: 0 after SIGINT or SIGTERM, and for -h; 2 for bad flags (one line
+// on stderr, and a pointer to -h); 1 when serving fails.
+//
 // A Go client (aws-sdk-go-v2) on the same machine can lose an answer to a race of its
 // own and retry, leaving the first answer's messages in flight until their visibility
 // timeout; package sqstest's documentation ("Over a real socket") explains it, and
@@ -47,11 +60,27 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "sqstest:", err)
-		os.Exit(1)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(exitCode(err, os.Stderr))
+}
+
+// usageError is a bad flag or argument: exit status 2.
+type usageError struct{ error }
+
+// exitCode reports err on stderr and returns the process's exit status: 0 for
+// nil, 2 for a usageError (with the pointer to -h), 1 otherwise.
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil {
+		return 0
 	}
+	fmt.Fprintln(stderr, "sqstest:", err)
+	var ue usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintln(stderr, "Run sqstest -h for usage.")
+		return 2
+	}
+	return 1
 }
 
 // defaultHistory is the default of -history: enough for a client to repeat a delete
@@ -65,6 +94,8 @@ func (q *queueFlags) String() string     { return strings.Join(*q, ",") }
 func (q *queueFlags) Set(v string) error { *q = append(*q, v); return nil }
 
 // run serves until ctx is done. It writes the endpoint line to stdout once listening.
+// With -h it prints the usage to stderr and returns nil at once; a bad flag or
+// argument is a usageError.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sqstest", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -73,16 +104,34 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	account := fs.String("account", sqstest.DefaultAccountID, "account id in queue URLs and ARNs")
 	region := fs.String("region", sqstest.DefaultRegion, "region in queue ARNs")
 	history := fs.Int("history", defaultHistory, "messages remembered per queue after they leave it (deleted, moved, expired, purged); 0 remembers all, and memory grows without bound")
+	anyHost := fs.Bool("any-host", false, "serve queue URLs that name any host and port (behind a proxy); default: only this server's, others are answered as queues that do not exist")
 	var queues queueFlags
 	fs.Var(&queues, "queue", "create this queue at start (repeatable; a name ending in .fifo makes a FIFO queue)")
-	if err := fs.Parse(args); err != nil {
-		return err
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage: sqstest [-listen HOST:PORT] [-queue NAME ...] [flags]\n\n"+
+			"Serves an in-memory SQS (package sqstest) until SIGINT or SIGTERM. Exit status: 0, also\n"+
+			"for -h; 2 for bad flags; 1 when serving fails.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	// The flag package would print the whole usage after a bad flag; the error
+	// alone (and a pointer to -h) is printed instead, and -h prints the usage.
+	usage := fs.Usage
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		usage()
+		return nil
+	case err != nil:
+		return usageError{err}
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %v", fs.Args())
+		return usageError{fmt.Errorf("unexpected arguments: %v", fs.Args())}
 	}
 	if *history < 0 {
-		return fmt.Errorf("-history %d: must be 0 or more", *history)
+		return usageError{fmt.Errorf("-history %d: must be 0 or more", *history)}
 	}
 
 	ln, err := net.Listen("tcp", *listen)
@@ -98,11 +147,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, q := range queues {
 		if _, err := srv.CreateQueue(q, nil); err != nil {
 			ln.Close()
-			return fmt.Errorf("queue %q: %w", q, err)
+			return usageError{fmt.Errorf("-queue %q: %w", q, err)}
 		}
 	}
 
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	handler := srv.HostCheckingHandler()
+	if *anyHost {
+		handler = srv.Handler()
+	}
+	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	fmt.Fprintf(stdout, "sqstest listening on %s\n", base)

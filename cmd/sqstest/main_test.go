@@ -91,24 +91,119 @@ func TestServe(t *testing.T) {
 	}
 }
 
+// Bad flags are one line on stderr and a pointer to -h, exit status 2; the
+// whole usage is printed for -h only.
 func TestBadFlags(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
 		args []string
+		code int
 	}{
-		{name: "unknown flag", args: []string{"-nope"}},
-		{name: "stray argument", args: []string{"extra"}},
-		{name: "bad queue name", args: []string{"-listen", "127.0.0.1:0", "-queue", "no spaces"}},
-		{name: "bad address", args: []string{"-listen", "not an address"}},
-		{name: "negative history", args: []string{"-listen", "127.0.0.1:0", "-history", "-1"}},
+		{name: "unknown flag", args: []string{"-nope"}, code: 2},
+		{name: "stray argument", args: []string{"extra"}, code: 2},
+		{name: "bad queue name", args: []string{"-listen", "127.0.0.1:0", "-queue", "no spaces"}, code: 2},
+		{name: "negative history", args: []string{"-listen", "127.0.0.1:0", "-history", "-1"}, code: 2},
+		{name: "bad address", args: []string{"-listen", "not an address"}, code: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			require.Error(t, run(t.Context(), tt.args, io.Discard, io.Discard))
+			var flagOut, errOut strings.Builder
+			err := run(t.Context(), tt.args, io.Discard, &flagOut)
+			require.Error(t, err)
+			require.Empty(t, flagOut.String(), "no usage dump")
+			require.Equal(t, tt.code, exitCode(err, &errOut))
+			lines := strings.Split(strings.TrimSuffix(errOut.String(), "\n"), "\n")
+			if tt.code == 2 {
+				require.Len(t, lines, 2, errOut.String())
+				require.Equal(t, "Run sqstest -h for usage.", lines[1])
+			} else {
+				require.Len(t, lines, 1, errOut.String())
+			}
+			require.True(t, strings.HasPrefix(lines[0], "sqstest: "), lines[0])
 		})
 	}
+}
+
+// -h prints the usage and exits 0 (it used to end with "flag: help requested"
+// and exit status 1).
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	for _, h := range []string{"-h", "-help", "--help"} {
+		var errOut strings.Builder
+		err := run(t.Context(), []string{h}, io.Discard, &errOut)
+		require.NoError(t, err, h)
+		require.Equal(t, 0, exitCode(err, io.Discard))
+		require.Contains(t, errOut.String(), "Usage: sqstest")
+		require.Contains(t, errOut.String(), "-any-host")
+		require.NotContains(t, errOut.String(), "help requested")
+	}
+}
+
+// startServer runs the command on a loopback socket with args and returns its base
+// URL and a client for it; the server stops at the end of the test.
+func startServer(t *testing.T, args ...string) (string, *sqs.Client) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, append([]string{"-listen", "127.0.0.1:0"}, args...), pw, io.Discard)
+		pw.Close()
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	require.NoError(t, err)
+	base := strings.TrimPrefix(strings.TrimSpace(line), "sqstest listening on ")
+	go io.Copy(io.Discard, pr) //nolint:errcheck // drain until the pipe closes
+	tr := &http.Transport{}
+	t.Cleanup(func() {
+		tr.CloseIdleConnections()
+		cancel()
+		require.NoError(t, <-done)
+	})
+	return base, sqs.New(sqs.Options{
+		HTTPClient:   &http.Client{Transport: sqstest.RebufferingTransport(tr)},
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(base),
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: "x", SecretAccessKey: "y"}, nil
+		}),
+		RetryMaxAttempts: 1,
+	})
+}
+
+// A queue URL naming another host or port is answered as SQS answers a queue that
+// does not exist, unless -any-host. Real loopback socket: every call has a 5 s
+// ceiling and nothing waits.
+func TestForeignQueueURL(t *testing.T) {
+	t.Parallel()
+	base, c := startServer(t, "-queue", "jobs")
+	port := base[strings.LastIndexByte(base, ':')+1:]
+	other := "1"
+	if port == "1" {
+		other = "2"
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	send := func(c *sqs.Client, url string) error {
+		_, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &url, MessageBody: aws.String("x")})
+		return err
+	}
+	require.NoError(t, send(c, base+"/123456789012/jobs"))
+	for _, url := range []string{
+		"http://127.0.0.1:" + other + "/123456789012/jobs",
+		"http://127.0.0.2:" + port + "/123456789012/jobs",
+		"https://sqs.us-east-1.amazonaws.com/123456789012/jobs",
+	} {
+		err := send(c, url)
+		var dne *types.QueueDoesNotExist
+		require.ErrorAs(t, err, &dne, url)
+		require.ErrorContains(t, err, "AWS.SimpleQueueService.NonExistentQueue")
+	}
+
+	anyBase, anyClient := startServer(t, "-queue", "jobs", "-any-host")
+	require.NoError(t, send(anyClient, "http://127.0.0.2:1/123456789012/jobs"), "-any-host routes by account and name: %s", anyBase)
 }
 
 // TestHistoryFlag checks that -history bounds what the server remembers of deleted
