@@ -129,30 +129,42 @@ func (p *Protector) call(ctx context.Context, enable bool) error {
 			Message: fmt.Sprintf("answer's ProtectionEnabled is %v, asked %v", ans.Protection.ProtectionEnabled, enable)}
 	}
 
+	// The bookkeeping holds the lock; the log line is written after it is
+	// released, so a slow log destination never delays Acquire or Release.
+	logLine := p.record(ctx, start, enable, ans, err)
+	if logLine != nil {
+		logLine()
+	}
+	return err
+}
+
+// record counts a call's outcome and returns the log line to write, if
+// any, once the lock is released.
+func (p *Protector) record(ctx context.Context, start time.Time, enable bool, ans *answer, err error) func() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.stats.Calls++
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled) {
-			return err // cancelled by Close: not the agent's failure
+			return nil // cancelled by Close: not the agent's failure
 		}
 		p.stats.Failures++
 		p.stats.LastError = err
 		p.stats.LastErrorAt = start
 		p.unwarned++
-		if p.lastWarn.IsZero() || start.Sub(p.lastWarn) >= warnEvery {
-			p.logger.Warn("ecsprotect: task scale-in protection call failed",
-				"enable", enable, "failures", p.unwarned, "total_failures", p.stats.Failures, "error", err)
-			p.lastWarn, p.unwarned = start, 0
-		}
 		p.failing = true
-		return err
+		if !p.lastWarn.IsZero() && start.Sub(p.lastWarn) < warnEvery {
+			return nil // rate-limited
+		}
+		n, total := p.unwarned, p.stats.Failures
+		p.lastWarn, p.unwarned = start, 0
+		return func() {
+			p.logger.Warn("ecsprotect: task scale-in protection call failed",
+				"enable", enable, "failures", n, "total_failures", total, "error", err)
+		}
 	}
-	if p.failing {
-		p.logger.Info("ecsprotect: task scale-in protection calls succeed again",
-			"total_failures", p.stats.Failures)
-		p.failing = false
-	}
+	recovered := p.failing
+	p.failing = false
 	switch {
 	case !enable:
 		p.stats.Clears++
@@ -170,9 +182,15 @@ func (p *Protector) call(ctx context.Context, enable bool) error {
 			p.expiresAt = *e
 		}
 	}
-	p.logger.Debug("ecsprotect: task scale-in protection set",
-		"enabled", enable, "expires_at", p.expiresAt, "took", time.Since(start))
-	return nil
+	total, expiresAt, took := p.stats.Failures, p.expiresAt, time.Since(start)
+	return func() {
+		if recovered {
+			p.logger.Info("ecsprotect: task scale-in protection calls succeed again",
+				"total_failures", total)
+		}
+		p.logger.Debug("ecsprotect: task scale-in protection set",
+			"enabled", enable, "expires_at", expiresAt, "took", took)
+	}
 }
 
 // put sends body and decodes the agent's answer; a failure or error answer,

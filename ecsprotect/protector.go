@@ -242,15 +242,17 @@ func (p *Protector) Stats() Stats {
 // concurrent use.
 func (p *Protector) Start() error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.closed {
+		p.mu.Unlock()
 		return ErrClosed
 	}
 	if p.started {
+		p.mu.Unlock()
 		return nil
 	}
 	p.started = true
 	if p.endpoint == "" {
+		p.mu.Unlock() // log without the lock Acquire and Release take
 		p.logger.Warn("ecsprotect: ECS_AGENT_URI is not set; task scale-in protection is unavailable",
 			"error", ErrNoAgent)
 		return nil
@@ -259,6 +261,7 @@ func (p *Protector) Start() error {
 	p.stop = cancel
 	p.done = make(chan struct{})
 	go p.loop(ctx)
+	p.mu.Unlock()
 	return nil
 }
 
