@@ -440,3 +440,35 @@ func TestReleaseWithoutAcquirePanics(t *testing.T) {
 	require.Zero(t, p.Stats().Held)
 	require.True(t, errors.Is(p.Stats().LastError, ecsprotect.ErrNoAgent))
 }
+
+// A steady busy service (ten handlers, each message 2 s, a new one as soon
+// as a slot frees, with moments where none is held between messages)
+// costs the enable and then 2 calls an hour with the defaults.
+func TestCallsPerHourSteadyBusy(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		defer r.p.Close()
+		ctx, cancel := context.WithTimeout(t.Context(), 6*time.Hour)
+		defer cancel()
+		var wg sync.WaitGroup
+		for i := range 10 {
+			wg.Go(func() {
+				time.Sleep(time.Duration(i) * 200 * time.Millisecond)
+				for ctx.Err() == nil {
+					r.p.Acquire()
+					time.Sleep(2 * time.Second)
+					r.p.Release()
+					time.Sleep(time.Duration(i%3) * time.Second) // gaps: at times nothing is held
+				}
+			})
+		}
+		wg.Wait()
+		synctest.Wait()
+		calls := len(r.agent.Calls())
+		perHour := float64(calls-1) / 6
+		t.Logf("steady busy for 6 h: %d calls, the enable then %.1f an hour", calls, perHour)
+		require.Equal(t, 1+12, calls, r)
+		require.Zero(t, r.p.Stats().Failures)
+	})
+}
