@@ -48,7 +48,7 @@ func (p *Protector) loop(ctx context.Context) {
 			}
 			maybe, lapse = true, now.Add(time.Duration(p.expires)*time.Minute)
 			if err := p.call(ctx, true); err != nil {
-				failed(now)
+				failed(time.Now()) // from the call's end: a slow failure is no reason to retry at once
 			} else {
 				renewAt = now.Add(time.Duration(p.expires) * time.Minute / 2)
 				backoff, retryAt = 0, time.Time{}
@@ -62,7 +62,8 @@ func (p *Protector) loop(ctx context.Context) {
 				break
 			}
 			if err := p.call(ctx, false); err != nil {
-				failed(now)
+				failed(time.Now())
+				renewAt = time.Time{} // the clear may have landed: enable again if busy
 			} else {
 				maybe = false
 				backoff, retryAt = 0, time.Time{}

@@ -472,3 +472,66 @@ func TestCallsPerHourSteadyBusy(t *testing.T) {
 		require.Zero(t, r.p.Stats().Failures)
 	})
 }
+
+// A renewal that fails is retried while the protection still runs: five
+// minutes of errors at the renewal do not let it lapse.
+func TestRenewalRetriedBeforeLapse(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t)
+		defer r.p.Close()
+		r.p.Acquire()
+		time.Sleep(29 * time.Minute)
+		r.agent.setMode("error")
+		for range 6 * 5 {
+			time.Sleep(10 * time.Second)
+			synctest.Wait()
+			require.True(t, r.agent.protectedAt(time.Now()))
+		}
+		require.Greater(t, r.p.Stats().Failures, uint64(3))
+		r.agent.setMode("")
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		st := r.p.Stats()
+		require.EqualValues(t, 1, st.Renewals, r)
+		require.True(t, st.ExpiresAt.After(time.Now().Add(55*time.Minute)), "renewed for another hour")
+		r.p.Release()
+	})
+}
+
+// A message released while the enable is in flight still starts the quiet
+// period; one acquired while the clear is in flight protects again.
+func TestCountChangesDuringCalls(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, ecsprotect.WithCallTimeout(time.Second))
+		defer r.p.Close()
+		r.agent.setMode("hang")
+		r.p.Acquire()
+		synctest.Wait()
+		r.p.Release() // during the hanging enable
+		r.agent.setMode("")
+		time.Sleep(ecsprotect.DefaultQuietPeriod)
+		synctest.Wait()
+		calls := r.agent.Calls()
+		require.Len(t, calls, 2, "the enable that may have landed is cleared: %v", r)
+		require.False(t, calls[1].Enable)
+
+		r.p.Acquire()
+		synctest.Wait()
+		r.p.Release()
+		r.agent.setMode("hang")
+		time.Sleep(ecsprotect.DefaultQuietPeriod)
+		synctest.Wait() // the clear hangs
+		r.p.Acquire()
+		r.agent.setMode("")
+		time.Sleep(2 * time.Second) // the clear's timeout, then the retry's 1 s
+		synctest.Wait()
+		calls = r.agent.Calls()
+		require.Len(t, calls, 5, r)
+		require.True(t, calls[4].Enable, "the clear may have landed: enabled again")
+		require.True(t, r.agent.protectedAt(time.Now()), r)
+		require.True(t, r.p.Stats().Protected)
+		r.p.Release()
+	})
+}
