@@ -19,10 +19,10 @@
 // # What it does not protect
 //
 // Protection holds off the service scheduler's choice of a task to stop
-// when the service scales in or deploys. It does not hold off a Fargate
-// Spot interruption, an EC2 instance's termination or draining outside the
-// service scheduler, a task stopped by hand (StopTask, the console), a
-// failing health check, or the process's own crash. When ECS does stop the
+// when the service scales in or deploys, and AWS documents nothing else.
+// It does not hold off a Fargate Spot interruption, an EC2 instance's
+// termination, a task stopped by hand (StopTask, the console), a task
+// replaced because it is unhealthy, or the process's own crash. When ECS does stop the
 // task, the SIGTERM → stopTimeout → SIGKILL sequence applies as usual: the
 // Consumer's shutdown timeout (WithShutdownTimeout) must still fit within
 // the container's stopTimeout, and Close needs up to one call timeout more.
@@ -54,8 +54,9 @@
 // once per five minutes with the number of failures since; all are counted
 // in Stats. A failed enable or renewal is retried after 1 s, doubling up to
 // one minute, while still busy; a failed clear is retried the same way
-// while still idle (and the protection lapses by itself after
-// ExpiresInMinutes in any case).
+// while still idle, until the protection would have lapsed by itself
+// (ExpiresInMinutes after the last enable). A clear that failed may still
+// have landed, so a task that becomes busy again is enabled again.
 //
 // # The agent's API
 //
@@ -75,8 +76,10 @@
 //	{"failure": {"Arn": "arn:...", "Detail": null, "Reason": "TASK_NOT_VALID"}}
 //	{"requestID": "...", "error": {"Arn": "arn:...", "Code": "AccessDeniedException", "Message": "..."}}
 //
-// A "failure" comes with status 200, so the Protector reads the body
-// whatever the status; an "error" comes with a 4xx or 5xx status (for
+// The guide gives no status codes; the agent's source
+// (github.com/aws/amazon-ecs-agent) answers a "failure" with status 200, so
+// the Protector reads the body whatever the status, and an "error" with a
+// 4xx or 5xx status (for
 // instance RequestCanceled when the agent cannot reach ECS, or
 // ThrottlingException). Both become an *AgentError.
 //
