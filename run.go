@@ -82,11 +82,11 @@ type run struct {
 	// Set up by setup and start, read-only afterwards.
 	cfg      leaseConfig
 	calls    *coalescedCalls
-	fl       *flow[*delivery]         // when to receive, how much; the handler slots
-	reg      *registry     // what the run holds
-	pollWait time.Duration // WaitTimeSeconds of every receive
-	dlq      deadLetter    // where Permanent errors' messages go
-	br       *breaker      // WithBreaker; nil when off
+	fl       *flow[*delivery] // when to receive, how much; the handler slots
+	reg      *registry        // what the run holds
+	pollWait time.Duration    // WaitTimeSeconds of every receive
+	dlq      deadLetter       // where Permanent errors' messages go
+	br       *breaker         // WithBreaker; nil when off
 
 	dlqWarned atomic.Bool // the missing dead-letter queue was logged
 	failLog   failureLog  // the rate of failure lines
