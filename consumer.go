@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/sqskit/sqsconsumer/ecsprotect"
+
 	healthprobe "github.com/sqskit/sqsconsumer/internal/probe"
 	"github.com/sqskit/sqsconsumer/internal/scaling"
 	"github.com/sqskit/sqsconsumer/internal/share"
@@ -97,6 +99,13 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 			return nil, fmt.Errorf("%w: WithMiddleware: middleware %d returned a nil handler", ErrInvalidOption, i)
 		}
 	}
+	if s.protect && s.protector == nil {
+		p, err := ecsprotect.New(ecsprotect.WithLogger(s.logger))
+		if err != nil {
+			return nil, fmt.Errorf("%w: WithScaleInProtection: %w", ErrInvalidOption, err)
+		}
+		s.protector = p
+	}
 	stats := newStatsRecorder()
 	s.stats = stats
 	c2 := &Consumer{
@@ -134,6 +143,9 @@ func (c *Consumer) Stats() Stats {
 	}
 	st.MaxCallsInFlight, st.IdleConnsPerHost, st.LimitedByPool = c.s.pollers, c.pool.idle, c.pool.limited.Load()
 	st.Concurrency = c.s.concurrency
+	if p := c.s.protector; p != nil {
+		st.ScaleInProtection = p.Stats()
+	}
 	return st
 }
 
@@ -192,6 +204,17 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	}
 	stamp(&c.progress.begun)
 	c.progress.stage.Store(runStarting)
+	if p := c.s.protector; p != nil {
+		if err := p.Start(); err != nil {
+			return fmt.Errorf("sqsconsumer: WithScaleInProtection: %w", err)
+		}
+		if c.s.ownProtect {
+			// Cleared after the drain: nothing is held once Run's run has
+			// returned. A failed clear is logged and counted by the
+			// Protector.
+			defer func() { _ = p.Close() }()
+		}
+	}
 	c.mu.Lock()
 	member := c.member // set before Run, if ever
 	c.mu.Unlock()

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sqskit/sqsconsumer/ecsprotect"
 )
 
 // Defaults and limits. Every option's range is stated in its doc.
@@ -75,6 +77,10 @@ type settings struct {
 	handlerLimit  time.Duration // Health: 0 = default
 
 	scaling *ScalingPolicy // WithScaling; nil = off
+
+	protect    bool                  // WithScaleInProtection
+	protector  *ecsprotect.Protector // its Protector: the caller's, or the Consumer's own (made in New)
+	ownProtect bool                  // the Consumer made protector: Run starts and closes it
 }
 
 func defaultSettings() settings {
@@ -655,5 +661,32 @@ func WithScaling(p ScalingPolicy) Option {
 			}
 			s.scaling = &p
 		}
+	})
+}
+
+// WithScaleInProtection protects the ECS task from scale-in while the
+// Consumer holds any message (running, waiting for a slot, read ahead or
+// settling), through the ECS agent's task scale-in protection endpoint
+// (package ecsprotect): service auto scaling and deployments then do not
+// stop the task in the middle of a handler. Once the Consumer has held
+// nothing for the Protector's quiet period (default 2 minutes), the
+// protection is cleared. Default: off.
+//
+// p nil: the Consumer makes its own Protector from the environment
+// (ECS_AGENT_URI, default settings, the Consumer's logger), starts it at
+// Run and clears and closes it after Run's drain. Without ECS_AGENT_URI
+// it makes no call and logs one warning. A process with several Consumers
+// (a fleet) must share one Protector, since protection is one per task:
+// make it with ecsprotect.New, pass it to each, and Close it after every
+// Consumer's Run has returned; Run starts it if it was not started.
+//
+// The Consumer tells the Protector only when it starts and stops holding
+// anything, never per message; the agent's calls run on the Protector's
+// goroutine, bounded by its call timeout, and never delay a handler or a
+// receive. A failing agent is logged and counted (Stats.ScaleInProtection),
+// never fatal.
+func WithScaleInProtection(p *ecsprotect.Protector) Option {
+	return option(func(s *settings) {
+		s.protect, s.protector, s.ownProtect = true, p, p == nil
 	})
 }

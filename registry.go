@@ -4,6 +4,8 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/sqskit/sqsconsumer/ecsprotect"
+
 	"github.com/sqskit/sqsconsumer/internal/fifo"
 )
 
@@ -22,6 +24,11 @@ import (
 // "WaitGroup is reused before previous Wait has returned").
 type registry struct {
 	fifo bool // the queue is FIFO; set before the first receive
+	// busy, when set (WithScaleInProtection), is told when the registry
+	// starts holding anything (Acquire) and when it holds nothing again
+	// (Release). Its methods only count, never block: they are called
+	// under mu.
+	busy holder
 
 	mu     sync.Mutex // guards the fields below; a leaf: nothing else is locked under it
 	byID   map[string]*delivery
@@ -30,8 +37,19 @@ type registry struct {
 	order  fifo.Order[*delivery]
 }
 
-func newRegistry(fifoQueue bool) *registry {
-	return &registry{fifo: fifoQueue, byID: make(map[string]*delivery)}
+// holder is told when something starts and stops being held
+// (*ecsprotect.Protector).
+type holder interface {
+	Acquire()
+	Release()
+}
+
+func newRegistry(fifoQueue bool, busy *ecsprotect.Protector) *registry {
+	g := &registry{fifo: fifoQueue, byID: make(map[string]*delivery)}
+	if busy != nil {
+		g.busy = busy
+	}
+	return g
 }
 
 // errEarlierFailed is the error of a FIFO message that did not run (or
@@ -77,7 +95,9 @@ func (g *registry) replace(d, old *delivery) (ok bool, v fifo.Verdict) {
 }
 
 func (g *registry) enterLocked(d *delivery) fifo.Verdict {
-	g.n++
+	if g.n++; g.n == 1 && g.busy != nil {
+		g.busy.Acquire()
+	}
 	if !g.ordered(d) {
 		return fifo.Start
 	}
@@ -104,7 +124,13 @@ func (g *registry) leave(d *delivery, done bool) (next *delivery, back []*delive
 func (g *registry) done() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.n--; g.n == 0 && g.idleCh != nil {
+	if g.n--; g.n > 0 {
+		return
+	}
+	if g.busy != nil {
+		g.busy.Release()
+	}
+	if g.idleCh != nil {
 		close(g.idleCh)
 		g.idleCh = nil
 	}

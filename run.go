@@ -187,7 +187,7 @@ func (r *run) setup(ctx context.Context) error {
 	r.hardStop = func() { cancelPolls(); cancelSettle() }
 	cfg.calls, cfg.events.queueURL, cfg.settleCtx, cfg.join = r.calls, r.queueURL, settleCtx, &r.workers
 	r.cfg = cfg
-	r.reg = newRegistry(fifo)
+	r.reg = newRegistry(fifo, r.s.protector)
 	r.probeCtx, r.cancelProbe = context.WithCancel(context.Background())
 	if r.s.breaker != nil {
 		r.br = r.newBreaker(*r.s.breaker)

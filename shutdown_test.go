@@ -214,7 +214,7 @@ func TestShutdownWhileReceivesDispatch(t *testing.T) {
 // sync.WaitGroup's Wait racing an Add from zero does (a panic).
 func TestRegistryCount(t *testing.T) {
 	t.Parallel()
-	g := newRegistry(false)
+	g := newRegistry(false, nil)
 	held := func(id string) *delivery {
 		d := &delivery{msg: Message{ID: id}}
 		prev, _ := g.add(d)

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sqskit/sqsconsumer/ecsprotect"
+
 	"github.com/sqskit/sqsconsumer/internal/latency"
 )
 
@@ -263,6 +265,11 @@ type Stats struct {
 	MaxCallsInFlight int
 	IdleConnsPerHost int
 	LimitedByPool    bool
+
+	// ScaleInProtection is the ECS task scale-in protection's state and
+	// calls (WithScaleInProtection): whether the task is protected now,
+	// the agent calls made and failed, the latest error. Zero when off.
+	ScaleInProtection ecsprotect.Stats
 
 	dist *latency.Snapshot
 }

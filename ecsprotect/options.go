@@ -95,13 +95,10 @@ func WithHTTPClient(c *http.Client) Option {
 
 // WithLogger sets where the Protector logs: WARN for an unavailable or
 // failing agent (rate-limited), INFO when a failing agent recovers, DEBUG
-// for each call. Default: slog.Default().
+// for each call. Default: nothing is logged (a library logs only where it
+// is told to); nil keeps the default.
 func WithLogger(l *slog.Logger) Option {
 	return func(s *settings) {
-		if l == nil {
-			s.fail("ecsprotect.WithLogger(nil): logger must not be nil")
-			return
-		}
 		s.logger = l
 	}
 }

@@ -145,7 +145,7 @@ func New(opts ...Option) (*Protector, error) {
 		return nil, err
 	}
 	if s.logger == nil {
-		s.logger = slog.Default()
+		s.logger = slog.New(slog.DiscardHandler)
 	}
 	if s.client == nil {
 		s.client = defaultClient()

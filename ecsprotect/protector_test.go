@@ -409,7 +409,6 @@ func TestOptionValidation(t *testing.T) {
 		{ecsprotect.WithCallTimeout(0), "ecsprotect.WithCallTimeout(0s): must be above 0 and at most 30s"},
 		{ecsprotect.WithCallTimeout(31 * time.Second), "ecsprotect.WithCallTimeout(31s)"},
 		{ecsprotect.WithCallTimeout(30 * time.Second), ""},
-		{ecsprotect.WithLogger(nil), "ecsprotect.WithLogger(nil)"},
 		{ecsprotect.WithHTTPClient(nil), "ecsprotect.WithHTTPClient(nil)"},
 		{ecsprotect.WithAgentURI("169.254.170.2/api"), `ecsprotect.WithAgentURI "169.254.170.2/api": must be an absolute http or https URI`},
 		{ecsprotect.WithAgentURI("ftp://169.254.170.2/api"), "ecsprotect.WithAgentURI"},
