@@ -113,9 +113,10 @@ func wholeCall(cause error) bool {
 }
 
 // ended takes the end of the context of a joined member that is not
-// running: it leaves its batch (on FIFO queues the group's later members
-// wait until its lease ends, then fail). A running member's end is the
-// call's watch's business (watchLocked).
+// running: it leaves its batch, failed with its context's cause (on FIFO
+// queues the group's later members that have not run fail with it at
+// once, earlierFailed). A running member's end is the call's watch's
+// business (watchLocked).
 func (b *batcher) ended(mb *member) {
 	cause := context.Cause(mb.ctx)
 	b.mu.Lock()

@@ -78,8 +78,9 @@ var entryIDs = [maxEntries]string{"0", "1", "2", "3", "4", "5", "6", "7", "8", "
 
 // coalescedCalls coalesces visibility changes and deletes of many leases
 // into ChangeMessageVisibilityBatch and DeleteMessageBatch calls: one
-// coalesce.Coalescer each, which runs each call on a goroutine of its own
-// while it is in flight; close waits for them.
+// coalesce.Coalescer each. A Consumer's calls run on its pollers between
+// receives (runOn, flow.submit), or on a goroutine of their own when no
+// poller takes them in time; close waits for every call in flight.
 type coalescedCalls struct {
 	vis *coalesce.Coalescer[visEntry]
 	del *coalesce.Coalescer[delEntry]

@@ -30,7 +30,7 @@
 // [ErrLeaseCeiling].
 //
 // The handler runs on a worker goroutine (workers are reused, and never
-// more are busy than handler slots) with a context that derives from
+// more run handlers than there are handler slots) with a context that derives from
 // the lease, not from Run's context. When it returns nil the message is
 // deleted (coalesced with other deletes into 10-entry calls) with the
 // newest receipt handle, and the heartbeat keeps

@@ -44,7 +44,8 @@ const maxRateLimit = 100_000
 // tokenBucket is a token bucket in the manner of x/time/rate: tokens
 // accrue at limit a second up to burst, and the bucket starts full. Its
 // methods take the time, for table tests; it is not safe for concurrent
-// use (the flow's lock guards it).
+// use: its owner's lock guards it (the flow's for WithRateLimit, the
+// failure log's for the log's rate).
 type tokenBucket struct {
 	limit  float64 // tokens a second
 	burst  int

@@ -79,7 +79,7 @@ type run struct {
 	pool     *poolInfo     // the HTTP client's idle pool, as New saw it
 	member   *share.Member // the fleet's budget; nil for a Consumer on its own
 
-	// Set up by setup and start, read-only afterwards.
+	// Set up by setup and makeFlow, read-only afterwards.
 	cfg      leaseConfig
 	calls    *coalescedCalls
 	fl       *flow[*delivery] // when to receive, how much; the handler slots
@@ -458,7 +458,7 @@ func (r *run) callDone(deleting bool, err error) {
 	}
 }
 
-// atCallLimit is called (under the flow's lock, once a Run) when the
+// atCallLimit is called (under the flow's lock, each time) when the
 // Consumer wanted one more call in flight than its bound allows. When the
 // bound is the HTTP client's pool it says so, once, and Stats shows it:
 // a larger pool would let the Consumer go faster.

@@ -16,7 +16,9 @@ import (
 const workerIdle = 30 * time.Second
 
 // start runs d, which holds a handler slot: on an idle worker, or on a
-// new one. There are never more workers busy than handler slots. A
+// new one. Workers running handlers are never more than handler slots;
+// the workers that settle on their own (goSettle) are not bounded by the
+// slots, but only hand messages back or wait for SQS. A
 // handler from Batch without middleware takes d into a batch instead,
 // with no goroutine of its own (batcher.join).
 func (r *run) start(d *delivery) {

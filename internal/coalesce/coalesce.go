@@ -6,8 +6,9 @@
 // makes one call, and answers every caller with its own entry's error.
 //
 // Adding an entry takes a mutex, never a goroutine hand-off; each batch
-// call runs on a goroutine of its own. Submit does not wait at all: its
-// callback runs on that goroutine when the call returns.
+// call runs on a goroutine of its own, or on whatever RunOn hands it to.
+// Submit does not wait at all: its callback runs where the call ran, when
+// it returns.
 package coalesce
 
 import (

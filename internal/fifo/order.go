@@ -207,9 +207,11 @@ func (gr *group[T]) markFrom(from int) []T {
 // EarlierFailed applies the group-order rule to the results of a sequence
 // handled together (a batch, a Lambda event): it reports, for each item in
 // sequence order, whether it must fail because an earlier item of its
-// group failed or must fail itself. failed(i) says whether item i failed
-// on its own; group(i) is its group. The items marked are the ones whose
-// own result must be replaced: they may not be settled as done.
+// group failed. failed(i) says whether item i failed on its own; group(i)
+// is its group. An item that failed on its own is not marked (its own
+// failure stands), unless an earlier one of its group failed too. The
+// items marked are the ones whose own result must be replaced: they may
+// not be settled as done.
 func EarlierFailed(n int, group func(i int) string, failed func(i int) bool) []bool {
 	out := make([]bool, n)
 	var bad map[string]bool
