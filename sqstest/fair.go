@@ -41,8 +41,8 @@ const (
 
 // tenant is one tenant of a standard queue: a message group, or (loose) the
 // messages without a group, which are each a tenant of their own and always quiet
-// (see groupless quiet in unconfirmed.go); they share this one record only so that
-// they take their place among the quiet tenants in arrival order.
+// (see the fair-queue choices in unconfirmed.go); they share this one record only so
+// that they take their place among the quiet tenants in arrival order.
 type tenant struct {
 	id    string
 	loose bool
@@ -155,12 +155,13 @@ func (f *fairIndex) init() {
 // decayed brings an exponentially weighted time-in-flight sum v, last brought up to
 // date at *at with n messages in flight since, up to now.
 func decayed(v float64, at *time.Time, n int, now time.Time) float64 {
-	dt := now.Sub(*at).Seconds()
-	if at.IsZero() || dt <= 0 {
-		if at.IsZero() || now.After(*at) {
-			*at = now
-		}
+	if at.IsZero() {
+		*at = now
 		return v
+	}
+	dt := now.Sub(*at).Seconds()
+	if dt <= 0 {
+		return v // a change dated earlier (a retention expiry) counts from the last update
 	}
 	*at = now
 	tau := fairTimeConstant.Seconds()
