@@ -22,27 +22,26 @@ import (
 // n=20000 is what bench/throughput drains per round; n=2000 shows how the cost per
 // message grows with the queue (it should not). "handler" calls Server.Handler
 // directly (server cost only, no SDK); "sdk" goes through Server.Client, the
-// in-memory transport. FIFO messages are spread over 100 groups. One op is one whole
-// drain; µs/msg is the cost per message.
+// in-memory transport. FIFO messages are spread over 100 groups; so are "grouped"
+// ones, a standard queue whose messages carry MessageGroupId (a fair queue: its
+// noisy-group detection and quiet-first delivery run on every call). One op is one
+// whole drain; µs/msg is the cost per message.
 //
 //	go test ./sqstest -run '^$' -bench Drain -benchtime 3x
 func BenchmarkDrain(b *testing.B) {
-	for _, fifo := range []bool{false, true} {
-		kind := "standard"
-		if fifo {
-			kind = "fifo"
-		}
+	for _, kind := range []string{"standard", "fifo", "grouped"} {
 		for _, n := range []int{2_000, 20_000} {
 			name := fmt.Sprintf("%s/n=%d", kind, n)
-			b.Run(name+"/handler", func(b *testing.B) { benchDrain(b, fifo, n, drainHandler) })
-			b.Run(name+"/sdk", func(b *testing.B) { benchDrain(b, fifo, n, drainSDK) })
+			b.Run(name+"/handler", func(b *testing.B) { benchDrain(b, kind, n, drainHandler) })
+			b.Run(name+"/sdk", func(b *testing.B) { benchDrain(b, kind, n, drainSDK) })
 		}
 	}
 }
 
 type drainFunc func(b *testing.B, srv *sqstest.Server, url string) int
 
-func benchDrain(b *testing.B, fifo bool, drainSize int, drain drainFunc) {
+func benchDrain(b *testing.B, kind string, drainSize int, drain drainFunc) {
+	fifo := kind == "fifo"
 	b.ReportAllocs()
 	for range b.N {
 		b.StopTimer()
@@ -57,7 +56,7 @@ func benchDrain(b *testing.B, fifo bool, drainSize int, drain drainFunc) {
 		}
 		for i := range drainSize {
 			var opts []sqstest.SendOption
-			if fifo {
+			if kind != "standard" {
 				opts = append(opts, sqstest.WithGroupID("g"+strconv.Itoa(i%100)))
 			}
 			if _, err := srv.Send(url, "message "+strconv.Itoa(i), opts...); err != nil {

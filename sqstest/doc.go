@@ -48,9 +48,11 @@
 // # Cost and memory
 //
 // Every action costs O(log n) in the number of messages in the queue, amortised
-// (per-queue indexes by arrival, by end of lease or delay, by retention, and per FIFO
-// group), so draining n messages costs O(n log n); BenchmarkDrain measures a drain of
-// 20,000. A [Server] keeps every message that ever arrived and every receipt handle
+// (per-queue indexes by arrival, by end of lease or delay, by retention, per FIFO
+// group and per fair-queue tenant), so draining n messages costs O(n log n), plus, on
+// a standard queue with groups, a fair-queue pass at most once a second over the
+// groups with messages in flight; BenchmarkDrain measures a drain of 20,000. A group
+// that has no message left is forgotten 10 minutes later. A [Server] keeps every message that ever arrived and every receipt handle
 // it issued, for [Server.Messages], [Server.Message] and the stale-handle answers
 // below, for as long as it lives: right for a test, wrong for a long-running server
 // or a soak. That history costs about 0.8 KB per message with a short body and one
@@ -140,13 +142,46 @@
 // [Server.MoveTasks] lists a queue's tasks; [MessageState] says which messages a
 // task moved (Redriven, RedriveOf).
 //
+// # Fair queues
+//
+// A standard queue whose messages carry MessageGroupId is a fair queue, as AWS
+// describes it in the SQS developer guide ("How Amazon SQS fair queues work"). Each
+// message group is a tenant, and so is each message without a group. A group is
+// noisy when it has more than 10% of the queue's in-flight messages and at least 30
+// of its own in flight, or when its recent share of the consumers' processing time is
+// more than 10%. A receive takes the quiet tenants' messages first, oldest first,
+// then the noisy groups', the one with the fewest in flight first (counting what the
+// same receive already took; ties to the group whose oldest waiting message came
+// first), each group's oldest first. Noisy messages are never dropped or held back:
+// when no quiet message is receivable they are delivered as before. A group becomes
+// quiet again when its backlog (its messages neither in flight nor gone) has been
+// consumed, or when none of its messages has been in flight for 5 minutes; until then
+// it stays noisy even if it no longer meets either rule. Queues whose messages carry
+// no group deliver in arrival order, as before; FIFO queues are unchanged.
+//
+// What AWS leaves open is chosen and listed under "UNCONFIRMED choices": processing
+// time is time in flight (receive to delete, to a visibility change to 0 or to the
+// lease's end), weighted by age with a time constant of one minute; a group is checked
+// whenever its own messages change and every group with messages in flight at most
+// once a second (so under testing/synctest a change of others' shares can take up to
+// a second of virtual time to make a group noisy, and the 5-minute rule applies up to
+// a second late); thresholds are applied exactly.
+//
+// AWS publishes five fair-queue figures as CloudWatch metrics only (GetQueueAttributes
+// does not return them, here either): [Server.FairQueueMetrics] gives
+// ApproximateNumberOfNoisyGroups and, for the quiet groups, the visible, not visible
+// and delayed counts and the age of the oldest message; [Server.NoisyGroups] names
+// the noisy groups. Detection costs O(log n) per message change and, once a second,
+// O(groups with messages in flight); BenchmarkDrain's "grouped" case measures it.
+//
 // # Known divergences from AWS
 //
 //   - Short polls (WaitTimeSeconds 0) see every available message; AWS samples a
 //     subset of its servers and may return fewer or none.
-//   - Standard queues deliver in arrival order; AWS orders best-effort and moves a
-//     message received three times to the back of the queue. Fair-queue
-//     de-prioritisation of noisy message groups is not modelled.
+//   - Standard queues deliver in arrival order (with fair-queue ordering when their
+//     messages carry groups, see "Fair queues"); AWS orders best-effort and moves a
+//     message received three times to the back of the queue. Fair-queue detection is
+//     exact and immediate where AWS's is approximate and distributed.
 //   - No in-flight limits (OverLimit), no throughput limits: inject them with FailNext.
 //   - ReceiveRequestAttemptId is accepted and ignored (no FIFO receive retry).
 //   - Signatures and credentials are not checked; SenderId is a fixed value.
@@ -206,4 +241,13 @@
 //     UnknownOperationException (__type in com.amazon.coral.service, no query code).
 //   - The texts of EmptyBatchRequest, BatchEntryIdsNotDistinct, several attribute
 //     errors and the range errors of receive VisibilityTimeout and DelaySeconds.
+//   - Fair queues: processing time measured as time in flight (receive to delete,
+//     to a visibility change to 0 or to the lease's end, counted as it passes);
+//     "recent" as exponential weighting with a one-minute time constant; detection
+//     for a group at each change of its messages and for every group with messages
+//     in flight at most once a second; a noisy group stays noisy, whether or not it
+//     still meets a rule, until its backlog is consumed or 5 minutes pass with none
+//     of its messages in flight; a group with none in flight for 5 minutes meets
+//     neither rule; messages without a group always quiet; thresholds exact (a queue
+//     with few groups may have all of them noisy by the processing time rule).
 package sqstest

@@ -13,8 +13,11 @@ import (
 //   - timers: the messages that are not receivable now (in flight or delayed), by the
 //     time they become receivable, so lease ends and delays are noticed by popping,
 //     and a long poll knows when to look again;
-//   - standard queues: ready, the receivable messages by arrival, so a receive pops
-//     the oldest ones;
+//   - standard queues (fair queues, fair.go): per tenant (message group; the
+//     messages without a group together) its receivable messages by arrival, and the
+//     tenants with receivable messages in two heaps, quiet ones by their oldest
+//     message and noisy ones by messages in flight, so a receive pops the quiet
+//     tenants' oldest messages first;
 //   - FIFO queues: per message group the list of its messages in arrival order and
 //     the number in flight, and readyGroups, the groups that can deliver now (none in
 //     flight, first message receivable), by the arrival of their first message;
@@ -128,7 +131,7 @@ type queueIndex struct {
 	nextOrder   uint64
 	retention   msgHeap
 	timers      msgHeap
-	ready       msgHeap // standard queues only
+	fair        fairIndex // standard queues only
 	groups      map[string]*fifoGroup
 	readyGroups groupHeap
 	// collecting suppresses group re-evaluation while a receive picks messages, so a
@@ -170,10 +173,7 @@ func (x *queueIndex) init() {
 		},
 		slot: func(m *message) *int { return &m.timerIdx },
 	}
-	x.ready = msgHeap{
-		less: func(a, b *message) bool { return a.order < b.order },
-		slot: func(m *message) *int { return &m.readyIdx },
-	}
+	x.fair.init()
 	x.groups = map[string]*fifoGroup{}
 }
 
@@ -203,6 +203,17 @@ func (s *Server) enqueueLocked(q *queue, m *message, now time.Time) {
 			g.head = m
 		}
 		g.tail = m
+	} else {
+		t := q.fair.tenantFor(m.groupID)
+		m.tenant = t
+		m.gprev = t.tail
+		if t.tail != nil {
+			t.tail.gnext = m
+		} else {
+			t.head = m
+		}
+		t.tail = m
+		q.tenantDeltaLocked(t, 1, 0, 0, now)
 	}
 	s.reindexLocked(q, m, now)
 }
@@ -213,10 +224,13 @@ func (s *Server) enqueueLocked(q *queue, m *message, now time.Time) {
 func (s *Server) reindexLocked(q *queue, m *message, now time.Time) {
 	leased := len(m.receives) > 0 && now.Before(m.visibleAt)
 	ready := !now.Before(m.availableAt) && !now.Before(m.visibleAt)
+	if !q.fifo {
+		q.fairBeforeLocked(now)
+	}
 	if ready {
 		q.timers.remove(m)
 		if !q.fifo && m.readyIdx < 0 {
-			q.ready.add(m)
+			m.tenant.readyMsgs.add(m)
 		}
 	} else {
 		m.wakeAt = m.availableAt
@@ -225,17 +239,18 @@ func (s *Server) reindexLocked(q *queue, m *message, now time.Time) {
 		}
 		q.timers.addOrFix(m)
 		if !q.fifo {
-			q.ready.remove(m)
+			m.tenant.readyMsgs.remove(m)
 		}
 	}
-	q.nReady += b2i(ready) - b2i(m.ready)
-	q.nLeased += b2i(leased) - b2i(m.leased)
-	if q.fifo {
-		m.group.inflight += b2i(leased) - b2i(m.leased)
-	}
+	dReady, dLeased := b2i(ready)-b2i(m.ready), b2i(leased)-b2i(m.leased)
+	q.nReady += dReady
+	q.nLeased += dLeased
 	m.ready, m.leased = ready, leased
 	if q.fifo {
+		m.group.inflight += dLeased
 		q.fixGroup(m.group)
+	} else {
+		q.tenantDeltaLocked(m.tenant, 0, dReady, dLeased, now)
 	}
 }
 
@@ -275,7 +290,9 @@ func (s *Server) goneLocked(q *queue, m *message, why goneReason, at time.Time) 
 	m.gone, m.goneAt = why, at
 	q.retention.remove(m)
 	q.timers.remove(m)
-	q.ready.remove(m)
+	if !q.fifo {
+		q.fairBeforeLocked(at)
+	}
 	q.nReady -= b2i(m.ready)
 	q.nLeased -= b2i(m.leased)
 	if g := m.group; g != nil {
@@ -292,6 +309,23 @@ func (s *Server) goneLocked(q *queue, m *message, why goneReason, at time.Time) 
 		}
 		m.gprev, m.gnext, m.group = nil, nil, nil
 		q.fixGroup(g)
+	}
+	if t := m.tenant; t != nil {
+		t.readyMsgs.remove(m)
+		if m.gprev != nil {
+			m.gprev.gnext = m.gnext
+		} else {
+			t.head = m.gnext
+		}
+		if m.gnext != nil {
+			m.gnext.gprev = m.gprev
+		} else {
+			t.tail = m.gprev
+		}
+		m.gprev, m.gnext, m.tenant = nil, nil, nil
+		dReady, dLeased := -b2i(m.ready), -b2i(m.leased)
+		m.ready, m.leased = false, false
+		q.tenantDeltaLocked(t, -1, dReady, dLeased, at)
 	}
 	m.ready, m.leased = false, false
 	s.rememberGoneLocked(q, m)
@@ -326,6 +360,9 @@ func (s *Server) advanceLocked(q *queue, now time.Time) {
 	if q.dedupHead > 64 && q.dedupHead*2 > len(q.dedupOrder) {
 		q.dedupOrder = append([]dedupRecord(nil), q.dedupOrder[q.dedupHead:]...)
 		q.dedupHead = 0
+	}
+	if !q.fifo && now.Sub(q.fair.lastPass) >= fairPassInterval {
+		q.fairPassLocked(now)
 	}
 }
 

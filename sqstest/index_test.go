@@ -16,19 +16,22 @@ import (
 // time, and after every step checks the indexes of index.go against the messages
 // themselves. Before every receive it computes, with the straightforward walk over
 // the queue that the server used before it had indexes, which messages the receive
-// must return and which it must move to the DLQ, and compares.
+// must return and which it must move to the DLQ, and compares. "grouped" is a
+// standard queue whose messages mostly carry one of four groups (one of them sent
+// most): a fair queue, whose receives the walk orders by the tenants' noisy flags
+// (fair_test.go tests how they are set).
 func TestIndexModel(t *testing.T) {
 	t.Parallel()
-	for _, fifo := range []bool{false, true} {
+	for _, kind := range []string{"standard", "fifo", "grouped"} {
 		for seed := range uint64(4) {
-			t.Run(fmt.Sprintf("fifo=%v/seed=%d", fifo, seed), func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) { runIndexModel(t, fifo, seed) })
+			t.Run(fmt.Sprintf("%s/seed=%d", kind, seed), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) { runIndexModel(t, kind == "fifo", kind == "grouped", seed) })
 			})
 		}
 	}
 }
 
-func runIndexModel(t *testing.T, fifo bool, seed uint64) {
+func runIndexModel(t *testing.T, fifo, grouped bool, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 42))
 	s := NewServer(WithHistoryLimit(int(rng.IntN(3)) * 20)) // 0 = unlimited, 20, 40
 	defer s.Close()
@@ -50,7 +53,7 @@ func runIndexModel(t *testing.T, fifo bool, seed uint64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	md := &model{s: s, rng: rng, suffix: suffix, dedup: map[string]time.Time{}}
+	md := &model{s: s, rng: rng, suffix: suffix, grouped: grouped, dedup: map[string]time.Time{}}
 	for step := range 1500 {
 		func() {
 			s.mu.Lock()
@@ -68,6 +71,10 @@ func runIndexModel(t *testing.T, fifo bool, seed uint64) {
 	if len(s.Messages(url)) == 0 || s.Messages(dlqURL) == nil {
 		t.Fatal("nothing happened")
 	}
+	if grouped && md.noisy == 0 {
+		t.Fatal("no group was ever noisy")
+	}
+	t.Logf("%d of 1500 steps ended with a noisy group", md.noisy)
 }
 
 // model is the state of one TestIndexModel run.
@@ -75,6 +82,8 @@ type model struct {
 	s       *Server
 	rng     *rand.Rand
 	suffix  string
+	grouped bool     // standard queue, messages with groups
+	noisy   int      // grouped: steps that ended with a noisy group
 	handles []string // every handle issued, in order
 	sent    int
 	dedup   map[string]time.Time // FIFO: deduplication id -> when it was recorded
@@ -99,9 +108,14 @@ func (md *model) step(t *testing.T, step int) {
 			if at, ok := md.dedup[id]; !ok || now.Sub(at) >= dedupWindow {
 				md.dedup[id] = now
 			}
-		} else if rng.IntN(2) == 0 {
-			d := time.Duration(rng.IntN(3)) * time.Second
-			in.delay = &d
+		} else {
+			if rng.IntN(2) == 0 {
+				d := time.Duration(rng.IntN(3)) * time.Second
+				in.delay = &d
+			}
+			if g := rng.IntN(10); md.grouped && g < 8 {
+				in.MessageGroupID = ptr("g" + strconv.Itoa(max(0, g-4))) // g0 half the time
+			}
 		}
 		md.sent++
 		s.advanceLocked(q, now)
@@ -169,6 +183,9 @@ func (md *model) step(t *testing.T, step int) {
 		s.advanceLocked(x, now)
 		checkIndex(t, step, s, x, now)
 	}
+	if len(q.fair.noisySet) > 0 {
+		md.noisy++
+	}
 	if fifo && !q.purgedAt.Equal(now) {
 		for id, at := range md.dedup {
 			_, kept := q.dedup[id]
@@ -227,13 +244,35 @@ func naiveCollect(s *Server, q *queue, max int, now time.Time) (picked []string,
 	}
 	live := presentInOrder(q)
 	if !q.fifo {
+		// Quiet tenants' messages first, in arrival order; then the noisy tenants',
+		// the one with the fewest in flight (counting this receive's picks) first.
+		noisy := func(m *message) bool { t := q.fair.tenants[m.groupID]; return m.groupID != "" && t != nil && t.noisy }
+		inflight := map[string]int{}
+		var rest []*message
 		for _, m := range live {
-			if len(picked) == max {
-				break
+			inflight[m.groupID] += b2i(m.inFlight(now))
+			if m.available(now) && noisy(m) {
+				rest = append(rest, m)
 			}
-			if m.available(now) {
+		}
+		for _, m := range live {
+			if len(picked) < max && m.available(now) && !noisy(m) {
 				take(m)
 			}
+		}
+		for len(picked) < max && len(rest) > 0 {
+			best := 0
+			for i, m := range rest {
+				if inflight[m.groupID] < inflight[rest[best].groupID] {
+					best = i
+				}
+			}
+			m := rest[best]
+			rest = slices.Delete(rest, best, best+1)
+			if !redrives(m) {
+				inflight[m.groupID]++
+			}
+			take(m)
 		}
 		return picked, moved
 	}
@@ -306,7 +345,7 @@ func checkIndex(t *testing.T, step int, s *Server, q *queue, now time.Time) {
 				fail("%s: wakeAt %v, want %v after now %v", m.id, m.wakeAt, want, now)
 			}
 		}
-		inReady := m.readyIdx >= 0 && q.ready.items[m.readyIdx] == m
+		inReady := !q.fifo && m.tenant != nil && m.readyIdx >= 0 && m.tenant.readyMsgs.items[m.readyIdx] == m
 		if inReady != (m.ready && !q.fifo) {
 			fail("%s: in ready heap=%v, ready=%v", m.id, inReady, m.ready)
 		}
@@ -335,14 +374,14 @@ func checkIndex(t *testing.T, step int, s *Server, q *queue, now time.Time) {
 		fail("%d gone messages kept, limit %d", kept, limit)
 	}
 	for _, m := range q.msgs {
-		if m.gone != present && (m.retIdx >= 0 || m.timerIdx >= 0 || m.readyIdx >= 0 || m.group != nil || m.ready || m.leased) {
+		if m.gone != present && (m.retIdx >= 0 || m.timerIdx >= 0 || m.readyIdx >= 0 || m.group != nil || m.tenant != nil || m.ready || m.leased) {
 			fail("gone message %s still indexed", m.id)
 		}
 	}
 	if nReady != q.nReady || nLeased != q.nLeased {
 		fail("counters ready=%d leased=%d, want %d %d", q.nReady, q.nLeased, nReady, nLeased)
 	}
-	for _, h := range []*msgHeap{&q.retention, &q.timers, &q.ready} {
+	for _, h := range []*msgHeap{&q.retention, &q.timers} {
 		for i := 1; i < h.Len(); i++ {
 			if h.less(h.items[i], h.items[(i-1)/2]) {
 				fail("heap order broken at %d", i)
@@ -350,9 +389,7 @@ func checkIndex(t *testing.T, step int, s *Server, q *queue, now time.Time) {
 		}
 	}
 	if !q.fifo {
-		if q.ready.Len() != nReady {
-			fail("ready heap holds %d, %d are ready", q.ready.Len(), nReady)
-		}
+		checkFair(q, live, now, fail)
 		return
 	}
 	inGroups := 0
@@ -387,4 +424,137 @@ func checkIndex(t *testing.T, step int, s *Server, q *queue, now time.Time) {
 	if inGroups != len(live) {
 		fail("groups hold %d messages, %d are present", inGroups, len(live))
 	}
+}
+
+// checkFair checks a standard queue's fair-queue index against its live messages.
+func checkFair(q *queue, live []*message, now time.Time, fail func(string, ...any)) {
+	f := &q.fair
+	tenants := []*tenant{f.loose}
+	for id, t := range f.tenants {
+		if t.id != id || t.loose {
+			fail("tenant %q filed as %q", t.id, id)
+		}
+		tenants = append(tenants, t)
+	}
+	var nPresent, noisyPresent, noisyReady, noisyLeased, nNoisy int
+	for _, t := range tenants {
+		var want []*message
+		ready, leased := 0, 0
+		for _, m := range live {
+			if m.groupID == t.id {
+				want = append(want, m)
+				ready += b2i(m.ready)
+				leased += b2i(m.leased)
+				if m.tenant != t {
+					fail("%s: not filed under its tenant %q", m.id, t.id)
+				}
+			}
+		}
+		var got []*message
+		for m := t.head; m != nil; m = m.gnext {
+			got = append(got, m)
+		}
+		if !slices.Equal(got, want) || (len(got) > 0 && t.tail != got[len(got)-1]) {
+			fail("tenant %q lists %v, want %v", t.id, ids(got), ids(want))
+		}
+		if t.present != len(want) || t.ready != ready || t.leased != leased || t.readyMsgs.Len() != ready {
+			fail("tenant %q: present/ready/leased/heap %d/%d/%d/%d, want %d/%d/%d", t.id, t.present, t.ready, t.leased, t.readyMsgs.Len(), len(want), ready, leased)
+		}
+		for i := 1; i < t.readyMsgs.Len(); i++ {
+			if t.readyMsgs.less(t.readyMsgs.items[i], t.readyMsgs.items[(i-1)/2]) {
+				fail("tenant %q: ready heap order broken at %d", t.id, i)
+			}
+		}
+		if t.noisy && (t.loose || t.present-t.leased == 0) {
+			fail("tenant %q noisy without a backlog", t.id)
+		}
+		if _, in := f.noisySet[t]; in != t.noisy {
+			fail("tenant %q: noisy=%v, in noisy set=%v", t.id, t.noisy, in)
+		}
+		wantWhere := inNone
+		if ready > 0 {
+			wantWhere = inQuiet
+			if t.noisy {
+				wantWhere = inNoisy
+			}
+		}
+		h := map[int8]*tenantHeap{inQuiet: &f.quiet, inNoisy: &f.noisy}[wantWhere]
+		if t.where != wantWhere || (h != nil && (t.hidx < 0 || t.hidx >= h.Len() || h.items[t.hidx] != t)) {
+			fail("tenant %q: in heap %d at %d, want heap %d", t.id, t.where, t.hidx, wantWhere)
+		}
+		if _, in := f.inFlight[t]; in != (t.leased > 0 && !t.loose) {
+			fail("tenant %q: %d in flight, in the in-flight set=%v", t.id, t.leased, in)
+		}
+		// What lets the periodic pass skip them: a quiet tenant with a backlog and
+		// none in flight never meets a rule without a change of its own.
+		if !t.loose && !t.noisy && t.leased == 0 && t.present > 0 && q.meetsNoisyRuleLocked(t, now) {
+			fail("quiet tenant %q with none in flight meets a rule", t.id)
+		}
+		if t.pending != 0 {
+			fail("tenant %q: %d pending after a receive", t.id, t.pending)
+		}
+		nPresent += len(want)
+		if t.noisy {
+			nNoisy++
+			noisyPresent += t.present
+			noisyReady += t.ready
+			noisyLeased += t.leased
+		}
+	}
+	if nPresent != len(live) {
+		fail("tenants hold %d messages, %d are present", nPresent, len(live))
+	}
+	if nNoisy != len(f.noisySet) || noisyPresent != f.noisyPresent || noisyReady != f.noisyReady || noisyLeased != f.noisyLeased {
+		fail("noisy totals %d/%d/%d/%d, want %d/%d/%d/%d", len(f.noisySet), f.noisyPresent, f.noisyReady, f.noisyLeased, nNoisy, noisyPresent, noisyReady, noisyLeased)
+	}
+	for _, h := range []*tenantHeap{&f.quiet, &f.noisy} {
+		for i := 1; i < h.Len(); i++ {
+			if h.less(h.items[i], h.items[(i-1)/2]) {
+				fail("tenant heap order broken at %d", i)
+			}
+		}
+	}
+}
+
+// A standard queue forgets a group fairForgetAfter after its last message left, so
+// a server that sees many short-lived groups does not keep them all.
+func TestFairForgetsEmptiedGroups(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := NewServer()
+		defer s.Close()
+		url, err := s.CreateQueue("q", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 100 {
+			if _, err := s.Send(url, "m", WithGroupID("g"+strconv.Itoa(i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		groups := func() int {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			q := s.queues["q"]
+			s.advanceLocked(q, time.Now())
+			return len(q.fair.tenants)
+		}
+		if n := groups(); n != 100 {
+			t.Fatalf("%d groups known, want 100", n)
+		}
+		s.mu.Lock()
+		err = s.purgeLocked(s.queues["q"], time.Now())
+		s.mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(fairForgetAfter - time.Second)
+		if n := groups(); n != 100 {
+			t.Fatalf("%d groups known just before fairForgetAfter, want 100", n)
+		}
+		time.Sleep(time.Second)
+		if n := groups(); n != 0 {
+			t.Fatalf("%d groups known after fairForgetAfter, want 0", n)
+		}
+	})
 }

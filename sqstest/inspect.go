@@ -3,6 +3,7 @@ package sqstest
 import (
 	"fmt"
 	"maps"
+	"sort"
 	"time"
 )
 
@@ -257,4 +258,89 @@ func (s *Server) Send(queueURL, body string, opts ...SendOption) (messageID stri
 		return "", err
 	}
 	return r.MessageID, nil
+}
+
+// FairQueueMetrics are the five CloudWatch metrics AWS publishes for a fair queue (a
+// standard queue whose messages carry MessageGroupId; "How Amazon SQS fair queues
+// work" in the SQS developer guide), as of one moment. In AWS they are CloudWatch
+// metrics only, not queue attributes, and GetQueueAttributes does not return them
+// here either. The counts are exact at that moment; CloudWatch's are approximate and
+// published once a minute. A message without a group is a tenant of its own and
+// always quiet, so it counts in the quiet figures.
+type FairQueueMetrics struct {
+	// NoisyGroups is ApproximateNumberOfNoisyGroups: the message groups noisy now.
+	NoisyGroups int
+	// VisibleInQuietGroups is ApproximateNumberOfMessagesVisibleInQuietGroups: the
+	// receivable messages of quiet groups.
+	VisibleInQuietGroups int
+	// NotVisibleInQuietGroups is ApproximateNumberOfMessagesNotVisibleInQuietGroups:
+	// the quiet groups' messages in flight.
+	NotVisibleInQuietGroups int
+	// DelayedInQuietGroups is ApproximateNumberOfMessagesDelayedInQuietGroups: the
+	// quiet groups' messages whose delay has not ended.
+	DelayedInQuietGroups int
+	// AgeOfOldestMessageInQuietGroups is ApproximateAgeOfOldestMessageInQuietGroups
+	// (CloudWatch reports it in seconds): how long ago the quiet groups' oldest
+	// message still in the queue (in flight and delayed ones included) was enqueued,
+	// oldest by arrival in this queue; 0 when the quiet groups have none.
+	AgeOfOldestMessageInQuietGroups time.Duration
+}
+
+// FairQueueMetrics returns the queue's fair-queue figures now. ok is false for an
+// unknown queue and for a FIFO queue (fair queues are standard queues). It is safe
+// for concurrent use, like every Server method, and is not counted in [Server.Calls].
+func (s *Server) FairQueueMetrics(queueURL string) (m FairQueueMetrics, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	s.advanceTasksLocked(now)
+	q, err := s.queueLocked(queueURL)
+	if err != nil || q.fifo {
+		return FairQueueMetrics{}, false
+	}
+	s.advanceLocked(q, now)
+	f := &q.fair
+	delayed := q.present() - q.nReady - q.nLeased
+	noisyDelayed := f.noisyPresent - f.noisyReady - f.noisyLeased
+	m = FairQueueMetrics{
+		NoisyGroups:             len(f.noisySet),
+		VisibleInQuietGroups:    q.nReady - f.noisyReady,
+		NotVisibleInQuietGroups: q.nLeased - f.noisyLeased,
+		DelayedInQuietGroups:    delayed - noisyDelayed,
+	}
+	var oldest *message
+	consider := func(t *tenant) {
+		if !t.noisy && t.head != nil && (oldest == nil || t.head.order < oldest.order) {
+			oldest = t.head
+		}
+	}
+	consider(f.loose)
+	for _, t := range f.tenants {
+		consider(t)
+	}
+	if oldest != nil {
+		m.AgeOfOldestMessageInQuietGroups = now.Sub(oldest.enqueuedAt)
+	}
+	return m, true
+}
+
+// NoisyGroups returns the MessageGroupIds of the queue's noisy groups now, sorted; nil
+// for an unknown queue, a FIFO queue or none noisy. See [FairQueueMetrics] and the
+// package documentation's "Fair queues". It is safe for concurrent use.
+func (s *Server) NoisyGroups(queueURL string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	s.advanceTasksLocked(now)
+	q, err := s.queueLocked(queueURL)
+	if err != nil || q.fifo {
+		return nil
+	}
+	s.advanceLocked(q, now)
+	var ids []string
+	for t := range q.fair.noisySet {
+		ids = append(ids, t.id)
+	}
+	sort.Strings(ids)
+	return ids
 }

@@ -67,7 +67,8 @@ type message struct {
 	ready                      bool      // receivable
 	leased                     bool      // in flight
 	group                      *fifoGroup
-	gprev, gnext               *message // neighbours in the FIFO group
+	tenant                     *tenant  // standard queues: its tenant (fair.go)
+	gprev, gnext               *message // neighbours in the FIFO group or the tenant
 	evicted                    bool     // dropped from the history (WithHistoryLimit)
 }
 
@@ -407,21 +408,39 @@ func (q *queue) nextSeq() string {
 // collectLocked picks up to max messages for one receive and marks them received.
 // Messages over the redrive limit move to the dead-letter queue instead, on the receive
 // that would deliver them, not when their visibility lapses (as AWS was observed to do,
-// localstack/localstack#8234). Standard queues deliver the oldest
-// receivable messages; FIFO queues the leading receivable messages of the groups with
+// localstack/localstack#8234). Standard queues are fair queues (fair.go): they
+// deliver the quiet tenants' receivable messages first, oldest first, then the noisy
+// tenants', the one with the fewest in flight first (counting those this receive
+// picked), each tenant's oldest first; FIFO queues the leading receivable messages of the groups with
 // none in flight, as many of one group as possible before the next group, groups in
 // the order of their first message. Each message is returned at most once per receive.
 func (s *Server) collectLocked(q *queue, max int, vt time.Duration, now time.Time) []*message {
 	s.advanceLocked(q, now)
 	var picked []*message
 	if !q.fifo {
+		var touched []*tenant
 		for len(picked) < max {
-			m := q.ready.pop()
-			if m == nil {
+			t := q.nextTenant()
+			if t == nil {
 				break
 			}
-			if !s.redriveLocked(q, m, now) {
-				picked = append(picked, m)
+			m := t.readyMsgs.pop()
+			q.placeTenant(t)
+			if s.redriveLocked(q, m, now) {
+				continue
+			}
+			picked = append(picked, m)
+			if t.noisy {
+				// Count it in flight for the order of the rest of this receive.
+				t.pending++
+				touched = append(touched, t)
+				q.placeTenant(t)
+			}
+		}
+		for _, t := range touched {
+			if t.pending != 0 {
+				t.pending = 0
+				q.placeTenant(t)
 			}
 		}
 		for _, m := range picked {

@@ -195,3 +195,39 @@ func redriveCopy(m *message, dst *queue, at time.Time) *message {
 	}
 	return nm
 }
+
+// Fair queues (fair.go). AWS's SQS developer guide ("How Amazon SQS fair queues
+// work") gives the rules (more than 10% of the queue's in-flight messages and at
+// least 30 of the tenant's own, or more than 10% of its recent share of consumer
+// processing time; back to quiet when the backlog is consumed or after 5 minutes
+// with none in flight) and calls the thresholds approximate. What it leaves open is
+// UNCONFIRMED and chosen here:
+//
+//   - Processing time is time in flight: a delivery counts from its receive to its
+//     delete, to a ChangeMessageVisibility that ends its lease (timeout 0), or to the
+//     end of its lease, counted as it passes, not when it ends (a slow handler counts
+//     while it runs). A visibility change that extends a lease does not end it.
+//   - "Recent" is an exponentially weighted sum with time constant
+//     fairTimeConstant: time in flight t ago weighs e^(-t/1 min). The share is the
+//     tenant's sum over the queue's (messages without a group included). A tenant
+//     with none in flight for 5 minutes meets neither rule.
+//   - Detection runs for a tenant whenever one of its messages arrives, is received,
+//     becomes receivable, or leaves flight or the queue; and, since the others'
+//     shares change too, for every quiet tenant with messages in flight and a backlog
+//     at most once per fairPassInterval of the server's clock, at the first call on
+//     the queue after it (a tenant with none in flight cannot newly meet a rule, see
+//     fairPassLocked). The 5-minute rule is checked on that pass, so it applies up to
+//     a second late.
+//   - A tenant is noisy only while it has a backlog (messages in the queue not in
+//     flight: visible or delayed); once noisy it stays so, whether or not it still
+//     meets a rule, until one of the two documented ways back applies.
+//   - A message without a group is a tenant of its own and always quiet: it never
+//     has 30 in flight, and its processing time share is not tracked (its time in
+//     flight counts in the queue's total).
+//   - The shares are applied exactly (10% means more than a tenth), not
+//     approximately; a queue with one or few groups may have every group noisy by the
+//     processing time rule, which orders them by fewest in flight.
+const (
+	fairTimeConstant = time.Minute
+	fairPassInterval = time.Second
+)
