@@ -95,7 +95,10 @@ func BenchmarkRenewalSDK(b *testing.B) {
 }
 
 // instantSQS hands out messages as fast as they are asked for and accepts
-// every delete: what is left is the Consumer's own cost per message. With
+// every delete: what is left is the Consumer's own cost per message. Its
+// messages are made before the timer starts (prepare), so that their
+// allocations, which an SDK's decoding would make, are not counted as the
+// Consumer's. With
 // rtt set, every call answers after rtt (a timer, no socket), as a network
 // round trip would, so the Consumer runs with the receives, deletes and
 // read-ahead a real round trip makes it keep in flight.
@@ -107,6 +110,17 @@ type instantSQS struct {
 	deleted atomic.Int64
 	done    chan struct{}
 	once    sync.Once
+	msgs    []types.Message // prepared: message i-1 is the i-th handed out
+}
+
+// prepare makes the limit messages the fake hands out.
+func (f *instantSQS) prepare() {
+	attrs := map[string]string{"ApproximateReceiveCount": "1"} // read only
+	f.msgs = make([]types.Message, f.limit)
+	for i := range f.msgs {
+		id := strconv.Itoa(i + 1)
+		f.msgs[i] = types.Message{MessageId: aws.String(id), ReceiptHandle: aws.String("h" + id), Body: aws.String("x"), Attributes: attrs}
+	}
 }
 
 // wait is the call's round trip: rtt, or until ctx ends.
@@ -126,22 +140,16 @@ func (f *instantSQS) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageI
 		return nil, err
 	}
 	out := &sqs.ReceiveMessageOutput{}
-	for range in.MaxNumberOfMessages {
-		i := f.next.Add(1)
-		if i > f.limit {
-			if len(out.Messages) > 0 {
-				return out, nil
-			}
-			// An empty long poll: it waits out its time.
-			if !sleepCtx(ctx, time.Duration(in.WaitTimeSeconds)*time.Second) {
-				return nil, ctx.Err()
-			}
-			return out, nil
+	n := int64(in.MaxNumberOfMessages)
+	i := f.next.Add(n) - n // the first taken
+	if i >= f.limit {
+		// An empty long poll: it waits out its time.
+		if !sleepCtx(ctx, time.Duration(in.WaitTimeSeconds)*time.Second) {
+			return nil, ctx.Err()
 		}
-		id := strconv.FormatInt(i, 10)
-		out.Messages = append(out.Messages, types.Message{MessageId: aws.String(id), ReceiptHandle: aws.String("h" + id), Body: aws.String("x"),
-			Attributes: map[string]string{"ApproximateReceiveCount": "1"}})
+		return out, nil
 	}
+	out.Messages = f.msgs[i:min(i+n, f.limit):min(i+n, f.limit)]
 	return out, nil
 }
 
@@ -172,6 +180,7 @@ func BenchmarkConsumerOverhead(b *testing.B) {
 		for _, conc := range []int{40, 200} {
 			b.Run(fmt.Sprintf("rtt=%v/c=%d", rtt, conc), func(b *testing.B) {
 				f := &instantSQS{rtt: rtt, limit: int64(b.N), done: make(chan struct{})}
+				f.prepare()
 				opts := []Option{WithVisibilityTimeout(30 * time.Second), WithConcurrency(conc),
 					WithShutdownTimeout(0)} // the last long poll, which Run waits for, lasts 1 s
 				if rtt == 0 {

@@ -102,11 +102,11 @@ func newCoalescedCalls(client Client, queueURL string, maxDeletes int, base cont
 			ctx, done := within(ctx, base)
 			defer done()
 			entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(es))
-			for i, e := range es {
+			for i := range es {
 				entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{
 					Id:                &entryIDs[i],
-					ReceiptHandle:     aws.String(e.handle),
-					VisibilityTimeout: e.seconds,
+					ReceiptHandle:     &es[i].handle, // the request points into es, which outlives the call
+					VisibilityTimeout: es[i].seconds,
 				}
 			}
 			out, err := client.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{
@@ -123,8 +123,9 @@ func newCoalescedCalls(client Client, queueURL string, maxDeletes int, base cont
 			ctx, done := within(ctx, base)
 			defer done()
 			entries := make([]types.DeleteMessageBatchRequestEntry, len(es))
-			for i, e := range es {
-				entries[i] = types.DeleteMessageBatchRequestEntry{Id: &entryIDs[i], ReceiptHandle: aws.String(e.handle)}
+			for i := range es {
+				// The request points into es, which outlives the call.
+				entries[i] = types.DeleteMessageBatchRequestEntry{Id: &entryIDs[i], ReceiptHandle: &es[i].handle}
 			}
 			out, err := client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{
 				QueueUrl: aws.String(queueURL),

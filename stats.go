@@ -117,7 +117,11 @@ func (r *statsRecorder) settled(d time.Duration, renewals int) {
 // from its SentTimestamp (epoch milliseconds, as SQS sends it), when it
 // has one that parses and is not in the future.
 func (r *statsRecorder) started(m *Message, now time.Time) {
-	ms, err := strconv.ParseInt(m.Attributes["SentTimestamp"], 10, 64)
+	sent := m.Attributes["SentTimestamp"]
+	if sent == "" {
+		return // not asked for, or not sent (a parse error would allocate)
+	}
+	ms, err := strconv.ParseInt(sent, 10, 64)
 	if err != nil || ms <= 0 {
 		return
 	}
