@@ -289,18 +289,12 @@ func (b *batcher) maxSize() int { return b.size }
 // their own (no middleware: see join).
 func (b *batcher) joinsDirectly() bool { return b.direct }
 
-// poison fails the members among ds, later messages of a FIFO group whose
-// earlier one will not be done, with earlierFailed: at once when they
-// have joined and their batch was not sent; a member whose batch runs
-// gets it as its result (run), and one that has not joined yet when it
-// joins.
-func (b *batcher) poison(ds []*delivery) {
+// laterFailed fails the members among ds, later messages of a FIFO group
+// that the registry's order already marks to be handed back (an earlier
+// one will not be done), as laterFailLocked does.
+func (b *batcher) laterFailed(ds []*delivery) {
 	b.mu.Lock()
-	for _, d := range ds {
-		if mb := d.bm; mb != nil && mb.joined && !mb.running {
-			b.finishLocked(mb, earlierFailed)
-		}
-	}
+	b.laterFailLocked(ds)
 	w := b.takeLocked()
 	b.mu.Unlock()
 	b.handOff(w)
@@ -321,13 +315,15 @@ func (b *batcher) advance(d *delivery) {
 // it out of its batch, and tells it: a waiting goroutine by its token, a
 // direct member that has joined by queueing it to be settled (one that
 // has not joined yet is settled when it joins). Every result here is a
-// failure to run: on a FIFO queue the later members of its group that
-// have not run fail with it (earlierFailed).
+// failure to run: on a FIFO queue its group fails from it on
+// (groupFailedLocked).
 func (b *batcher) finishLocked(mb *member, err error) {
 	if mb.finished {
 		return
 	}
-	defer b.cascadeLocked(mb)
+	if mb.d != nil {
+		defer b.groupFailedLocked(mb.d)
+	}
 	if bt := mb.b; bt != nil && !bt.sent {
 		bt.members = slices.DeleteFunc(bt.members, func(x *member) bool { return x == mb })
 		if len(bt.members) == 0 {
@@ -359,17 +355,30 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// cascadeLocked fails the later members of mb's FIFO group with
-// earlierFailed, mb having failed without running: they are marked as
-// handed back in the group order, so that none of them runs, and those
-// that have joined and not run leave at once.
-func (b *batcher) cascadeLocked(mb *member) {
-	if mb.d == nil {
-		return
-	}
-	for _, later := range b.reg.handBack(mb.d) {
-		if lb := later.bm; lb != nil && lb.joined && !lb.running {
-			b.finishLocked(lb, earlierFailed)
+// The one FIFO failure path of a Batch handler: when a member fails (its
+// batch handler's result, a failure to run, its lease ending), its group
+// is marked in the registry's order at that moment (groupFailedLocked):
+// it and every later message of the group held here are to be handed
+// back. Every later member's fate then comes from the order: one that has
+// joined and not run leaves its batch at once (laterFailLocked); one in a
+// batch that runs gets earlierFailed when the batch returns (run); one
+// that joins later fails as it joins (join). A message not done for
+// another reason (its delete failed) marks its group when it leaves the
+// registry, and its later members fail the same way (laterFailed).
+
+// groupFailedLocked marks d's FIFO group as failing from d on, and fails
+// the later members that have joined and not run (nothing on a standard
+// queue).
+func (b *batcher) groupFailedLocked(d *delivery) {
+	b.laterFailLocked(b.reg.handBack(d))
+}
+
+// laterFailLocked fails with earlierFailed the members among ds, already
+// marked to be handed back, that have joined and not run.
+func (b *batcher) laterFailLocked(ds []*delivery) {
+	for _, d := range ds {
+		if mb := d.bm; mb != nil && mb.joined && !mb.running {
+			b.finishLocked(mb, earlierFailed)
 		}
 	}
 }

@@ -204,24 +204,23 @@ func (b *batcher) run(bt *hbatch, ctx context.Context, self *member) {
 	if bt.stopWatch != nil {
 		bt.stopWatch()
 	}
-	ds := make([]*delivery, len(members))
-	for i, mb := range members {
-		ds[i] = mb.d
-	}
-	// On a FIFO queue a member whose group's earlier member in this batch
-	// failed, lost its lease or was released by h itself (not done, for
-	// the group's order), or that was handed back meanwhile, does not
-	// count as done, whatever h said of it.
-	earlier := b.reg.earlierFailed(ds, func(i int) bool {
-		return results != nil && results[i] != nil || ds[i].lease.undone()
-	})
+	// In order: on a FIFO queue a member whose group the order marks to
+	// be handed back (an earlier member, in this batch or before it,
+	// failed, lost its lease or was released by h itself; or it was
+	// handed back meanwhile) does not count as done, whatever h said of
+	// it; a member that fails marks its group at once, for the members
+	// after it (groupFailedLocked).
 	for i, mb := range members {
 		var rerr error
 		if results != nil {
 			rerr = results[i]
 		}
-		if earlier[i] {
+		switch d := mb.d; {
+		case d == nil:
+		case b.reg.returning(d):
 			rerr = earlierFailed
+		case rerr != nil || d.lease.undone():
+			b.groupFailedLocked(d)
 		}
 		mb.finished, mb.err = true, rerr
 		if mb.wake != nil && mb != self {

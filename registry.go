@@ -208,20 +208,3 @@ func (g *registry) returning(d *delivery) bool {
 	defer g.mu.Unlock()
 	return g.order.Returning(d.msg.GroupID, d)
 }
-
-// earlierFailed applies the group rule to the results of members handled
-// together in order (a batch): for each, whether its own result must be
-// replaced by errEarlierFailed because an earlier member of its group
-// failed (failed(i)), or because it is itself to be handed back.
-func (g *registry) earlierFailed(ds []*delivery, failed func(i int) bool) []bool {
-	if !g.fifo {
-		return make([]bool, len(ds))
-	}
-	out := fifo.EarlierFailed(len(ds), func(i int) string { return ds[i].msg.GroupID }, func(i int) bool {
-		return ds[i].msg.GroupID != "" && failed(i)
-	})
-	for i, d := range ds {
-		out[i] = out[i] || g.returning(d)
-	}
-	return out
-}

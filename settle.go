@@ -326,13 +326,14 @@ func (r *run) handBack(ds []*delivery) {
 // returnLater hands back the later messages of a FIFO group whose earlier
 // one will not be done: in single-message mode they wait, unstarted,
 // behind it, and are released, each on a worker goroutine; a Batch
-// handler's members are failed with errEarlierFailed by the batcher.
+// handler's members are failed with errEarlierFailed by the batcher
+// (laterFailed).
 func (r *run) returnLater(ds []*delivery) {
 	if len(ds) == 0 {
 		return
 	}
 	if r.batch != nil {
-		r.batch.poison(ds)
+		r.batch.laterFailed(ds)
 		return
 	}
 	for _, d := range ds {
