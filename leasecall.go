@@ -24,9 +24,11 @@ func (l *Lease) deleteCall(ctx context.Context, handle string) error {
 // adds the delete to the next coalesced call and returns true, and done gets
 // Delete's result once SQS answered. A first attempt that does not simply
 // succeed continues as Delete would (retries, a newer handle) on a
-// goroutine that ends before done is called. It returns false, having
-// done nothing, when the lease's calls are not coalesced, another call of the lease
-// is in flight or the lease cannot be deleted: the caller then uses Delete.
+// goroutine of its own, which calls done last; the coalesced calls count
+// it (coalescedCalls.retries), and their close waits for it. It returns
+// false, having done nothing, when the lease's calls are not coalesced,
+// another call of the lease is in flight or the lease cannot be deleted:
+// the caller then uses Delete.
 func (l *Lease) deleteAsync(done func(*Lease, error)) bool {
 	bc, ok := l.cfg.calls.(*coalescedCalls)
 	if !ok {
@@ -72,7 +74,12 @@ func (l *Lease) asyncDeleted(gen uint32, done func(*Lease, error), err error) {
 		}
 		superseded = true // adopted since the answer: delete the newer handle
 	}
-	go l.deleteRetry(outcome{superseded: superseded, err: err, gen: gen}, done)
+	first := outcome{superseded: superseded, err: err, gen: gen}
+	if bc, ok := l.cfg.calls.(*coalescedCalls); ok {
+		bc.retries.Go(func() { l.deleteRetry(first, done) })
+		return
+	}
+	go l.deleteRetry(first, done)
 }
 
 // deleteRetry carries on a deleteAsync whose first attempt did not simply
