@@ -157,3 +157,37 @@ func TestShutdownReleasedMeansVisible(t *testing.T) {
 		}
 	})
 }
+
+// The Consumer's own delete after a handler succeeded (coalesced, answered
+// without the handler waiting): the message was handed over again before
+// the delete landed, so the old handle's delete deleted nothing, and the
+// redelivery is adopted just after the delete's answer. The delete must go
+// to the new handle before EventDeleted.
+func TestConsumerDeleteSeesAdoptAfterItsAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		ids := b.send(t, 1)
+		rec := &recorder{}
+		var lease atomic.Pointer[Lease]
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			require.NoError(t, b.srv.Expire(b.url, m.ID))
+			raw, sent := b.receiveNext(t, 30*time.Second)
+			lease.Store(m.Lease)
+			settleAnswered = func(x *Lease) {
+				if x == m.Lease {
+					settleAnswered = nil
+					x.Adopt(*raw.ReceiptHandle, sent)
+				}
+			}
+			return nil
+		}), WithVisibilityTimeout(30*time.Second), WithObserver(rec))
+		require.NoError(t, err)
+		t.Cleanup(func() { settleAnswered = nil })
+		stop := running(t, c)
+		time.Sleep(time.Second)
+		require.NoError(t, stop())
+		require.NotNil(t, lease.Load())
+		require.Equal(t, 1, rec.count(EventDeleted))
+		require.True(t, b.state(t, ids[0]).Deleted, "reported deleted, so deleted at SQS")
+	})
+}
