@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -84,6 +85,10 @@ var entryIDs = [maxEntries]string{"0", "1", "2", "3", "4", "5", "6", "7", "8", "
 type coalescedCalls struct {
 	vis *coalesce.Coalescer[visEntry]
 	del *coalesce.Coalescer[delEntry]
+	// retries counts the goroutines that carry on an asynchronous
+	// delete whose first attempt did not simply succeed
+	// (Lease.deleteRetry); close waits for them.
+	retries sync.WaitGroup
 	// report, when set, is told the result of every batch call as a
 	// whole (nil: SQS answered, whatever its entries' fates), of a
 	// delete or a visibility change. Set before the first call.
@@ -172,7 +177,12 @@ func (b *coalescedCalls) runOn(run func(call func()) bool) {
 	b.del.RunOn(run)
 }
 
+// close waits for the delete retries (they call the coalescers: a
+// Consumer closes its calls only once every delivery has finished, so no
+// retry starts meanwhile), then sends what is pending and waits for every
+// call in flight.
 func (b *coalescedCalls) close() {
+	b.retries.Wait()
 	b.vis.Close()
 	b.del.Close()
 }

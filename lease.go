@@ -65,10 +65,6 @@ type leaseConfig struct {
 	// wakeups, when set, starts the heartbeats of the leases (a
 	// Consumer's run shares one among all its leases); nil: a timer each.
 	wakeups *wakeups
-	// join, when set, counts the goroutine that carries on an
-	// asynchronous delete after its first attempt (a Consumer's run
-	// waits for it before Run returns); nil: nobody waits.
-	join *sync.WaitGroup
 }
 
 func (s *settings) leaseConfig(lease time.Duration) (leaseConfig, error) {
@@ -567,9 +563,7 @@ func (l *Lease) Delete(ctx context.Context) error {
 	if err := l.beginSettle(true); err != nil {
 		return err
 	}
-	err := l.callWithRetry(ctx, "DeleteMessage", l.deleteCall)
-	l.endSettle(err, leaseDeleted, EventDeleted, 0)
-	return err
+	return l.settleWithRetry(ctx, "DeleteMessage", l.deleteCall, nil, leaseDeleted, EventDeleted, nil)
 }
 
 // Release sets the message's visibility to after (0 = visible at once, at
@@ -586,14 +580,12 @@ func (l *Lease) Release(ctx context.Context, after time.Duration) error {
 		return err
 	}
 	var set time.Duration
-	err := l.callWithRetry(ctx, "ChangeMessageVisibility", func(cctx context.Context, handle string) error {
+	return l.settleWithRetry(ctx, "ChangeMessageVisibility", func(cctx context.Context, handle string) error {
 		l.mu.Lock()
 		set = l.visibilityForLocked(time.Now(), after.Round(time.Second))
 		l.mu.Unlock()
 		return l.cfg.calls.changeVisibility(cctx, handle, int32(set/time.Second))
-	})
-	l.endSettle(err, leaseReleased, EventReleased, set)
-	return err
+	}, nil, leaseReleased, EventReleased, func() time.Duration { return set })
 }
 
 // Extend sets the message's visibility to d from now (whole seconds, 1 s to

@@ -24,10 +24,11 @@ func (l *Lease) deleteCall(ctx context.Context, handle string) error {
 // adds the delete to the next coalesced call and returns true, and done gets
 // Delete's result once SQS answered. A first attempt that does not simply
 // succeed continues as Delete would (retries, a newer handle) on a
-// goroutine of its own, which calls done and is counted in cfg.join until
-// it returns. It returns false, having
-// done nothing, when the lease's calls are not coalesced, another call of the lease
-// is in flight or the lease cannot be deleted: the caller then uses Delete.
+// goroutine of its own, which calls done last; the coalesced calls count
+// it (coalescedCalls.retries), and their close waits for it. It returns
+// false, having done nothing, when the lease's calls are not coalesced,
+// another call of the lease is in flight or the lease cannot be deleted:
+// the caller then uses Delete.
 func (l *Lease) deleteAsync(done func(*Lease, error)) bool {
 	bc, ok := l.cfg.calls.(*coalescedCalls)
 	if !ok {
@@ -64,19 +65,21 @@ func (l *Lease) asyncDeleted(gen uint32, done func(*Lease, error), err error) {
 	l.releaseCallLocked()
 	l.mu.Unlock()
 	if err == nil && !superseded {
-		l.endSettle(nil, leaseDeleted, EventDeleted, 0)
-		done(l, nil)
+		if settleAnswered != nil {
+			settleAnswered(l)
+		}
+		if l.endSettle(nil, gen, leaseDeleted, EventDeleted, 0) {
+			done(l, nil)
+			return
+		}
+		superseded = true // adopted since the answer: delete the newer handle
+	}
+	first := outcome{superseded: superseded, err: err, gen: gen}
+	if bc, ok := l.cfg.calls.(*coalescedCalls); ok {
+		bc.retries.Go(func() { l.deleteRetry(first, done) })
 		return
 	}
-	if j := l.cfg.join; j != nil {
-		j.Add(1)
-		go func() {
-			defer j.Done()
-			l.deleteRetry(outcome{superseded: superseded, err: err}, done)
-		}()
-		return
-	}
-	go l.deleteRetry(outcome{superseded: superseded, err: err}, done)
+	go l.deleteRetry(first, done)
 }
 
 // deleteRetry carries on a deleteAsync whose first attempt did not simply
@@ -86,9 +89,7 @@ func (l *Lease) deleteRetry(first outcome, done func(*Lease, error)) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	err := l.retryFrom(ctx, "DeleteMessage", l.deleteCall, &first)
-	l.endSettle(err, leaseDeleted, EventDeleted, 0)
-	done(l, err)
+	done(l, l.settleWithRetry(ctx, "DeleteMessage", l.deleteCall, &first, leaseDeleted, EventDeleted, nil))
 }
 
 // confirmVisibility records a visibility SQS accepted at sent.
@@ -125,8 +126,25 @@ func (l *Lease) beginSettle(deleting bool) error {
 	return nil
 }
 
-func (l *Lease) endSettle(err error, to leaseState, ev EventKind, vis time.Duration) {
+// settleAnswered, when set (by a test), is called after a Delete's or
+// Release's call was answered and judged, before the lease settles: the
+// moment a newer receive of the message may be adopted.
+var settleAnswered func(*Lease)
+
+// endSettle ends a Delete or Release whose last call, made with the handle
+// of generation gen, returned err: on success the lease settles (to) and
+// emits ev. It reports false, and ends nothing, when the call succeeded
+// but a newer handle was adopted since it was judged: SQS applied the
+// call to a receive that is no longer the message's, so the call must be
+// made again with the newer handle (the caller does). The look at the
+// handle and the change of state are one step under l.mu, so no Adopt
+// can come between them unseen.
+func (l *Lease) endSettle(err error, gen uint32, to leaseState, ev EventKind, vis time.Duration) bool {
 	l.mu.Lock()
+	if err == nil && l.state == leaseActive && l.handleGen != gen {
+		l.mu.Unlock()
+		return false
+	}
 	l.settling, l.deleting, l.deleteSent = false, false, ""
 	ok := err == nil && l.state == leaseActive
 	if ok {
@@ -138,6 +156,28 @@ func (l *Lease) endSettle(err error, to leaseState, ev EventKind, vis time.Durat
 		l.wake()
 		l.emit(ev, vis, nil)
 	}
+	return true
+}
+
+// settleWithRetry runs a Delete's or Release's call (after a first attempt
+// whose outcome is first, nil: none) until it succeeds with the handle the
+// lease holds when it settles, or fails, and ends the settlement. vis
+// gives the visibility the event reports (nil: 0).
+func (l *Lease) settleWithRetry(ctx context.Context, op string, call func(context.Context, string) error, first *outcome, to leaseState, ev EventKind, vis func() time.Duration) error {
+	for {
+		gen, err := l.retryFrom(ctx, op, call, first)
+		first = nil
+		if settleAnswered != nil && err == nil {
+			settleAnswered(l)
+		}
+		var v time.Duration
+		if vis != nil {
+			v = vis()
+		}
+		if l.endSettle(err, gen, to, ev, v) {
+			return err
+		}
+	}
 }
 
 // callWithRetry runs call with the newest handle until it succeeds, fails
@@ -145,19 +185,22 @@ func (l *Lease) endSettle(err error, to leaseState, ev EventKind, vis time.Durat
 // that was superseded meanwhile is repeated with the new one (SQS may
 // answer a stale delete with success and delete nothing).
 func (l *Lease) callWithRetry(ctx context.Context, op string, call func(context.Context, string) error) error {
-	return l.retryFrom(ctx, op, call, nil)
+	_, err := l.retryFrom(ctx, op, call, nil)
+	return err
 }
 
 // outcome is what one attempt of a call came to.
 type outcome struct {
-	superseded bool  // the handle changed while the call was in flight
-	final      bool  // err needs no judging (the lease had already ended)
-	err        error // the call's error
+	superseded bool   // the handle changed while the call was in flight
+	final      bool   // err needs no judging (the lease had already ended)
+	err        error  // the call's error
+	gen        uint32 // the generation of the handle it was made with
 }
 
 // retryFrom is callWithRetry after a first attempt whose outcome is first
-// (nil: none made yet).
-func (l *Lease) retryFrom(ctx context.Context, op string, call func(context.Context, string) error, first *outcome) error {
+// (nil: none made yet). gen is the generation of the handle of the last
+// attempt.
+func (l *Lease) retryFrom(ctx context.Context, op string, call func(context.Context, string) error, first *outcome) (gen uint32, err error) {
 	for attempt := 0; ; attempt++ {
 		var o outcome
 		token := false
@@ -165,10 +208,11 @@ func (l *Lease) retryFrom(ctx context.Context, op string, call func(context.Cont
 			o, first = *first, nil
 		} else {
 			if !l.acquireCall(ctx.Done()) {
-				return fmt.Errorf("sqsconsumer: %s: %w", op, context.Cause(ctx))
+				return gen, fmt.Errorf("sqsconsumer: %s: %w", op, context.Cause(ctx))
 			}
 			o, token = l.attempt(ctx, call), true
 		}
+		gen = o.gen
 		// Judge before giving the token back: a call waiting for it (a
 		// Delete behind a refused Extend) must see the lease lost.
 		again, backoff, err := l.judge(ctx, op, o)
@@ -176,10 +220,10 @@ func (l *Lease) retryFrom(ctx context.Context, op string, call func(context.Cont
 			l.releaseCall()
 		}
 		if !again {
-			return err
+			return gen, err
 		}
 		if backoff && !sleepCtx(ctx, l.retryDelay(attempt)) {
-			return fmt.Errorf("sqsconsumer: %s: %w (last error: %w)", op, context.Cause(ctx), o.err)
+			return gen, fmt.Errorf("sqsconsumer: %s: %w (last error: %w)", op, context.Cause(ctx), o.err)
 		}
 	}
 }
@@ -267,7 +311,7 @@ func (l *Lease) attempt(ctx context.Context, call func(context.Context, string) 
 	cctx, cancel := context.WithDeadline(ctx, deadline)
 	err := call(cctx, handle)
 	cancel()
-	return outcome{superseded: l.supersededSince(gen), err: err}
+	return outcome{superseded: l.supersededSince(gen), err: err, gen: gen}
 }
 
 // supersededSince reports whether a handle newer than generation gen was

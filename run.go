@@ -61,7 +61,7 @@ import (
 //	finish after a delete's answer           the goroutine that took the answer:
 //	                                         a poller or the coalescer's; a
 //	                                         delete's retries on a goroutine of
-//	                                         their own (workers)
+//	                                         their own (calls.close)
 //	later FIFO messages handed back          a goroutine each (workers)
 //	breaker's releases and probes, scaler    aux
 //	shutdown                                 Run's own goroutine
@@ -111,8 +111,8 @@ type run struct {
 
 	// The goroutines the run owns and joins before Run returns: pollers;
 	// workers (handlers, idle or busy, and the goroutines that settle on
-	// their own: goSettle, a delete's retries); aux (the breaker's
-	// releases and probes, the scaler).
+	// their own: goSettle); aux (the breaker's releases and probes, the
+	// scaler). A delete's retries are counted by the calls (calls.close).
 	pollers sync.WaitGroup
 	workers sync.WaitGroup
 	aux     sync.WaitGroup
@@ -185,7 +185,7 @@ func (r *run) setup(ctx context.Context) error {
 	pollCtx, cancelPolls := context.WithCancel(context.Background())
 	r.settleCtx, r.pollCtx = settleCtx, pollCtx
 	r.hardStop = func() { cancelPolls(); cancelSettle() }
-	cfg.calls, cfg.events.queueURL, cfg.settleCtx, cfg.join = r.calls, r.queueURL, settleCtx, &r.workers
+	cfg.calls, cfg.events.queueURL, cfg.settleCtx = r.calls, r.queueURL, settleCtx
 	cfg.wakeups = newWakeups() // one timer starts every heartbeat of the run
 	r.cfg = cfg
 	r.reg = newRegistry(fifo, r.s.protector)

@@ -13,6 +13,14 @@
 //
 //	go test ./chaos/ -run TestChaos -v -chaos.report
 //
+// TestChaosReleased (released_test.go) stops a worker whose handlers all run
+// until cancelled with SIGTERM, under CPU load, and compares what it reported
+// (ev:released, ev:deleted) with what the server holds: a message reported
+// released must be visible (or taken by a second consumer polling the
+// queue), one reported deleted must be deleted. A few runs of a short
+// setting by default (about 6 s); -chaos.long adds more runs and the
+// setting issue 29 reported.
+//
 // -chaos.seed=N replays a run's random choices (the seed is printed),
 // -chaos.long runs a longer version.
 //

@@ -20,6 +20,9 @@
 //	delete-before-handler  the handler deletes its message first, then works
 //	fail-after-record      the handler records completion, then fails
 //	ignore-cancel          "sleep=hang" handlers ignore their context
+//	rehide-after-release   after the library reports a message released,
+//	                       the worker hides it again for 10 minutes (what a
+//	                       late renewal of the library would do)
 package main
 
 import (
@@ -36,6 +39,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqskit/sqsconsumer"
 	"github.com/sqskit/sqsconsumer/chaos/internal/wire"
@@ -60,7 +65,7 @@ type config struct {
 	broken                   string
 }
 
-var brokenModes = map[string]bool{"": true, "delete-before-handler": true, "fail-after-record": true, "ignore-cancel": true}
+var brokenModes = map[string]bool{"": true, "delete-before-handler": true, "fail-after-record": true, "ignore-cancel": true, "rehide-after-release": true}
 
 func parse(args []string, stderr io.Writer) (config, error) {
 	var c config
@@ -78,7 +83,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.maxWork, "max", 400*time.Millisecond, "longest random handler time")
 	fs.DurationVar(&c.retryAfter, "retry-after", time.Second, "visibility after a failed handler")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the handler times (mixed with the pid)")
-	fs.StringVar(&c.broken, "broken", "", "misbehave on purpose: delete-before-handler, fail-after-record or ignore-cancel")
+	fs.StringVar(&c.broken, "broken", "", "misbehave on purpose: delete-before-handler, fail-after-record, ignore-cancel or rehide-after-release")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -111,7 +116,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	defer j.Close()
 	pid := os.Getpid()
-	h := &handler{c: c, j: j, pid: pid, rng: rand.New(rand.NewPCG(c.seed, uint64(pid)))}
+	client := wire.Client(c.endpoint, pid)
+	h := &handler{c: c, j: j, pid: pid, rng: rand.New(rand.NewPCG(c.seed, uint64(pid))), client: client, handles: map[string]string{}}
 	opts := []sqsconsumer.Option{
 		sqsconsumer.WithVisibilityTimeout(c.lease),
 		sqsconsumer.WithConcurrency(c.concurrency),
@@ -124,7 +130,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	if c.heartbeat > 0 {
 		opts = append(opts, sqsconsumer.WithHeartbeatInterval(c.heartbeat))
 	}
-	cons, err := sqsconsumer.New(wire.Client(c.endpoint, pid), c.queue, h, opts...)
+	cons, err := sqsconsumer.New(client, c.queue, h, opts...)
 	if err != nil {
 		fmt.Fprintln(stderr, "worker:", err)
 		return 2
@@ -148,8 +154,11 @@ type handler struct {
 	j   *journal.Writer
 	pid int
 
-	mu  sync.Mutex // guards rng
-	rng *rand.Rand
+	mu      sync.Mutex // guards rng and handles
+	rng     *rand.Rand
+	handles map[string]string // rehide-after-release: message id -> its latest receipt handle
+
+	client *sqs.Client // rehide-after-release's own calls
 }
 
 // write journals e for this process. A journal that cannot be written makes
@@ -175,6 +184,14 @@ func (h *handler) observe(e sqsconsumer.Event) {
 			detail = e.Err.Error()
 		}
 		h.write(journal.Entry{Kind: "ev:" + e.Kind.String(), Time: e.Time, MessageID: e.MessageID, ReceiveCount: e.ReceiveCount, Detail: detail}, false)
+	}
+	if e.Kind == sqsconsumer.EventReleased && h.c.broken == "rehide-after-release" {
+		h.mu.Lock()
+		handle := h.handles[e.MessageID]
+		h.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, _ = h.client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: &h.c.queue, ReceiptHandle: &handle, VisibilityTimeout: 600})
+		cancel()
 	}
 }
 
@@ -203,6 +220,11 @@ func (h *handler) HandleMessage(ctx context.Context, m *sqsconsumer.Message) err
 		return journal.Entry{Kind: kind, MessageID: m.ID, ReceiveCount: m.ReceiveCount, Detail: detail}
 	}
 	h.write(at(journal.Start, ""), false)
+	if h.c.broken == "rehide-after-release" {
+		h.mu.Lock()
+		h.handles[m.ID] = m.Lease.ReceiptHandle()
+		h.mu.Unlock()
+	}
 	if h.c.broken == "delete-before-handler" {
 		if err := m.Lease.Delete(ctx); err != nil {
 			return err
