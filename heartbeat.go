@@ -385,17 +385,6 @@ func (w *wakeups) disarm(l *Lease) bool {
 	return true // the timer, if it fires for nothing, re-arms itself
 }
 
-// stop disarms the timer once no lease is armed any more (the run has
-// stopped every lease), so that it does not fire after Run returned.
-func (w *wakeups) stop() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.timer != nil && len(w.heap) == 0 {
-		w.timer.Stop()
-		w.at = 0
-	}
-}
-
 // timeLocked makes the timer fire when the earliest lease is due, unless
 // it already fires sooner.
 func (w *wakeups) timeLocked(now time.Time) {

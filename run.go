@@ -265,7 +265,6 @@ func (r *run) run(ctx context.Context) error {
 	r.pollers.Wait()
 	r.fl.closeLanes() // calls made from now on run on goroutines of their own
 	r.workers.Wait()
-	r.cfg.wakeups.stop() // every lease has been stopped
 	// The breaker's goroutines and the scaler: none starts after shutdown
 	// stopped the breaker and runCtx ended.
 	r.aux.Wait()
