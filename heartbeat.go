@@ -1,11 +1,9 @@
 package sqsconsumer
 
 import (
-	"container/heap"
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 )
 
@@ -45,7 +43,7 @@ func (l *Lease) heartbeat() {
 		l.mu.Unlock()
 		return
 	}
-	l.hbRunning, l.hbArmed = true, false
+	l.hbRunning = true
 	bg, cancel := context.WithCancel(context.Background())
 	l.bgCancel = cancel
 	kick := make(chan struct{}, 1)
@@ -327,129 +325,4 @@ func plan(now time.Time, s schedule) step {
 		st.wake = graceAt
 	}
 	return st
-}
-
-// wakeups starts the heartbeats of many leases from one timer: each lease
-// is armed at start for when its heartbeat first has work (usually its
-// first renewal, a third into the lease), and most are disarmed by Stop
-// long before. It replaces a time.AfterFunc per lease, which cost two
-// allocations a message (the timer and the method value) and two
-// operations on the runtime's timer heap. Safe for concurrent use.
-//
-// Lock order: a Lease's mu, then wakeups.mu (arm, move, disarm are
-// called under the lease's mu); fire takes wakeups.mu alone and starts
-// the heartbeats after releasing it.
-type wakeups struct {
-	epoch time.Time // the leases' hbAt count from it (monotonic)
-
-	mu    sync.Mutex // guards the fields below and each armed lease's hbAt and hbIdx
-	heap  leaseHeap  // armed leases by hbAt, earliest first
-	timer *time.Timer
-	at    time.Duration // when timer fires, since epoch; 0 while it is not armed
-}
-
-func newWakeups() *wakeups { return &wakeups{epoch: time.Now()} }
-
-// arm schedules l's heartbeat to start at at (now or earlier: at once, on
-// a goroutine of its own).
-func (w *wakeups) arm(l *Lease, at time.Time) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	l.hbAt = max(at.Sub(w.epoch), 1)
-	heap.Push(&w.heap, l)
-	w.timeLocked(time.Now())
-}
-
-// move reschedules l, still armed, to at; false if its start already
-// fired.
-func (w *wakeups) move(l *Lease, at time.Time) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if l.hbIdx < 0 {
-		return false
-	}
-	l.hbAt = max(at.Sub(w.epoch), 1)
-	heap.Fix(&w.heap, int(l.hbIdx))
-	w.timeLocked(time.Now())
-	return true
-}
-
-// disarm takes l out; false if its start already fired.
-func (w *wakeups) disarm(l *Lease) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if l.hbIdx < 0 {
-		return false
-	}
-	heap.Remove(&w.heap, int(l.hbIdx))
-	return true // the timer, if it fires for nothing, re-arms itself
-}
-
-// timeLocked makes the timer fire when the earliest lease is due, unless
-// it already fires sooner.
-func (w *wakeups) timeLocked(now time.Time) {
-	if len(w.heap) == 0 {
-		return
-	}
-	next := w.heap[0].hbAt
-	if w.at != 0 && w.at <= next {
-		return
-	}
-	w.at = next
-	d := next - now.Sub(w.epoch)
-	if w.timer == nil {
-		w.timer = time.AfterFunc(d, w.fire)
-		return
-	}
-	w.timer.Reset(d)
-}
-
-// fire starts the heartbeats that are due, each on a goroutine of its own
-// (counted in its lease's hbWG since arm), and re-arms the timer.
-func (w *wakeups) fire() {
-	var buf [16]*Lease
-	for {
-		due := buf[:0]
-		w.mu.Lock()
-		now := time.Now()
-		for since := now.Sub(w.epoch); len(w.heap) > 0 && w.heap[0].hbAt <= since && len(due) < len(buf); {
-			due = append(due, heap.Pop(&w.heap).(*Lease))
-		}
-		more := len(due) == len(buf)
-		w.at = 0
-		if !more {
-			w.timeLocked(now)
-		}
-		w.mu.Unlock()
-		for _, l := range due {
-			go l.heartbeat()
-		}
-		if !more {
-			return
-		}
-	}
-}
-
-// leaseHeap is a container/heap of leases by hbAt that keeps each
-// lease's hbIdx.
-type leaseHeap []*Lease
-
-func (h leaseHeap) Len() int           { return len(h) }
-func (h leaseHeap) Less(i, j int) bool { return h[i].hbAt < h[j].hbAt }
-func (h leaseHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].hbIdx, h[j].hbIdx = int32(i), int32(j)
-}
-func (h *leaseHeap) Push(x any) {
-	l := x.(*Lease)
-	l.hbIdx = int32(len(*h))
-	*h = append(*h, l)
-}
-func (h *leaseHeap) Pop() any {
-	old := *h
-	l := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	l.hbIdx = -1
-	return l
 }

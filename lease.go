@@ -35,9 +35,6 @@ type leaseConfig struct {
 	// asynchronous delete's first attempt (a Consumer cancels it at its
 	// hard stop); nil means context.Background.
 	settleCtx context.Context
-	// wakeups, when set, starts the heartbeats of the leases (a
-	// Consumer's run shares one among all its leases); nil: a timer each.
-	wakeups *wakeups
 }
 
 func (s *settings) leaseConfig(lease time.Duration) (leaseConfig, error) {
@@ -105,7 +102,12 @@ type Lease struct {
 	hbWG sync.WaitGroup
 
 	mu sync.Mutex // guards the fields below
-	// callFreed wakes the callers waiting for the call token (calling).
+	// calling is the call token, set while an SQS call of this lease is
+	// in flight: one call at a time, so each answer is judged knowing
+	// every earlier one (a renewal refused because our own delete landed
+	// first must not read as a lost lease, and a refused renewal must
+	// stop a delete). callFreed wakes the callers waiting for it.
+	calling   bool
 	callFreed wakeup
 
 	handle       string
@@ -117,34 +119,18 @@ type Lease struct {
 	ceilingFired bool
 	started      bool
 	stopped      bool
-	hbRunning    bool // the heartbeat goroutine has begun
+	hbRunning    bool      // the heartbeat goroutine has begun
+	receivedAt   time.Time // latest receive's hand-over estimate: the ceiling counts from it
+	deadline     time.Time // confirmed (or, before any call, estimated) end of visibility
 	// asked is set once a visibility call or delete was sent since the
 	// latest receive: until then the deadline is only an estimate, and a
 	// lease past it asks SQS (renews) instead of declaring itself expired.
-	asked bool
-	// hbArmed is set while the heartbeat's start is armed (counted in
-	// hbWG, not begun, not cancelled): in cfg.wakeups (a Consumer's
-	// leases), else by hb.
-	hbArmed bool
-	// calling is the call token, set while an SQS call of this lease is
-	// in flight: one call at a time, so each answer is judged knowing
-	// every earlier one (a renewal refused because our own delete landed
-	// first must not read as a lost lease, and a refused renewal must
-	// stop a delete).
-	calling      bool
-	receivedAt   time.Time // latest receive's hand-over estimate: the ceiling counts from it
-	deadline     time.Time // confirmed (or, before any call, estimated) end of visibility
+	asked        bool
 	nextRenew    time.Time
 	receiveCount int32
 	renewals     int32       // confirmed renewals and extensions
-	hbIdx        int32       // guarded by cfg.wakeups' mu (see hbAt)
-	hb           *time.Timer // starts the heartbeat of a lease made with NewLease
+	hb           *time.Timer // starts the heartbeat when it first has work
 	deleteSent   string      // the pending delete's latest handle, "" before one is sent
-
-	// Guarded by cfg.wakeups' mu, not mu: when the heartbeat is due to
-	// start (since the wakeups' epoch), and (hbIdx, beside renewals) the
-	// lease's index in the wakeups' heap (-1: not in it).
-	hbAt time.Duration
 
 	// Made by the heartbeat goroutine when it begins (most leases never
 	// need them): kick wakes it when the schedule changed; cancelling bg
@@ -265,17 +251,9 @@ func (l *Lease) start(ctx context.Context) context.Context {
 	l.ctx, l.cancel = context.WithCancelCause(ctx)
 	// Most messages are settled before their first renewal is due, so the
 	// heartbeat goroutine starts only then, from a timer: starting it here
-	// doubled a Consumer's CPU per message (BenchmarkConsumerOverhead). A
-	// Consumer's leases share one timer (wakeups), which costs no
-	// allocation per lease.
+	// doubled a Consumer's CPU per message (BenchmarkConsumerOverhead).
 	l.hbWG.Add(1)
-	l.hbArmed = true
-	now := time.Now()
-	if w := l.cfg.wakeups; w != nil {
-		w.arm(l, now.Add(l.firstWakeLocked(now)))
-	} else {
-		l.hb = time.AfterFunc(l.firstWakeLocked(now), l.heartbeat)
-	}
+	l.hb = time.AfterFunc(l.firstWakeLocked(time.Now()), l.heartbeat)
 	return l.ctx
 }
 
@@ -331,13 +309,8 @@ func (l *Lease) firstWakeLocked(now time.Time) time.Duration {
 // cancelPendingLocked stops a heartbeat that has not started yet and marks
 // it done. It does nothing once the heartbeat runs.
 func (l *Lease) cancelPendingLocked() {
-	if !l.hbArmed {
-		return
-	}
-	// Stop or disarm returning false: the start fired, and the
-	// heartbeat, on its way, reads the lease's state itself.
-	if w := l.cfg.wakeups; w != nil && w.disarm(l) || w == nil && l.hb.Stop() {
-		l.hbArmed = false
+	if l.hb != nil && !l.hbRunning && l.hb.Stop() {
+		l.hb = nil
 		l.hbWG.Done()
 	}
 }
@@ -482,18 +455,14 @@ func notify(watchers []*func(time.Time), d time.Time) {
 
 func (l *Lease) wake() {
 	l.mu.Lock()
-	if l.hbArmed {
-		// Not started yet: move (or cancel) its start instead. If the
-		// start has fired, the heartbeat is on its way and will read
-		// the new state itself.
-		now := time.Now()
-		switch w := l.cfg.wakeups; {
-		case l.state != leaseActive:
+	if l.hb != nil && !l.hbRunning {
+		// Not started yet: move (or cancel) the timer instead. Stop
+		// returning false means it fired and the heartbeat is starting;
+		// it will read the new state itself.
+		if l.state != leaseActive {
 			l.cancelPendingLocked()
-		case w != nil:
-			w.move(l, now.Add(l.firstWakeLocked(now)))
-		case l.hb.Stop():
-			l.hb.Reset(l.firstWakeLocked(now))
+		} else if l.hb.Stop() {
+			l.hb.Reset(l.firstWakeLocked(time.Now()))
 		}
 		l.mu.Unlock()
 		return

@@ -186,7 +186,6 @@ func (r *run) setup(ctx context.Context) error {
 	r.settleCtx, r.pollCtx = settleCtx, pollCtx
 	r.hardStop = func() { cancelPolls(); cancelSettle() }
 	cfg.calls, cfg.events.queueURL, cfg.settleCtx = r.calls, r.queueURL, settleCtx
-	cfg.wakeups = newWakeups() // one timer starts every heartbeat of the run
 	r.cfg = cfg
 	r.reg = newRegistry(fifo, r.s.protector)
 	r.probeCtx, r.cancelProbe = context.WithCancel(context.Background())
