@@ -222,7 +222,9 @@ func (r *run) makeFlow(paused bool) {
 		// until it returns, and Run waits for that (calls.close).
 		overflow: func(job func()) { go job() },
 		atLimit:  r.atCallLimit,
-		paused:   paused, member: r.member}
+		paused:   paused, member: r.member,
+		// A FIFO queue's registry orders each group already.
+		fair: !r.reg.fifo && !r.s.fifoDispatch, groupLimit: r.s.groupLimit}
 	if r.batch != nil {
 		fc.burst = r.batch.maxSize()
 	}
