@@ -2,6 +2,7 @@ package sqsconsumer
 
 import (
 	"container/heap"
+	"math"
 	"sort"
 	"time"
 )
@@ -23,7 +24,10 @@ import (
 //
 // With a limit (WithGroupLimit), a group holding limit slots is not
 // eligible: its ready messages stay here (blocked), leased, until one of
-// its slots frees.
+// its slots frees. And the tenant holding the most slot time leaves
+// headroom for the others while they are active (recap): slots freeing
+// in waves (handlers started together by a burst finish together) would
+// otherwise leave none free when another tenant's message arrives.
 //
 // Cost: a message without a group is a queue push and pop; one with a
 // group adds a map lookup and a heap operation over the groups with ready
@@ -31,6 +35,13 @@ import (
 type fairReady[T ticketed] struct {
 	on    bool // groups count: a standard queue, WithFairDispatch on
 	limit int  // WithGroupLimit: most slots one group holds; 0 for none
+	conc  int  // the flow's slots
+
+	// The headroom cap (recap): group capKey may hold at most capN
+	// slots; capN 0 for none. capAt is when it was last worked out.
+	capKey string
+	capN   int
+	capAt  time.Time
 
 	seq     uint64        // arrival counter of ready messages
 	loose   readyQueue[T] // ready messages without a group (all of them when !on)
@@ -114,8 +125,8 @@ func (h *groupHeap[T]) Pop() any {
 	return g
 }
 
-func newFairReady[T ticketed](on bool, limit int) fairReady[T] {
-	return fairReady[T]{on: on, limit: limit, groups: map[string]*fairGroup[T]{}}
+func newFairReady[T ticketed](on bool, limit, conc int) fairReady[T] {
+	return fairReady[T]{on: on, limit: limit, conc: conc, groups: map[string]*fairGroup[T]{}}
 }
 
 // keyOf is d's tenant key: its group when groups count, "" (a tenant of
@@ -129,7 +140,7 @@ func (f *fairReady[T]) keyOf(d T) string {
 
 // atLimit reports whether group g holds as many slots as it may.
 func (f *fairReady[T]) atLimit(g *fairGroup[T]) bool {
-	return f.limit > 0 && g.running >= f.limit
+	return f.limit > 0 && g.running >= f.limit || f.capN > 0 && g.running >= f.capN && g.key == f.capKey
 }
 
 // len is how many messages are ready, blocked ones included.
@@ -141,11 +152,11 @@ func (f *fairReady[T]) eligible() bool { return f.loose.len() > 0 || len(f.heap)
 // mayStart reports whether a message of tenant key may take a slot, as
 // far as the limit goes.
 func (f *fairReady[T]) mayStart(key string) bool {
-	if key == "" || f.limit == 0 {
+	if key == "" || f.limit == 0 && f.capN == 0 {
 		return true
 	}
 	g := f.groups[key]
-	return g == nil || g.running < f.limit
+	return g == nil || !f.atLimit(g)
 }
 
 // push makes d ready.
@@ -195,9 +206,9 @@ func (f *fairReady[T]) pop() T {
 	return v
 }
 
-// seated counts a slot more for tenant key.
+// seated counts a slot more for group key ("" for none).
 func (f *fairReady[T]) seated(key string) {
-	if key == "" {
+	if key == "" || !f.on {
 		return
 	}
 	g := f.group(key)
@@ -212,12 +223,19 @@ func (f *fairReady[T]) seated(key string) {
 	}
 }
 
-// released counts a slot less for tenant key, held for held.
+// released counts a slot less for group key ("" for none), held for
+// held until now.
 func (f *fairReady[T]) released(key string, held time.Duration, now time.Time) {
+	f.slots.add(key, held, now)
+	if !f.on {
+		return
+	}
+	if now.Sub(f.capAt) >= recapEvery {
+		f.recap(now)
+	}
 	if key == "" {
 		return
 	}
-	f.slots.add(key, held, now)
 	g := f.groups[key]
 	if g == nil {
 		return
@@ -262,4 +280,62 @@ func (f *fairReady[T]) takeAll() []T {
 		out[i] = e.v
 	}
 	return out
+}
+
+// Headroom: while tenants other than the one holding the most slot time
+// held more than headroomActive slots on average recently (the slot time
+// figures, over about a minute), that one may hold at most conc less
+// 1 + twice their mean slots held, rounded up, and never less than half
+// the slots. A Consumer fed by one tenant alone keeps every slot for it.
+const (
+	recapEvery     = time.Second
+	headroomActive = 0.05
+)
+
+// recap works out the headroom cap anew, at most once every recapEvery,
+// and re-sorts the groups if it changed.
+func (f *fairReady[T]) recap(now time.Time) {
+	f.capAt = now
+	key, n := "", 0
+	if top, others, ok := f.slots.topAndOthers(now); ok && others > headroomActive {
+		reserve := min(f.conc/2, int(math.Ceil(2*others))+1)
+		if reserve > 0 {
+			key, n = top, f.conc-reserve
+		}
+	}
+	if key == f.capKey && n == f.capN {
+		return
+	}
+	f.capKey, f.capN = key, n
+	f.heap = f.heap[:0]
+	f.blocked = 0
+	for _, g := range f.groups {
+		g.idx = -1
+		switch {
+		case g.ready.len() == 0:
+		case f.atLimit(g):
+			f.blocked += g.ready.len()
+		default:
+			heap.Push(&f.heap, g)
+		}
+	}
+}
+
+// probeLocked is the size of the receive due when messages of groups at
+// their limit fill the read-ahead and slots are free that only other
+// tenants may take: one receive at a time, at most one every mean slot
+// hold time (at least a round trip, at most a second), so that the other
+// tenants' messages keep coming (SQS hands a fair queue's quiet tenants
+// out first), while the capped group's backlog fills the read-ahead bound
+// at most at that pace.
+func (f *flow[T]) probeLocked(now time.Time) int {
+	room := f.conc + f.maxAhead - f.running - f.waiting - f.asked
+	if f.running >= f.conc || f.ready.eligible() || f.asked > 0 || room <= 0 {
+		return 0
+	}
+	if at := f.sentAt.Add(min(max(f.hold, f.rtt), time.Second)); now.Before(at) {
+		f.armLocked(now, at)
+		return 0
+	}
+	return min(f.size, room)
 }

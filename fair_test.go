@@ -134,9 +134,11 @@ func TestGroupLimitIsHardCap(t *testing.T) {
 	})
 }
 
-// Blocked messages count in the read-ahead bound, not in the read-ahead
-// kept for free slots: other groups' messages keep coming.
-func TestGroupLimitKeepsReceiving(t *testing.T) {
+// Blocked messages count as read ahead, so a capped group's backlog is
+// not received faster than it runs; while they leave slots free that only
+// other tenants may take, one receive at a time still goes out, at most
+// one a mean slot hold time, within the read-ahead bound.
+func TestGroupLimitProbes(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		f, msg := fairFlow(4, true, 1)
@@ -147,15 +149,20 @@ func TestGroupLimitKeepsReceiving(t *testing.T) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		require.Equal(t, 4, f.ready.blocked)
+		f.hold, f.sentAt = 50*time.Millisecond, time.Now()
+		require.Zero(t, f.nextLocked(time.Now()), "the last receive was sent just now")
+		f.sentAt = time.Now().Add(-50 * time.Millisecond)
 		// running 1 + waiting 4 = 5 of conc + maxAhead 7: 2 more fit.
 		require.Equal(t, 2, f.nextLocked(time.Now()))
+		f.asked = 2
+		require.Zero(t, f.nextLocked(time.Now()), "one at a time")
 	})
 }
 
 // Messages handed back come in arrival order, whatever their group.
 func TestFairReadyTakeAllInArrivalOrder(t *testing.T) {
 	t.Parallel()
-	r := newFairReady[*delivery](true, 0)
+	r := newFairReady[*delivery](true, 0, 4)
 	var in []*delivery
 	for i, g := range []string{"a", "", "b", "a", "", "b"} {
 		d := &delivery{msg: Message{ID: fmt.Sprint(i), GroupID: g}}

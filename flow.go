@@ -158,7 +158,7 @@ type flowConfig struct {
 func newFlow[T ticketed](c flowConfig) *flow[T] {
 	f := &flow[T]{conc: c.conc, size: c.size, maxAhead: c.maxAhead, maxPollers: c.maxPollers, spawn: c.spawn, overflow: c.overflow, atLimit: c.atLimit,
 		burst: c.burst, gate: c.gate, limiter: c.limiter, member: c.member, paused: c.paused,
-		kick: make(chan struct{}, 1), quiet: true, full: true, ready: newFairReady[T](c.fair, c.groupLimit)}
+		kick: make(chan struct{}, 1), quiet: true, full: true, ready: newFairReady[T](c.fair, c.groupLimit, c.conc)}
 	f.epoch = time.Now()
 	f.rate.start = f.epoch
 	if c.member != nil {
@@ -179,10 +179,7 @@ func (f *flow[T]) countsLocked(now time.Time) flowCounts {
 	}
 	c := flowCounts{
 		conc: conc, size: f.size,
-		// Messages of groups at their limit (WithGroupLimit) wait for
-		// their group's slots, not for free ones: the read-ahead does not
-		// count them, and nextLocked keeps the bound with them.
-		running: f.running, waiting: f.waiting - f.ready.blocked, asked: f.asked,
+		running: f.running, waiting: f.waiting, asked: f.asked,
 		quiet: f.quiet,
 	}
 	c.cover, c.ahead = readAhead(f.rate.value(now), f.capacity(), max(f.dueLocked(now), f.burst), f.coverRTTLocked(), f.size, f.maxAhead)
@@ -285,8 +282,8 @@ func (f *flow[T]) nextLocked(now time.Time) int {
 		return 0
 	}
 	n := receiveSize(f.countsLocked(now))
-	if f.ready.blocked > 0 {
-		n = min(n, max(0, f.conc+f.maxAhead-f.running-f.waiting-f.asked))
+	if n == 0 && f.ready.blocked > 0 {
+		n = f.probeLocked(now) // free slots only other groups may take
 	}
 	if n == 0 && f.member != nil {
 		// In a fleet a slot this flow has nothing ready for goes to
@@ -515,7 +512,7 @@ func (f *flow[T]) popReadyLocked() T {
 // at now.
 func (f *flow[T]) seatLocked(d T, now time.Time) {
 	t := d.flowTicket()
-	t.place, t.slot = placeSlot, f.takeSlotLocked(now, f.ready.keyOf(d))
+	t.place, t.slot = placeSlot, f.takeSlotLocked(now, d.flowGroup())
 }
 
 // takeSettling reserves room for one more message that gives its handler

@@ -33,7 +33,8 @@ type GroupSlotTime struct {
 	// minute counts about 0.63 minutes). It may be overstated by up to
 	// a 32nd of all groups' slot time.
 	SlotTime time.Duration
-	// Share is SlotTime over all groups' slot time, 0 to 1.
+	// Share is SlotTime over all the slot time held (messages without a
+	// group included), 0 to 1.
 	Share float64
 }
 
@@ -68,10 +69,14 @@ func (s *groupSlots) weight(now time.Time) float64 {
 	return math.Exp(x)
 }
 
-// add counts held of slot time for group key, ended at now.
+// add counts held of slot time for group key ("" for a message without
+// a group: in the total only), ended at now.
 func (s *groupSlots) add(key string, held time.Duration, now time.Time) {
 	v := held.Seconds() * s.weight(now)
 	s.total += v
+	if key == "" {
+		return
+	}
 	if i, ok := s.byName[key]; ok {
 		s.vals[i] += v
 		return
@@ -95,6 +100,23 @@ func (s *groupSlots) add(key string, held time.Duration, now time.Time) {
 	s.keys[m] = key
 	s.vals[m] += v
 	s.byName[key] = m
+}
+
+// topAndOthers returns the group holding the most slot time and the mean
+// slots every other tenant held (messages without a group included), over
+// the decay's window: ok false before any group held a slot.
+func (s *groupSlots) topAndOthers(now time.Time) (top string, others float64, ok bool) {
+	if s.used == 0 {
+		return "", 0, false
+	}
+	m := 0
+	for i := 1; i < s.used; i++ {
+		if s.vals[i] > s.vals[m] {
+			m = i
+		}
+	}
+	w := s.weight(now) * groupSlotTau.Seconds()
+	return s.keys[m], max(s.total-s.vals[m], 0) / w, true
 }
 
 // groupFigures is what Stats reports of the groups' slot time.
