@@ -62,7 +62,7 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float
 
 func table(t *testing.T) {
 	began := time.Now()
-	rs := rows(t, *sendFor, []int{1, 4}, []dispatch{fifoOrder, fairOrder, fairLimit})
+	rs := rows(t, *sendFor, []int{1, 4}, []dispatch{fifoOrder, fairOrder, fairLimit, fairBounce})
 	fmt.Printf("Virtual time, sqstest in memory (a fair queue), every call +%v, %d quiet tenants at %d msg/s each, one noisy tenant bursting %d every %v, handlers %v, concurrency %d, %v of sending.\n\n",
 		callLatency, quietTenants, quietRate, noisyBurst, noisyEvery, handlerTime, concurrency, *sendFor)
 	fmt.Println("| Consumers | dispatch | quiet p99 wait, noisy absent | quiet p99 wait, noisy present | bound (1.5 × absent + 50 ms) | quiet p50 / max, present | noisy p99 wait | throughput, present (× arrival order) | calls/msg, present | Stats.TopGroups[0], NoisyGroups |")

@@ -34,14 +34,22 @@ const (
 // dispatch is how a Consumer hands its slots out.
 type dispatch struct {
 	name  string
-	fair  bool // WithFairDispatch
-	limit int  // WithGroupLimit; 0 none
+	fair   bool // WithFairDispatch
+	limit  int  // WithGroupLimit; 0 none
+	bounce int  // the handler hands a noisy message back (RetryAfter 0) beyond this many running; 0 never
 }
 
 var (
 	fifoOrder = dispatch{name: "arrival order (WithFairDispatch(false))"}
 	fairOrder = dispatch{name: "fair (default)", fair: true}
 	fairLimit = dispatch{name: "fair, WithGroupLimit(10)", fair: true, limit: 10}
+	// The other choice for a cap's extra messages, handing them back,
+	// emulated in the handler: visible again after 1 s (SQS counts whole
+	// seconds; at 0 s a message often comes back while its release is
+	// still being confirmed, and the Consumer then holds it back for its
+	// receive count's backoff), at the cost of a visibility change and
+	// another receive for each.
+	fairBounce = dispatch{name: "fair, cap 10 by handing back (1 s)", fair: true, bounce: 10}
 )
 
 // config is one run: consumers Consumers sharing one fair queue, the nine
@@ -63,6 +71,7 @@ type result struct {
 	callsPerMessage              float64       // the Consumers' SQS calls over handled
 	topGroup                     string        // Stats.TopGroups[0] of the first Consumer
 	noisyGroups                  int           // Stats.NoisyGroups of the first Consumer
+	bounced                      int64         // messages handed back by the handler (fairBounce)
 }
 
 // slowClient makes every call take callLatency more (after the server's
@@ -228,6 +237,21 @@ func simulateIn(t *testing.T, cfg config) result {
 		}
 		return nil
 	})
+	var bounced atomic.Int64
+	handlerFor := func() sqsconsumer.Handler {
+		var noisyRunning atomic.Int64
+		return sqsconsumer.HandlerFunc(func(ctx context.Context, m *sqsconsumer.Message) error {
+			if cfg.d.bounce > 0 && m.GroupID == "noisy" {
+				if noisyRunning.Add(1) > int64(cfg.d.bounce) {
+					noisyRunning.Add(-1)
+					bounced.Add(1)
+					return sqsconsumer.RetryAfter(nil, time.Second)
+				}
+				defer noisyRunning.Add(-1)
+			}
+			return handler.HandleMessage(ctx, m)
+		})
+	}
 	opts := []sqsconsumer.Option{sqsconsumer.WithConcurrency(concurrency), sqsconsumer.WithFairDispatch(cfg.d.fair)}
 	if cfg.d.limit > 0 {
 		opts = append(opts, sqsconsumer.WithGroupLimit(cfg.d.limit))
@@ -236,7 +260,7 @@ func simulateIn(t *testing.T, cfg config) result {
 	var consumers []*sqsconsumer.Consumer
 	var runs sync.WaitGroup
 	for range cfg.consumers {
-		c, err := sqsconsumer.New(client, url, handler, opts...)
+		c, err := sqsconsumer.New(client, url, handlerFor(), opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -262,7 +286,7 @@ func simulateIn(t *testing.T, cfg config) result {
 		select {
 		case <-alldone:
 		case <-timeout.C:
-			t.Errorf("not drained %v after the sending ended", drainDeadline)
+			t.Errorf("not drained %v after the sending ended: %d of %d handled, %d bounced; %v", drainDeadline, w.done, len(w.sentAt), bounced.Load(), stuck(srv, url))
 		}
 	}
 	st := consumers[0].Stats()
@@ -276,7 +300,7 @@ func simulateIn(t *testing.T, cfg config) result {
 		quietP50: quantile(w.quiet, 0.50), quietP99: quantile(w.quiet, 0.99), quietMax: quantile(w.quiet, 1),
 		noisyP99: quantile(w.noisy, 0.99),
 		handled:  w.done, elapsed: w.last.Sub(start),
-		noisyGroups: st.NoisyGroups,
+		noisyGroups: st.NoisyGroups, bounced: bounced.Load(),
 	}
 	if len(st.TopGroups) > 0 {
 		res.topGroup = st.TopGroups[0].Group
@@ -286,4 +310,23 @@ func simulateIn(t *testing.T, cfg config) result {
 	// out), the start's attribute reads included.
 	res.callsPerMessage = float64(calls) / float64(res.handled)
 	return res
+}
+
+// stuck describes the messages not deleted yet, for a run that did not
+// drain.
+func stuck(srv *sqstest.Server, url string) []string {
+	var out []string
+	for _, m := range srv.Messages(url) {
+		if !m.Deleted {
+			line := fmt.Sprintf("%s group %s in flight %v visible at %v;", m.Body, m.GroupID, m.InFlight, m.VisibleAt.Format("15:04:05.000"))
+			for _, r := range m.Receives {
+				line += fmt.Sprintf(" recv %s %v;", r.At.Format("05.000"), r.VisibilityTimeout)
+			}
+			for _, c := range m.VisibilityChanges {
+				line += fmt.Sprintf(" chg %s %+v;", c.At.Format("05.000"), c)
+			}
+			out = append(out, line)
+		}
+	}
+	return out
 }
