@@ -33,7 +33,7 @@ const (
 
 // dispatch is how a Consumer hands its slots out.
 type dispatch struct {
-	name  string
+	name   string
 	fair   bool // WithFairDispatch
 	limit  int  // WithGroupLimit; 0 none
 	bounce int  // the handler hands a noisy message back (RetryAfter 0) beyond this many running; 0 never
