@@ -32,7 +32,7 @@ import (
 // Cost: a message without a group is a queue push and pop; one with a
 // group adds a map lookup and a heap operation over the groups with ready
 // messages (O(log groups)) at each of enqueue, start and slot release.
-type fairReady[T ticketed] struct {
+type fairReady[T grouped] struct {
 	on    bool // groups count: a standard queue, WithFairDispatch on
 	limit int  // WithGroupLimit: most slots one group holds; 0 for none
 	conc  int  // the flow's slots
@@ -53,8 +53,15 @@ type fairReady[T ticketed] struct {
 	slots groupSlots // the groups' slot time, for Stats
 }
 
+// grouped is what fairReady holds: a message that names its group (the
+// flow's ticketed messages are).
+type grouped interface {
+	comparable
+	flowGroup() string // its MessageGroupId, "" for none
+}
+
 // fairGroup is one group's state: its slots held and its ready messages.
-type fairGroup[T ticketed] struct {
+type fairGroup[T grouped] struct {
 	key     string
 	running int // slots its messages hold
 	ready   readyQueue[T]
@@ -62,13 +69,13 @@ type fairGroup[T ticketed] struct {
 }
 
 // readyEntry is a ready message and its arrival number.
-type readyEntry[T ticketed] struct {
+type readyEntry[T grouped] struct {
 	v   T
 	seq uint64
 }
 
 // readyQueue is a first-in, first-out queue of ready messages.
-type readyQueue[T ticketed] struct {
+type readyQueue[T grouped] struct {
 	items []readyEntry[T]
 	head  int
 }
@@ -98,7 +105,7 @@ func (q *readyQueue[T]) pop() T {
 
 // groupHeap orders groups by slots held, then by their oldest ready
 // message.
-type groupHeap[T ticketed] []*fairGroup[T]
+type groupHeap[T grouped] []*fairGroup[T]
 
 func (h groupHeap[T]) Len() int { return len(h) }
 func (h groupHeap[T]) Less(i, j int) bool {
@@ -125,7 +132,7 @@ func (h *groupHeap[T]) Pop() any {
 	return g
 }
 
-func newFairReady[T ticketed](on bool, limit, conc int) fairReady[T] {
+func newFairReady[T grouped](on bool, limit, conc int) fairReady[T] {
 	return fairReady[T]{on: on, limit: limit, conc: conc, groups: map[string]*fairGroup[T]{}}
 }
 
@@ -321,21 +328,22 @@ func (f *fairReady[T]) recap(now time.Time) {
 	}
 }
 
-// probeLocked is the size of the receive due when messages of groups at
+// probeSize is the size of the receive due when messages of groups at
 // their limit fill the read-ahead and slots are free that only other
-// tenants may take: one receive at a time, at most one every mean slot
-// hold time (at least a round trip, at most a second), so that the other
-// tenants' messages keep coming (SQS hands a fair queue's quiet tenants
-// out first), while the capped group's backlog fills the read-ahead bound
-// at most at that pace.
-func (f *flow[T]) probeLocked(now time.Time) int {
-	room := f.conc + f.maxAhead - f.running - f.waiting - f.asked
-	if f.running >= f.conc || f.ready.eligible() || f.asked > 0 || room <= 0 {
-		return 0
+// tenants may take (free, with no ready message eligible): one receive at
+// a time (none in flight: asked 0), at most one every mean slot hold
+// time (at least a round trip, at most a second) after the last one was
+// sent, so that the other tenants' messages keep coming (SQS hands a fair
+// queue's quiet tenants out first) while the capped group's backlog
+// fills the read-ahead bound (room) at most at that pace. When only time
+// stands in the way it returns 0 and when to look again (at). It is pure,
+// for table tests.
+func probeSize(free bool, asked, room, size int, hold, rtt time.Duration, sentAt, now time.Time) (n int, at time.Time) {
+	if !free || asked > 0 || room <= 0 {
+		return 0, time.Time{}
 	}
-	if at := f.sentAt.Add(min(max(f.hold, f.rtt), time.Second)); now.Before(at) {
-		f.armLocked(now, at)
-		return 0
+	if at := sentAt.Add(min(max(hold, rtt), time.Second)); now.Before(at) {
+		return 0, at
 	}
-	return min(f.size, room)
+	return min(size, room), time.Time{}
 }

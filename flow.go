@@ -283,7 +283,13 @@ func (f *flow[T]) nextLocked(now time.Time) int {
 	}
 	n := receiveSize(f.countsLocked(now))
 	if n == 0 && f.ready.blocked > 0 {
-		n = f.probeLocked(now) // free slots only other groups may take
+		// Free slots only other groups may take.
+		free := f.running < f.conc && !f.ready.eligible()
+		var at time.Time
+		n, at = probeSize(free, f.asked, f.conc+f.maxAhead-f.running-f.waiting-f.asked, f.size, f.hold, f.rtt, f.sentAt, now)
+		if !at.IsZero() {
+			f.armLocked(now, at)
+		}
 	}
 	if n == 0 && f.member != nil {
 		// In a fleet a slot this flow has nothing ready for goes to
@@ -670,4 +676,11 @@ func (f *flow[T]) snapshot() (running, waiting, asked, peakAhead int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.running, f.waiting, f.asked, f.peakAhead
+}
+
+// groups returns the groups' slot time figures (Stats.TopGroups).
+func (f *flow[T]) groups() groupFigures {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ready.slots.figures(time.Now())
 }

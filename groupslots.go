@@ -157,10 +157,3 @@ func (s *groupSlots) figures(now time.Time) groupFigures {
 }
 
 func secs(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
-
-// groups returns the groups' slot time figures (Stats.TopGroups).
-func (f *flow[T]) groups() groupFigures {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.ready.slots.figures(time.Now())
-}
