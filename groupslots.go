@@ -71,7 +71,13 @@ func (s *groupSlots) weight(now time.Time) float64 {
 
 // add counts held of slot time for group key ("" for a message without
 // a group: in the total only), ended at now.
+//
+// Until a group has held a slot nothing is counted: a queue without
+// groups pays one comparison a message.
 func (s *groupSlots) add(key string, held time.Duration, now time.Time) {
+	if key == "" && s.used == 0 {
+		return
+	}
 	v := held.Seconds() * s.weight(now)
 	s.total += v
 	if key == "" {
