@@ -221,3 +221,35 @@ func TestWithGroupLimitValidated(t *testing.T) {
 	require.Equal(t, 3, c.s.groupLimit)
 	require.True(t, c.s.fifoDispatch)
 }
+
+// The tenant holding the most slot time leaves headroom while others are
+// active (1 + twice their mean slots, at most half the slots); a tenant
+// alone keeps every slot.
+func TestFairHeadroom(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	alone := newFairReady[*delivery](true, 0, 20)
+	alone.slots.add("noisy", 20*time.Minute, now)
+	alone.recap(now)
+	require.Zero(t, alone.capN, "one tenant alone: no headroom")
+
+	r := newFairReady[*delivery](true, 0, 20)
+	r.slots.add("noisy", 19*time.Minute, now)
+	r.slots.add("quiet", 54*time.Second, now) // 0.9 slots over the minute
+	r.recap(now)
+	require.Equal(t, "noisy", r.capKey)
+	require.Equal(t, 20-3, r.capN, "1 + ceil(2 × 0.9)")
+	for range 17 {
+		r.seated("noisy")
+	}
+	r.push(&delivery{msg: Message{ID: "n", GroupID: "noisy"}})
+	require.False(t, r.eligible(), "noisy is at its headroom cap")
+	require.True(t, r.mayStart("quiet"))
+
+	r.slots.add("other", 30*time.Minute, now) // the others now hold more than half
+	r.recap(now.Add(recapEvery))
+	require.Equal(t, "other", r.capKey)
+	require.Equal(t, 10, r.capN, "never less than half the slots")
+	require.True(t, r.eligible(), "the re-sort unblocks noisy")
+	require.Zero(t, r.blocked)
+}
