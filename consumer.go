@@ -140,6 +140,8 @@ func (c *Consumer) Stats() Stats {
 	st := c.stats.Stats()
 	if r := c.runOf(); r != nil {
 		st.Running, st.Waiting, st.Asked, _ = r.fl.snapshot()
+		g := r.fl.groups()
+		st.TopGroups, st.NoisyGroups, st.OtherGroups, st.OtherGroupsSlotTime = g.top, g.noisy, g.others, g.otherSlots
 	}
 	st.MaxCallsInFlight, st.IdleConnsPerHost, st.LimitedByPool = c.s.pollers, c.pool.idle, c.pool.limited.Load()
 	st.Concurrency = c.s.concurrency

@@ -45,6 +45,9 @@ type delivery struct {
 // flowTicket gives the flow d's ticket.
 func (d *delivery) flowTicket() *ticket { return &d.ticket }
 
+// flowGroup gives the flow d's group, its tenant on a fair queue.
+func (d *delivery) flowGroup() string { return d.msg.GroupID }
+
 // newDelivery makes the delivery of raw with its lease and message, in one
 // allocation: handedOver is the receive's conservative hand-over estimate
 // (the lease clock), arrived when its answer came; cfg is shared by the

@@ -43,7 +43,7 @@ type flow[T ticketed] struct {
 	starts  []time.Duration // when each slot in use was taken (since epoch), ascending
 	waiting int             // received and leased, not started
 	asked   int             // asked for by receives in flight
-	ready   []T             // waiting messages free to start, oldest first
+	ready   fairReady[T]    // waiting messages free to start, and which starts next
 	rate    rateMeter
 	rtt     time.Duration // smoothed round trip of receives answered at once
 	// rttMin is the shortest such round trip in the last 10 to 20 s (the
@@ -150,13 +150,15 @@ type flowConfig struct {
 	gate                             func(held int) int
 	limiter                          *tokenBucket // WithRateLimit; nil for none
 	member                           *share.Member
+	fair                             bool // groups share the slots fairly (see fairReady)
+	groupLimit                       int  // WithGroupLimit; 0 for none
 	paused                           bool // Pause came before Run
 }
 
 func newFlow[T ticketed](c flowConfig) *flow[T] {
 	f := &flow[T]{conc: c.conc, size: c.size, maxAhead: c.maxAhead, maxPollers: c.maxPollers, spawn: c.spawn, overflow: c.overflow, atLimit: c.atLimit,
 		burst: c.burst, gate: c.gate, limiter: c.limiter, member: c.member, paused: c.paused,
-		kick: make(chan struct{}, 1), quiet: true, full: true}
+		kick: make(chan struct{}, 1), quiet: true, full: true, ready: newFairReady[T](c.fair, c.groupLimit, c.conc)}
 	f.epoch = time.Now()
 	f.rate.start = f.epoch
 	if c.member != nil {
@@ -214,7 +216,8 @@ func (f *flow[T]) nextDueLocked(now time.Time) (time.Time, bool) {
 // slot is a handler slot the flow handed out, kept in its holder's
 // ticket until the flow takes it back.
 type slot struct {
-	at time.Duration // when it was taken, since the flow's epoch (monotonic)
+	at    time.Duration // when it was taken, since the flow's epoch (monotonic)
+	group string        // its holder's tenant key (fairReady.keyOf)
 }
 
 // ticket is a message's place in the flow: where it stands in the flow's
@@ -230,6 +233,7 @@ type ticket struct {
 type ticketed interface {
 	comparable
 	flowTicket() *ticket
+	flowGroup() string // its MessageGroupId, "" for none
 }
 
 // place is where a message stands in the flow's counts.
@@ -243,11 +247,12 @@ const (
 )
 
 // takeSlotLocked counts one more slot as running from now and returns it.
-func (f *flow[T]) takeSlotLocked(now time.Time) slot {
+func (f *flow[T]) takeSlotLocked(now time.Time, group string) slot {
 	f.running++
 	at := now.Sub(f.epoch)
 	f.starts = append(f.starts, at) // now is never before the last entry
-	return slot{at: at}
+	f.ready.seated(group)
+	return slot{at: at, group: group}
 }
 
 // giveSlotLocked counts s as no longer running and returns how long it
@@ -260,7 +265,9 @@ func (f *flow[T]) giveSlotLocked(s slot, now time.Time) time.Duration {
 	case i < len(f.starts):
 		f.starts = append(f.starts[:i], f.starts[i+1:]...)
 	}
-	return now.Sub(f.epoch) - s.at
+	held := now.Sub(f.epoch) - s.at
+	f.ready.released(s.group, held, now)
+	return held
 }
 
 // nextLocked is the size of the receive due now, 0 if none. When only
@@ -275,6 +282,15 @@ func (f *flow[T]) nextLocked(now time.Time) int {
 		return 0
 	}
 	n := receiveSize(f.countsLocked(now))
+	if n == 0 && f.ready.blocked > 0 {
+		// Free slots only other groups may take.
+		free := f.running < f.conc && !f.ready.eligible()
+		var at time.Time
+		n, at = probeSize(free, f.asked, f.conc+f.maxAhead-f.running-f.waiting-f.asked, f.size, f.hold, f.rtt, f.sentAt, now)
+		if !at.IsZero() {
+			f.armLocked(now, at)
+		}
+	}
 	if n == 0 && f.member != nil {
 		// In a fleet a slot this flow has nothing ready for goes to
 		// another queue: look again when the next running handler is due
@@ -313,8 +329,7 @@ func (f *flow[T]) wake() {
 func (f *flow[T]) takeReady() []T {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	ready := f.ready
-	f.ready = nil
+	ready := f.ready.takeAll()
 	if f.member != nil {
 		f.member.SetWant(false)
 	}
@@ -382,7 +397,7 @@ func (f *flow[T]) tellLocked() {
 		return
 	}
 	var until time.Time
-	if f.full && (f.asked > 0 || f.waiting > len(f.ready)) {
+	if f.full && (f.asked > 0 || f.waiting > f.ready.len()) {
 		until = f.sentAt.Add(2 * max(f.rtt, 5*time.Millisecond))
 	}
 	f.member.SetDemand(f.demandLocked(), until)
@@ -458,52 +473,52 @@ func (f *flow[T]) enqueue(d T) int {
 	switch {
 	case f.stopped || f.paused:
 		return notStarting
-	case f.running < f.conc && len(f.ready) == 0 && (f.member == nil || f.member.Acquire()):
+	case f.running < f.conc && !f.ready.eligible() && f.ready.mayStart(f.ready.keyOf(d)) && (f.member == nil || f.member.Acquire()):
 		// In a fleet a slot of the shared budget too; without one, the
 		// member now waits for one (Acquire), granted through granted.
+		// (A free slot with ready messages left means they are all of
+		// groups at their limit: d goes first.)
 		f.waiting--
 		f.seatLocked(d, time.Now())
 		return startNow
 	}
-	f.ready = append(f.ready, d)
+	f.ready.push(d)
 	f.tellLocked()
 	return enqueued
 }
 
-// granted seats the oldest ready message in a slot of the fleet's budget
+// granted seats the next ready message (see fairReady) in a slot of the fleet's budget
 // given to this flow, and returns it to start; ok false (the slot goes
 // back) if none can start.
 func (f *flow[T]) granted() (next T, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.stopped || f.paused || len(f.ready) == 0 || f.running >= f.conc {
+	if f.stopped || f.paused || !f.ready.eligible() || f.running >= f.conc {
 		f.member.SetWant(false)
 		return next, false
 	}
 	now := time.Now()
 	next = f.popReadyLocked()
 	f.seatLocked(next, now)
-	if len(f.ready) == 0 || f.running >= f.conc {
+	if !f.ready.eligible() || f.running >= f.conc {
 		f.member.SetWant(false)
 	}
 	f.wakeLocked(now)
 	return next, true
 }
 
+// popReadyLocked takes the ready message a free slot goes to (see
+// fairReady); call it only when one is eligible.
 func (f *flow[T]) popReadyLocked() T {
-	var none T
-	next := f.ready[0]
-	f.ready[0] = none
-	f.ready = f.ready[1:]
 	f.waiting--
-	return next
+	return f.ready.pop()
 }
 
 // seatLocked gives d, counted as waiting until now, a handler slot taken
 // at now.
 func (f *flow[T]) seatLocked(d T, now time.Time) {
 	t := d.flowTicket()
-	t.place, t.slot = placeSlot, f.takeSlotLocked(now)
+	t.place, t.slot = placeSlot, f.takeSlotLocked(now, d.flowGroup())
 }
 
 // takeSettling reserves room for one more message that gives its handler
@@ -601,7 +616,7 @@ func (f *flow[T]) slotDoneLocked(s slot, done bool) (next T, ok bool) {
 		}
 	}
 	switch {
-	case len(f.ready) == 0 || f.stopped || f.paused:
+	case !f.ready.eligible() || f.stopped || f.paused:
 	case f.member != nil:
 		f.member.SetWant(true) // Release follows
 	default:
@@ -661,4 +676,11 @@ func (f *flow[T]) snapshot() (running, waiting, asked, peakAhead int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.running, f.waiting, f.asked, f.peakAhead
+}
+
+// groups returns the groups' slot time figures (Stats.TopGroups).
+func (f *flow[T]) groups() groupFigures {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ready.slots.figures(time.Now())
 }

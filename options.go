@@ -67,6 +67,8 @@ type settings struct {
 	adaptiveMax     time.Duration
 	rateLimit       float64 // messages a second; 0 = none
 	rateBurst       int
+	fifoDispatch    bool      // WithFairDispatch(false)
+	groupLimit      int       // WithGroupLimit; 0 = none
 	receivedAt      time.Time // Lease only: when SQS handed the message over
 	errs            []error
 

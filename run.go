@@ -27,7 +27,9 @@ import (
 // A message moves forward through the run's files: receive.go receives
 // it and makes its delivery (one allocation with its Lease), registry.go
 // records it (by message ID, in the shutdown's count, in its FIFO group's
-// order), flow.go gives it a handler slot, worker.go runs its handler
+// order), flow.go gives it a handler slot (fair.go, which the flow holds
+// and only its methods use, chooses which ready message a free slot goes
+// to: on a standard queue, the group running fewest), worker.go runs its handler
 // (batch.go gathers it into a batch for a Batch handler), settle.go is
 // the one door after the handler (delete, retry, dead-letter, hand back),
 // and calls.go coalesces the SQS calls of many leases, which the pollers
@@ -222,7 +224,9 @@ func (r *run) makeFlow(paused bool) {
 		// until it returns, and Run waits for that (calls.close).
 		overflow: func(job func()) { go job() },
 		atLimit:  r.atCallLimit,
-		paused:   paused, member: r.member}
+		paused:   paused, member: r.member,
+		// A FIFO queue's registry orders each group already.
+		fair: !r.reg.fifo && !r.s.fifoDispatch, groupLimit: r.s.groupLimit}
 	if r.batch != nil {
 		fc.burst = r.batch.maxSize()
 	}

@@ -259,6 +259,24 @@ type Stats struct {
 	// Concurrency is WithConcurrency: the handlers that may run at once.
 	Concurrency int
 
+	// The message groups holding the most handler slot time in this
+	// Consumer (a fair queue's tenants, or a FIFO queue's groups), over
+	// about the last minute or two (slot time decays with a time constant
+	// of one minute; see GroupSlotTime): TopGroups names the five holding
+	// the most, most first; NoisyGroups counts the groups above a tenth
+	// of all the slot time held (messages without a group included), the
+	// Consumer's own view of SQS's noisy tenants (at most 9); OtherGroups
+	// is how many more groups it follows beyond the five, and
+	// OtherGroupsSlotTime the slot time of everything not named (messages
+	// without a group included). Memory is bounded whatever the number of
+	// groups: 32 groups are followed at once, and any group above a 32nd
+	// of the slot time is among them. Empty until a group's handler has
+	// returned. The scaling signal does not read them.
+	TopGroups           []GroupSlotTime
+	NoisyGroups         int
+	OtherGroups         int
+	OtherGroupsSlotTime time.Duration
+
 	// How the Consumer reaches SQS: MaxCallsInFlight is the most calls
 	// (receives, deletes, visibility changes) it makes at once
 	// (WithPollers, or its default); IdleConnsPerHost the idle connections

@@ -150,8 +150,9 @@ func (r *run) enqueue(d *delivery) bool {
 	return true
 }
 
-// granted starts the oldest waiting message in a slot of the fleet's
-// budget given to this Consumer; false if none could start.
+// granted starts the next waiting message (the flow's fair choice) in a
+// slot of the fleet's budget given to this Consumer; false if none could
+// start.
 func (r *run) granted() bool {
 	d, ok := r.fl.granted()
 	if ok {
