@@ -104,8 +104,6 @@ func newCoalescedCalls(client Client, queueURL string, maxDeletes int, base cont
 	var b *coalescedCalls // the calls report through it
 	b = &coalescedCalls{
 		vis: coalesce.New(maxEntries, coalesceWindow, 0, func(ctx context.Context, es []visEntry) []error {
-			ctx, done := within(ctx, base)
-			defer done()
 			entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(es))
 			for i := range es {
 				entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{
@@ -125,8 +123,6 @@ func newCoalescedCalls(client Client, queueURL string, maxDeletes int, base cont
 			return entryResults(len(es), "ChangeMessageVisibilityBatch", out.Successful, func(e types.ChangeMessageVisibilityBatchResultEntry) *string { return e.Id }, out.Failed)
 		}),
 		del: coalesce.New(maxEntries, coalesceWindow, maxDeletes, func(ctx context.Context, es []delEntry) []error {
-			ctx, done := within(ctx, base)
-			defer done()
 			entries := make([]types.DeleteMessageBatchRequestEntry, len(es))
 			for i := range es {
 				// The request points into es, which outlives the call.
@@ -143,6 +139,10 @@ func newCoalescedCalls(client Client, queueURL string, maxDeletes int, base cont
 			return entryResults(len(es), "DeleteMessageBatch", out.Successful, func(e types.DeleteMessageBatchResultEntry) *string { return e.Id }, out.Failed)
 		}),
 	}
+	if base != nil {
+		b.vis.SetBase(base)
+		b.del.SetBase(base)
+	}
 	return b
 }
 
@@ -150,16 +150,6 @@ func (b *coalescedCalls) reported(deleting bool, err error) {
 	if b.report != nil {
 		b.report(deleting, err)
 	}
-}
-
-// within returns ctx, also cancelled when base is; call done when finished.
-func within(ctx, base context.Context) (context.Context, func()) {
-	if base == nil {
-		return ctx, func() {}
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(base, cancel)
-	return ctx, func() { stop(); cancel() }
 }
 
 func (b *coalescedCalls) changeVisibility(ctx context.Context, handle string, seconds int32) error {

@@ -51,6 +51,8 @@ type Coalescer[E any] struct {
 	queued  [][]request[E]         // cut batches waiting for a flusher (maxCalls reached)
 	runOn   func(call func()) bool // RunOn's; nil: a goroutine per flusher
 
+	base context.Context // every batch call's parent (SetBase); nil: context.Background
+
 	work     sync.WaitGroup // batches cut and not yet answered, and armed window timers
 	flushers sync.WaitGroup // flusher goroutines
 }
@@ -174,6 +176,15 @@ func (b *Coalescer[E]) dispatch(batch []request[E]) {
 	}
 }
 
+// SetBase makes ctx the parent of every batch call's context: cancelling
+// it abandons the calls in flight and any sent later. Set it before the
+// first entry.
+func (b *Coalescer[E]) SetBase(ctx context.Context) {
+	b.mu.Lock()
+	b.base = ctx
+	b.mu.Unlock()
+}
+
 // RunOn makes the Coalescer hand each batch call to run instead of a
 // goroutine of its own: run takes the call (a function that sends the
 // batch, and any batches queued behind it, and returns) and reports true,
@@ -247,7 +258,10 @@ func (b *Coalescer[E]) run(batch []request[E]) {
 	if len(live) == 0 {
 		return
 	}
-	ctx := context.Background()
+	ctx := b.base
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	if !deadline.IsZero() {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, deadline)

@@ -260,3 +260,33 @@ func TestBatcherLimitsCallsInFlight(t *testing.T) {
 			startedAt, "waiting batches go in the order they were cut")
 	})
 }
+
+// SetBase's context is the parent of every batch call: cancelling it
+// abandons a call in flight, and the entries get its error.
+func TestBatcherBaseAbandonsCalls(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		base, cancel := context.WithCancel(context.Background())
+		b := New(10, time.Millisecond, 0, func(ctx context.Context, es []int) []error {
+			<-ctx.Done() // a call that never answers
+			errs := make([]error, len(es))
+			for i := range errs {
+				errs[i] = ctx.Err()
+			}
+			return errs
+		})
+		b.SetBase(base)
+		defer b.Close()
+		res := make(chan error, 1)
+		go func() { res <- b.Do(context.Background(), 1) }()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		select {
+		case err := <-res:
+			t.Fatalf("the call answered before its base was cancelled: %v", err)
+		default:
+		}
+		cancel()
+		require.ErrorIs(t, <-res, context.Canceled)
+	})
+}
