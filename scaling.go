@@ -2,9 +2,12 @@ package sqsconsumer
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -84,12 +87,46 @@ type ScalingPolicy struct {
 	// MinReplicas and MaxReplicas clamp the figure; 0 means no clamp.
 	// MinReplicas does not lift a 0 that ScaleToZero allowed.
 	MinReplicas, MaxReplicas int
-	// EMFNamespace, when set, makes each reading log one line in
-	// CloudWatch's embedded metric format through the Consumer's logger
-	// (WithLogger, which must then write JSON: slog.NewJSONHandler, with
-	// no groups). See docs/scaling.md in the module's repository for
-	// the ECS target-tracking policy that follows it. At most 255 characters.
+	// EMFNamespace, when set, makes each known reading write one line in
+	// CloudWatch's embedded metric format to EMFWriter. See docs/scaling.md
+	// in the module's repository for the ECS target-tracking policy that
+	// follows it. CloudWatch's rules for a namespace apply: 1 to 255
+	// characters among letters, digits, space and . - _ / # :, not
+	// starting with a colon, and not starting with "AWS/" (reserved for
+	// AWS's own metrics, which CloudWatch would drop the lines of).
 	EMFNamespace string
+	// EMFWriter is where the EMF lines go: one JSON object a line, written
+	// with one Write each, whatever WithLogger's level and handler (the
+	// lines do not go through the logger). Default os.Stdout, which
+	// FireLens and the CloudWatch agent read from a container. Writes of
+	// all Consumers are serialized, so one writer may be shared. A failed
+	// write is logged at Warn.
+	EMFWriter io.Writer
+}
+
+// emfAllowed are the characters CloudWatch allows in a namespace besides
+// letters and digits.
+const emfAllowed = " ._-/#:"
+
+// check reports what is wrong with p (its defaults applied) beyond
+// WithScaling's own ranges: the EMF namespace, then the figure's policy.
+func (p ScalingPolicy) check() error {
+	if ns := p.EMFNamespace; ns != "" {
+		switch {
+		case len(ns) > 255:
+			return fmt.Errorf("EMFNamespace is %d characters, CloudWatch allows 255", len(ns))
+		case strings.HasPrefix(ns, "AWS/"):
+			return fmt.Errorf("EMFNamespace %q starts with \"AWS/\", which CloudWatch reserves for AWS's own metrics", ns)
+		case ns[0] == ':':
+			return fmt.Errorf("EMFNamespace %q starts with a colon, which CloudWatch does not allow", ns)
+		}
+		for _, c := range ns {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune(emfAllowed, c)) {
+				return fmt.Errorf("EMFNamespace %q has %q, which CloudWatch does not allow (letters, digits and %q only)", ns, c, emfAllowed)
+			}
+		}
+	}
+	return p.internal().Check()
 }
 
 // figure is a Scaling that holds p's own fields and no reading.
@@ -243,7 +280,7 @@ func (sc *scaler) scale(ctx context.Context, fl *flow[*delivery]) {
 	fig := sc.fig
 	sc.mu.Unlock()
 	if sc.p.EMFNamespace != "" && fig.Known {
-		sc.logEMF(fig)
+		sc.writeEMF(fig)
 	}
 }
 
@@ -297,24 +334,49 @@ var emfMetrics = []emfMetricV{
 	{"DesiredReplicas", "Count"}, {"Backlog", "Count"}, {"ArrivalRate", "Count/Second"},
 }
 
-// logEMF logs f as one CloudWatch embedded-metric-format line: the
-// "_aws" directive and the metric values as top-level members, dimensioned
-// by QueueName. slog's JSON handler adds time, level and msg, which EMF
-// allows.
-func (sc *scaler) logEMF(f Scaling) {
-	if sc.ev.logger == nil {
-		return
+// emfLine is one embedded-metric-format line: the "_aws" directive and
+// the metric values as top-level members, dimensioned by QueueName.
+type emfLine struct {
+	AWS             emfDirective `json:"_aws"`
+	QueueName       string       `json:"QueueName"`
+	DesiredReplicas int          `json:"DesiredReplicas"`
+	Backlog         float64      `json:"Backlog"`
+	ArrivalRate     float64      `json:"ArrivalRate"`
+}
+
+// emfMu serializes the EMF lines of every Consumer of the process, which
+// may share a writer (os.Stdout by default).
+var emfMu sync.Mutex
+
+// writeEMF writes f as one CloudWatch embedded-metric-format line to the
+// policy's writer, not through the logger: a logger's level, handler or
+// groups must not lose the metric.
+func (sc *scaler) writeEMF(f Scaling) {
+	line, err := json.Marshal(emfLine{
+		AWS: emfDirective{
+			Timestamp: f.At.UnixMilli(),
+			CloudWatchMetrics: []emfMetric{{
+				Namespace: sc.p.EMFNamespace, Dimensions: [][]string{{"QueueName"}}, Metrics: emfMetrics,
+			}},
+		},
+		QueueName:       queueName(sc.queueURL),
+		DesiredReplicas: f.Replicas,
+		Backlog:         math.Round(f.Visible),
+		ArrivalRate:     math.Round(f.ArrivalRate*100) / 100,
+	})
+	if err != nil {
+		return // the values are finite numbers and strings: cannot happen
 	}
-	d := emfDirective{
-		Timestamp: f.At.UnixMilli(),
-		CloudWatchMetrics: []emfMetric{{
-			Namespace: sc.p.EMFNamespace, Dimensions: [][]string{{"QueueName"}}, Metrics: emfMetrics,
-		}},
+	w := sc.p.EMFWriter
+	if w == nil {
+		w = os.Stdout
 	}
-	logSafely(sc.ev.logger, slog.LevelInfo, "sqsconsumer: scaling signal",
-		slog.Any("_aws", d), slog.String("QueueName", queueName(sc.queueURL)),
-		slog.Int("DesiredReplicas", f.Replicas), slog.Float64("Backlog", math.Round(f.Visible)),
-		slog.Float64("ArrivalRate", math.Round(f.ArrivalRate*100)/100))
+	emfMu.Lock()
+	_, err = w.Write(append(line, '\n'))
+	emfMu.Unlock()
+	if err != nil {
+		sc.ev.log(slog.LevelWarn, "sqsconsumer: scaling signal: writing the EMF line failed", "error", err)
+	}
 }
 
 // queueName is the last path element of a queue URL.

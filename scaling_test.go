@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -131,45 +133,58 @@ func TestScalingOffByDefault(t *testing.T) {
 	require.Contains(t, f.Reason, "WithScalingTarget")
 }
 
+// The EMF lines go to their own writer, not through the logger: a logger
+// at Warn, a text handler, a grouped logger or none at all must not lose
+// the metric.
 func TestScalingEMFLine(t *testing.T) {
 	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, nil)
-		var mu sync.Mutex
-		var buf bytes.Buffer
-		logger := slog.New(slog.NewJSONHandler(&lockedWriter{mu: &mu, w: &buf}, nil))
-		c, err := New(b.client, b.url, sleepHandler(100*time.Millisecond), WithVisibilityTimeout(30*time.Second), WithLogger(logger),
-			WithScaling(ScalingPolicy{Target: 30 * time.Second, EMFNamespace: "Orders/Workers"}))
-		require.NoError(t, err)
-		b.send(t, 20)
-		stop := running(t, c)
-		time.Sleep(31 * time.Second)
-		require.NoError(t, stop())
+	for name, logger := range map[string]*slog.Logger{
+		"no logger":      nil,
+		"warn":           slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		"text, grouped":  slog.New(slog.NewTextHandler(io.Discard, nil)).WithGroup("app"),
+		"json, as given": slog.New(slog.NewJSONHandler(io.Discard, nil)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				b := setup(t, nil)
+				var mu sync.Mutex
+				var buf bytes.Buffer
+				opts := []Option{WithVisibilityTimeout(30 * time.Second),
+					WithScaling(ScalingPolicy{Target: 30 * time.Second, EMFNamespace: "Orders/Workers", EMFWriter: &lockedWriter{mu: &mu, w: &buf}})}
+				if logger != nil {
+					opts = append(opts, WithLogger(logger))
+				}
+				c, err := New(b.client, b.url, sleepHandler(100*time.Millisecond), opts...)
+				require.NoError(t, err)
+				b.send(t, 20)
+				stop := running(t, c)
+				time.Sleep(31 * time.Second)
+				require.NoError(t, stop())
 
-		mu.Lock()
-		defer mu.Unlock()
-		var line map[string]any
-		for l := range bytes.Lines(buf.Bytes()) {
-			if bytes.Contains(l, []byte(`"_aws"`)) {
-				require.NoError(t, json.Unmarshal(l, &line))
-			}
-		}
-		require.NotNil(t, line, "no EMF line in:\n%s", buf.String())
-		aws := line["_aws"].(map[string]any)
-		require.EqualValues(t, time.Now().Add(-time.Second).Truncate(30*time.Second).UnixMilli(), aws["Timestamp"])
-		d := aws["CloudWatchMetrics"].([]any)[0].(map[string]any)
-		require.Equal(t, "Orders/Workers", d["Namespace"])
-		require.Equal(t, []any{[]any{"QueueName"}}, d["Dimensions"])
-		names := []string{}
-		for _, m := range d["Metrics"].([]any) {
-			name := m.(map[string]any)["Name"].(string)
-			names = append(names, name)
-			require.Contains(t, line, name, "every metric has its value at the root")
-		}
-		require.Equal(t, []string{"DesiredReplicas", "Backlog", "ArrivalRate"}, names)
-		require.Equal(t, "q", line["QueueName"])
-		require.EqualValues(t, 1, line["DesiredReplicas"])
-	})
+				mu.Lock()
+				defer mu.Unlock()
+				lines := bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n"))
+				require.Len(t, lines, 1, "one known reading (at 30 s; the one at 0 s knew no capacity):\n%s", buf.String())
+				var line map[string]any
+				require.NoError(t, json.Unmarshal(lines[0], &line))
+				aws := line["_aws"].(map[string]any)
+				require.EqualValues(t, time.Now().Add(-time.Second).Truncate(30*time.Second).UnixMilli(), aws["Timestamp"])
+				d := aws["CloudWatchMetrics"].([]any)[0].(map[string]any)
+				require.Equal(t, "Orders/Workers", d["Namespace"])
+				require.Equal(t, []any{[]any{"QueueName"}}, d["Dimensions"])
+				names := []string{}
+				for _, m := range d["Metrics"].([]any) {
+					name := m.(map[string]any)["Name"].(string)
+					names = append(names, name)
+					require.Contains(t, line, name, "every metric has its value at the root")
+				}
+				require.Equal(t, []string{"DesiredReplicas", "Backlog", "ArrivalRate"}, names)
+				require.Equal(t, "q", line["QueueName"])
+				require.EqualValues(t, 1, line["DesiredReplicas"])
+			})
+		})
+	}
 }
 
 // badCounts answers GetQueueAttributes for the scaling signal with a
@@ -222,10 +237,19 @@ func TestScalingOptionsValidate(t *testing.T) {
 		{ScalingPolicy{Target: time.Minute, Utilization: 1.2}, "Utilization 1.2: must be in (0, 1]"},
 		{ScalingPolicy{Target: time.Minute, MinReplicas: 4, MaxReplicas: 2}, "Min 4 above Max 2"},
 		{ScalingPolicy{Target: time.Minute, MinReplicas: -1}, "must not be negative"},
+		{ScalingPolicy{Target: time.Minute, EMFNamespace: "AWS/SQS"}, `EMFNamespace "AWS/SQS" starts with "AWS/", which CloudWatch reserves`},
+		{ScalingPolicy{Target: time.Minute, EMFNamespace: strings.Repeat("n", 256)}, "EMFNamespace is 256 characters, CloudWatch allows 255"},
+		{ScalingPolicy{Target: time.Minute, EMFNamespace: ":Orders"}, "starts with a colon"},
+		{ScalingPolicy{Target: time.Minute, EMFNamespace: "Orders\tWorker"}, `EMFNamespace "Orders\tWorker" has '\t', which CloudWatch does not allow`},
 	} {
 		_, err := New(b.client, b.url, sleepHandler(0), WithScaling(tt.p))
 		require.ErrorIs(t, err, ErrInvalidOption)
 		require.ErrorContains(t, err, tt.want)
+		require.ErrorContains(t, err, "WithScaling: ")
+	}
+	for _, ns := range []string{"Orders/Worker", "AWSome/Orders", "Team #1: orders_worker-2.b"} {
+		_, err := New(b.client, b.url, sleepHandler(0), WithScaling(ScalingPolicy{Target: time.Minute, EMFNamespace: ns}))
+		require.NoError(t, err, ns)
 	}
 }
 

@@ -434,6 +434,7 @@ func TestRunServesScaling(t *testing.T) {
 			done <- runWith(ctx, env(map[string]string{
 				"SQS_QUEUE_URL": url, "WORKER_HTTP_ADDR": ":8080",
 				"WORKER_SCALING_TARGET": "30s", "WORKER_EMF_NAMESPACE": "Orders/Worker",
+				"LOG_LEVEL": "warn", // the EMF lines do not go through the logger
 			}), &out, func(context.Context) (sqsconsumer.Client, error) { return srv.Client(), nil }, 50*time.Millisecond, listen)
 		}()
 		hc := &http.Client{Transport: &http.Transport{DialContext: ln.dial, DisableKeepAlives: true}}
