@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -144,7 +145,8 @@ func (p ScalingPolicy) internal() scaling.Policy {
 type Scaling struct {
 	// Known is false while the figure cannot be computed: the signal is
 	// off, Run has not read the queue yet, no handler has finished (one
-	// replica's capacity is unknown), or the latest readings failed.
+	// replica's capacity is unknown; the first to finish makes the latest
+	// reading known at once), or the latest readings failed.
 	// Reason says which, plainly; Replicas is then the last known figure
 	// (0 if none).
 	Known  bool   `json:"known"`
@@ -194,10 +196,32 @@ type scaler struct {
 	stats    *statsRecorder // the Consumer's: the recent mean time in flight
 	ev       *eventSink     // the Consumer's logger
 
+	// waiting is set while the figure is unknown only because no handler
+	// has finished here yet; the first finish then kicks the scaler
+	// (completed), which figures the last reading at once rather than at
+	// the next one, up to Interval later: a fresh replica answers within
+	// one handler's time, so that an autoscaler's polls landing on it do
+	// not count failures in a row.
+	waiting atomic.Bool
+	kick    chan struct{} // capacity 1
+
 	mu     sync.Mutex // guards the fields below
 	sig    *scaling.Signal
 	fig    Scaling
-	failed int // failed readings in a row
+	failed int             // failed readings in a row
+	last   scaling.Reading // the latest successful reading's counts
+}
+
+// completed tells the scaler that a handler finished: cheap (one atomic
+// load) unless the figure waits for it. Safe from any goroutine, with
+// any lock held.
+func (sc *scaler) completed() {
+	if sc != nil && sc.waiting.Load() && sc.waiting.CompareAndSwap(true, false) {
+		select {
+		case sc.kick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // figure is the latest figure; nil (the signal is off) is never Known.
@@ -223,11 +247,28 @@ func (sc *scaler) run(ctx context.Context, fl *flow[*delivery]) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-sc.kick:
+			sc.refigure(fl)
+			continue
 		case <-t.C:
 		}
 		sc.scale(ctx, fl)
 		t.Reset(sc.p.Interval)
 	}
+}
+
+// refigure figures the latest reading's counts again with the capacity
+// measured since: no call to SQS and no EMF line (it is no new reading).
+func (sc *scaler) refigure(fl *flow[*delivery]) {
+	capacity, mean := fl.capacityNow(), sc.stats.recentMean()
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.fig.Known || sc.failed > 0 || sc.last.At.IsZero() {
+		return
+	}
+	r := sc.last
+	r.Capacity, r.MeanInFlight = capacity, mean
+	sc.apply(sc.sig.Update(r))
 }
 
 // scale takes one reading and updates the figure.
@@ -268,7 +309,17 @@ func (sc *scaler) scale(ctx context.Context, fl *flow[*delivery]) {
 	r.MeanInFlight = sc.stats.recentMean()
 	sc.mu.Lock()
 	sc.failed = 0
-	f := sc.sig.Update(r)
+	sc.last = r
+	sc.apply(sc.sig.Update(r))
+	fig := sc.fig
+	sc.mu.Unlock()
+	if sc.p.EMFNamespace != "" && fig.Known {
+		sc.writeEMF(fig)
+	}
+}
+
+// apply makes f the figure. sc.mu must be held.
+func (sc *scaler) apply(f scaling.Figure) {
 	sc.fig = sc.p.figure()
 	sc.fig.Known, sc.fig.Reason, sc.fig.Replicas, sc.fig.Raw = f.Known, f.Reason, f.Replicas, f.Raw
 	sc.fig.Visible, sc.fig.InFlight, sc.fig.Delayed = f.Visible, f.InFlight, f.Delayed
@@ -277,11 +328,9 @@ func (sc *scaler) scale(ctx context.Context, fl *flow[*delivery]) {
 		sc.fig.CapacityPerReplica = f.Capacity
 		sc.fig.SlotTime = time.Duration(float64(sc.conc) / f.Capacity * float64(time.Second))
 	}
-	fig := sc.fig
-	sc.mu.Unlock()
-	if sc.p.EMFNamespace != "" && fig.Known {
-		sc.writeEMF(fig)
-	}
+	// Unknown for want of a completion here (a reading that succeeded is
+	// unknown for no other reason): the next one kicks refigure.
+	sc.waiting.Store(!f.Known)
 }
 
 // queueCounts parses the counts of a GetQueueAttributes answer.

@@ -289,3 +289,66 @@ func TestStatsCountCallsAndTimes(t *testing.T) {
 		require.InEpsilon(t, 4*time.Second, st.WaitP99, 0.06)
 	})
 }
+
+// docsFailureThreshold is the ScaledObject's fallback.failureThreshold in
+// docs/scaling.md: KEDA applies the fallback after that many failed polls
+// in a row.
+const docsFailureThreshold = 3
+
+// A replica that has just started behind the Service answers /scaling
+// within one handler's time: Run reads the counts at once and the first
+// completion figures that reading, without waiting for the next (30 s
+// later). Even if every poll of KEDA landed on the fresh replica, once a
+// second (the HPA asks every 15 s), fewer than docsFailureThreshold fail
+// in a row, so KEDA does not fall back; and the fresh figure is the one
+// the two running replicas give.
+func TestScalingFreshReplicaDoesNotMakeKEDAFallBack(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		replica := func() *Consumer {
+			c, err := New(b.client, b.url, sleepHandler(time.Second), WithConcurrency(10),
+				WithVisibilityTimeout(30*time.Second), WithScalingTarget(30*time.Second))
+			require.NoError(t, err)
+			return c
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		waitProducer := produce(t, b, ctx, 20)
+		old := []*Consumer{replica(), replica()}
+		var stops []func() error
+		for _, c := range old {
+			stops = append(stops, running(t, c))
+		}
+		time.Sleep(5 * time.Minute)
+
+		fresh := replica()
+		stops = append(stops, running(t, fresh))
+		poll := func() (int, Scaling) {
+			rec := httptest.NewRecorder()
+			fresh.ScalingHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/scaling", nil))
+			return rec.Code, fresh.Scaling()
+		}
+		failed, f := 0, Scaling{}
+		for {
+			synctest.Wait()
+			code, fig := poll()
+			if code == http.StatusOK {
+				f = fig
+				break
+			}
+			failed++
+			require.Less(t, failed, docsFailureThreshold, "the fresh replica still answers %d: %s", code, fig.Reason)
+			time.Sleep(time.Second)
+		}
+		require.Equal(t, int64(1), fresh.Stats().Calls.ScalingAttributes, "figured from Run's first reading, no extra call")
+		for _, c := range old {
+			require.InDelta(t, c.Scaling().Replicas, f.Replicas, 1, "fresh %+v, running %+v", f, c.Scaling())
+		}
+
+		cancel()
+		waitProducer()
+		for _, stop := range stops {
+			require.NoError(t, stop())
+		}
+	})
+}

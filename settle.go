@@ -284,6 +284,9 @@ func (r *run) finish(d *delivery, done, ran bool, doneErr error) {
 	r.observe(EventDone, d, doneErr)
 	next, back := r.reg.leave(d, done)
 	r.leaveFlow(d, ran)
+	if ran {
+		r.scaler.completed() // a fresh replica's figure may wait for it
+	}
 	r.returnLater(back)
 	switch {
 	case next == nil:
