@@ -193,7 +193,7 @@ type scaler struct {
 	client   Client
 	queueURL string
 	conc     int            // the Consumer's handler slots
-	stats    *statsRecorder // the Consumer's: the recent mean time in flight
+	stats    *statsRecorder // the Consumer's: the recent mean time not visible
 	ev       *eventSink     // the Consumer's logger
 
 	// waiting is set while the figure is unknown only because no handler
@@ -260,7 +260,7 @@ func (sc *scaler) run(ctx context.Context, fl *flow[*delivery]) {
 // refigure figures the latest reading's counts again with the capacity
 // measured since: no call to SQS and no EMF line (it is no new reading).
 func (sc *scaler) refigure(fl *flow[*delivery]) {
-	capacity, mean := fl.capacityNow(), sc.stats.recentMean()
+	capacity, mean := fl.capacityNow(), sc.stats.meanNotVisible()
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	if sc.fig.Known || sc.failed > 0 || sc.last.At.IsZero() {
@@ -306,7 +306,7 @@ func (sc *scaler) scale(ctx context.Context, fl *flow[*delivery]) {
 	}
 	r.At = time.Now()
 	r.Capacity = fl.capacityNow()
-	r.MeanInFlight = sc.stats.recentMean()
+	r.MeanInFlight = sc.stats.meanNotVisible()
 	sc.mu.Lock()
 	sc.failed = 0
 	sc.last = r

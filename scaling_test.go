@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -351,4 +352,90 @@ func TestScalingFreshReplicaDoesNotMakeKEDAFallBack(t *testing.T) {
 			require.NoError(t, stop())
 		}
 	})
+}
+
+// produceJittered sends the n-th message at (n + u)/rate seconds, u
+// uniform in [0, 1) and seeded: the rate is exact over any span, but no
+// send is phase-locked to the readings (every 30 s) as produce's are,
+// which would make SQS's in-flight count, read at those instants, off by
+// about one message for the whole run.
+func produceJittered(t *testing.T, b bundle, ctx context.Context, rate float64) (wait func()) {
+	t.Helper()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		rng := rand.New(rand.NewPCG(30, 2))
+		start := time.Now()
+		for n := 0; ctx.Err() == nil; n++ {
+			at := start.Add(time.Duration((float64(n) + rng.Float64()) / rate * float64(time.Second)))
+			time.Sleep(time.Until(at))
+			if _, err := b.srv.Send(b.url, "x"); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	return wg.Wait
+}
+
+// The signal's arrival rate is the whole queue's in-flight count over the
+// time a message is not visible per handler run, receive to the answer of
+// the call that ended it (read-ahead, handler and settling; hand-backs
+// and retry visibility included); in steady load it is the true rate within 3 %, and the
+// figure the fewest replicas that meet the target at 0.9 utilization:
+// four replicas of 10 slots with 1 s handlers at 30 msg/s (30 / 9 = 3.3,
+// so 4); three of 4 slots with 200 ms handlers at 50 msg/s (50 / 18 =
+// 2.8, so 3). The rate is the mean of every replica's readings from
+// minute 4 to minute 8 (the smoothing's start, and the start's readings
+// out of a 2-minute scale-in window).
+func TestScalingArrivalRateUnbiased(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name           string
+		replicas, conc int
+		handler        time.Duration
+		rate           float64
+		want           int
+	}{
+		{"4x10 slots, 1s, 30 msg/s", 4, 10, time.Second, 30, 4},
+		{"3x4 slots, 200ms, 50 msg/s", 3, 4, 200 * time.Millisecond, 50, 3},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				b := setup(t, nil)
+				ctx, cancel := context.WithCancel(context.Background())
+				waitProducer := produceJittered(t, b, ctx, tt.rate)
+				var cs []*Consumer
+				var stops []func() error
+				for range tt.replicas {
+					c, err := New(b.client, b.url, sleepHandler(tt.handler), WithConcurrency(tt.conc),
+						WithVisibilityTimeout(30*time.Second), WithScaling(ScalingPolicy{Target: 30 * time.Second, ScaleInAfter: 2 * time.Minute}))
+					require.NoError(t, err)
+					cs = append(cs, c)
+					stops = append(stops, running(t, c))
+				}
+				time.Sleep(4*time.Minute - time.Second)
+				var sum float64
+				var n int
+				for range 8 { // the readings at 4:00, 4:30, ... 7:30
+					time.Sleep(30 * time.Second)
+					for _, c := range cs {
+						f := c.Scaling()
+						require.True(t, f.Known, f.Reason)
+						require.Equal(t, tt.want, f.Replicas, "%+v", f)
+						sum += f.ArrivalRate
+						n++
+					}
+				}
+				mean := sum / float64(n)
+				t.Logf("%s: ArrivalRate %.2f msg/s against the true %.0f (%+.1f %%)", tt.name, mean, tt.rate, 100*(mean/tt.rate-1))
+				require.InEpsilon(t, tt.rate, mean, 0.03)
+				cancel()
+				waitProducer()
+				for _, stop := range stops {
+					require.NoError(t, stop())
+				}
+			})
+		})
+	}
 }

@@ -59,8 +59,11 @@ type Reading struct {
 	// never starved (its slots over their mean hold time); 0, negative or
 	// +Inf when not measured yet.
 	Capacity float64
-	// MeanInFlight is the mean time a message stays in flight (from its
-	// receive to its settlement) at the replica; 0 when not measured.
+	// MeanInFlight is the time SQS counts messages as not visible per
+	// handler run at the replica (from each receive to the answer of the
+	// delete or release that ended it, retry visibility and messages
+	// handed back unstarted included), so that InFlight / MeanInFlight is
+	// the rate of runs; 0 when not measured.
 	MeanInFlight time.Duration
 }
 
