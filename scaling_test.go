@@ -385,8 +385,8 @@ func produceJittered(t *testing.T, b bundle, ctx context.Context, rate float64) 
 // four replicas of 10 slots with 1 s handlers at 30 msg/s (30 / 9 = 3.3,
 // so 4); three of 4 slots with 200 ms handlers at 50 msg/s (50 / 18 =
 // 2.8, so 3). The rate is the mean of every replica's readings from
-// minute 4 to minute 8 (the smoothing's start, and the start's readings
-// out of a 2-minute scale-in window).
+// minute 3 to 4:30 (past the smoothing's start, and the start's readings
+// out of a 1-minute scale-in window).
 func TestScalingArrivalRateUnbiased(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
@@ -409,15 +409,15 @@ func TestScalingArrivalRateUnbiased(t *testing.T) {
 				var stops []func() error
 				for range tt.replicas {
 					c, err := New(b.client, b.url, sleepHandler(tt.handler), WithConcurrency(tt.conc),
-						WithVisibilityTimeout(30*time.Second), WithScaling(ScalingPolicy{Target: 30 * time.Second, ScaleInAfter: 2 * time.Minute}))
+						WithVisibilityTimeout(30*time.Second), WithScaling(ScalingPolicy{Target: 30 * time.Second, ScaleInAfter: time.Minute}))
 					require.NoError(t, err)
 					cs = append(cs, c)
 					stops = append(stops, running(t, c))
 				}
-				time.Sleep(4*time.Minute - time.Second)
+				time.Sleep(3*time.Minute - time.Second)
 				var sum float64
 				var n int
-				for range 8 { // the readings at 4:00, 4:30, ... 7:30
+				for range 4 { // the readings at 3:00, 3:30, 4:00 and 4:30
 					time.Sleep(30 * time.Second)
 					for _, c := range cs {
 						f := c.Scaling()
