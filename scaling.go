@@ -258,7 +258,9 @@ func (sc *scaler) run(ctx context.Context, fl *flow[*delivery]) {
 }
 
 // refigure figures the latest reading's counts again with the capacity
-// measured since: no call to SQS and no EMF line (it is no new reading).
+// measured since: no call to SQS, no EMF line and no change to the
+// Signal's smoothing or window (it is no new reading; the next one
+// goes on from the last).
 func (sc *scaler) refigure(fl *flow[*delivery]) {
 	capacity, mean := fl.capacityNow(), sc.stats.meanNotVisible()
 	sc.mu.Lock()
@@ -268,7 +270,7 @@ func (sc *scaler) refigure(fl *flow[*delivery]) {
 	}
 	r := sc.last
 	r.Capacity, r.MeanInFlight = capacity, mean
-	sc.apply(sc.sig.Update(r))
+	sc.apply(sc.sig.Peek(r))
 }
 
 // scale takes one reading and updates the figure.

@@ -115,6 +115,15 @@ type Signal struct {
 // NewSignal returns a Signal for p.
 func NewSignal(p Policy) *Signal { return &Signal{p: p} }
 
+// Peek returns the figure Update would return for r, without changing
+// s: for a figure between readings (a capacity just measured) that must
+// not count as one more reading in the smoothing and the window.
+func (s *Signal) Peek(r Reading) Figure {
+	c := *s
+	c.hold.points = append([]point(nil), s.hold.points...)
+	return c.Update(r)
+}
+
 // Hold is the highest of the figures added within a window: it rises at
 // once and falls only when a figure has been out of the window for
 // Window. The zero value holds for no time (the latest figure). Not safe
