@@ -320,7 +320,7 @@ func TestScalingFreshReplicaDoesNotMakeKEDAFallBack(t *testing.T) {
 		for _, c := range old {
 			stops = append(stops, running(t, c))
 		}
-		time.Sleep(5 * time.Minute)
+		time.Sleep(time.Minute)
 
 		fresh := replica()
 		stops = append(stops, running(t, fresh))
