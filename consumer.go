@@ -120,7 +120,7 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 	}
 	if s.scaling != nil {
 		c2.scaler = &scaler{p: *s.scaling, sig: scaling.NewSignal(s.scaling.internal()), fig: s.scaling.figure(),
-			client: c2.client, queueURL: queueURL, conc: s.concurrency, stats: stats, ev: &c2.ev}
+			client: c2.client, queueURL: queueURL, conc: s.concurrency, stats: stats, ev: &c2.ev, kick: make(chan struct{}, 1)}
 		c2.scaler.fig.Reason = "Run has not read the queue's counts yet"
 	}
 	if bt != nil && !bt.attach(len(s.middleware) == 0) {
@@ -364,7 +364,11 @@ func (c *Consumer) ReadyHandler() http.Handler {
 // valueLocation "replicas". It answers GET and HEAD, 200 when the figure
 // is known and 503 (with the reason in "reason") when it is not, so that
 // KEDA counts a failure and applies its fallback rather than act on a
-// guess; the body is Scaling's JSON: known, reason, replicas, raw,
+// guess. A replica that has just started answers 200 within one handler's
+// time (its first completion figures Run's first reading), so polls that
+// land on it do not add up to a fallback; use fallback.behavior
+// currentReplicasIfHigher so that a fallback never shrinks the service.
+// The body is Scaling's JSON: known, reason, replicas, raw,
 // visible, in_flight, delayed, arrival_rate, demand,
 // capacity_per_replica, target_seconds, at, error. With KEDA, use
 // metricType AverageValue and targetValue "1": the HPA then sets replicas

@@ -37,6 +37,11 @@ type delivery struct {
 	started   atomic.Int64
 	inHandler atomic.Bool
 
+	// retryAfter is the visibility its release asked for (a failure's
+	// backoff), for the time SQS keeps it hidden; written and read by the
+	// goroutine that settles it.
+	retryAfter time.Duration
+
 	// bm is its place in the batcher (Batch handlers), nil otherwise;
 	// guarded by the batcher's mu.
 	bm *member

@@ -654,10 +654,8 @@ func WithScaling(p ScalingPolicy) Option {
 			s.fail("WithScaling: Interval %v out of range [%v, %v]", p.Interval, MinScalingInterval, MaxScalingInterval)
 		case p.ScaleInAfter > time.Hour:
 			s.fail("WithScaling: ScaleInAfter %v above 1h", p.ScaleInAfter)
-		case len(p.EMFNamespace) > 255:
-			s.fail("WithScaling: EMFNamespace is %d characters, CloudWatch allows 255", len(p.EMFNamespace))
 		default:
-			if err := p.internal().Check(); err != nil {
+			if err := p.check(); err != nil {
 				s.fail("WithScaling: %v", err)
 				return
 			}

@@ -2,12 +2,16 @@ package sqsconsumer
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -84,12 +88,46 @@ type ScalingPolicy struct {
 	// MinReplicas and MaxReplicas clamp the figure; 0 means no clamp.
 	// MinReplicas does not lift a 0 that ScaleToZero allowed.
 	MinReplicas, MaxReplicas int
-	// EMFNamespace, when set, makes each reading log one line in
-	// CloudWatch's embedded metric format through the Consumer's logger
-	// (WithLogger, which must then write JSON: slog.NewJSONHandler, with
-	// no groups). See docs/scaling.md in the module's repository for
-	// the ECS target-tracking policy that follows it. At most 255 characters.
+	// EMFNamespace, when set, makes each known reading write one line in
+	// CloudWatch's embedded metric format to EMFWriter. See docs/scaling.md
+	// in the module's repository for the ECS target-tracking policy that
+	// follows it. CloudWatch's rules for a namespace apply: 1 to 255
+	// characters among letters, digits, space and . - _ / # :, not
+	// starting with a colon, and not starting with "AWS/" (reserved for
+	// AWS's own metrics, which CloudWatch would drop the lines of).
 	EMFNamespace string
+	// EMFWriter is where the EMF lines go: one JSON object a line, written
+	// with one Write each, whatever WithLogger's level and handler (the
+	// lines do not go through the logger). Default os.Stdout, which
+	// FireLens and the CloudWatch agent read from a container. Writes of
+	// all Consumers are serialized, so one writer may be shared. A failed
+	// write is logged at Warn.
+	EMFWriter io.Writer
+}
+
+// emfAllowed are the characters CloudWatch allows in a namespace besides
+// letters and digits.
+const emfAllowed = " ._-/#:"
+
+// check reports what is wrong with p (its defaults applied) beyond
+// WithScaling's own ranges: the EMF namespace, then the figure's policy.
+func (p ScalingPolicy) check() error {
+	if ns := p.EMFNamespace; ns != "" {
+		switch {
+		case len(ns) > 255:
+			return fmt.Errorf("EMFNamespace is %d characters, CloudWatch allows 255", len(ns))
+		case strings.HasPrefix(ns, "AWS/"):
+			return fmt.Errorf("EMFNamespace %q starts with \"AWS/\", which CloudWatch reserves for AWS's own metrics", ns)
+		case ns[0] == ':':
+			return fmt.Errorf("EMFNamespace %q starts with a colon, which CloudWatch does not allow", ns)
+		}
+		for _, c := range ns {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune(emfAllowed, c)) {
+				return fmt.Errorf("EMFNamespace %q has %q, which CloudWatch does not allow (letters, digits and %q only)", ns, c, emfAllowed)
+			}
+		}
+	}
+	return p.internal().Check()
 }
 
 // figure is a Scaling that holds p's own fields and no reading.
@@ -107,7 +145,8 @@ func (p ScalingPolicy) internal() scaling.Policy {
 type Scaling struct {
 	// Known is false while the figure cannot be computed: the signal is
 	// off, Run has not read the queue yet, no handler has finished (one
-	// replica's capacity is unknown), or the latest readings failed.
+	// replica's capacity is unknown; the first to finish makes the latest
+	// reading known at once), or the latest readings failed.
 	// Reason says which, plainly; Replicas is then the last known figure
 	// (0 if none).
 	Known  bool   `json:"known"`
@@ -154,13 +193,35 @@ type scaler struct {
 	client   Client
 	queueURL string
 	conc     int            // the Consumer's handler slots
-	stats    *statsRecorder // the Consumer's: the recent mean time in flight
+	stats    *statsRecorder // the Consumer's: the recent mean time not visible
 	ev       *eventSink     // the Consumer's logger
+
+	// waiting is set while the figure is unknown only because no handler
+	// has finished here yet; the first finish then kicks the scaler
+	// (completed), which figures the last reading at once rather than at
+	// the next one, up to Interval later: a fresh replica answers within
+	// one handler's time, so that an autoscaler's polls landing on it do
+	// not count failures in a row.
+	waiting atomic.Bool
+	kick    chan struct{} // capacity 1
 
 	mu     sync.Mutex // guards the fields below
 	sig    *scaling.Signal
 	fig    Scaling
-	failed int // failed readings in a row
+	failed int             // failed readings in a row
+	last   scaling.Reading // the latest successful reading's counts
+}
+
+// completed tells the scaler that a handler finished: cheap (one atomic
+// load) unless the figure waits for it. Safe from any goroutine, with
+// any lock held.
+func (sc *scaler) completed() {
+	if sc != nil && sc.waiting.Load() && sc.waiting.CompareAndSwap(true, false) {
+		select {
+		case sc.kick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // figure is the latest figure; nil (the signal is off) is never Known.
@@ -186,11 +247,30 @@ func (sc *scaler) run(ctx context.Context, fl *flow[*delivery]) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-sc.kick:
+			sc.refigure(fl)
+			continue
 		case <-t.C:
 		}
 		sc.scale(ctx, fl)
 		t.Reset(sc.p.Interval)
 	}
+}
+
+// refigure figures the latest reading's counts again with the capacity
+// measured since: no call to SQS, no EMF line and no change to the
+// Signal's smoothing or window (it is no new reading; the next one
+// goes on from the last).
+func (sc *scaler) refigure(fl *flow[*delivery]) {
+	capacity, mean := fl.capacityNow(), sc.stats.meanNotVisible()
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.fig.Known || sc.failed > 0 || sc.last.At.IsZero() {
+		return
+	}
+	r := sc.last
+	r.Capacity, r.MeanInFlight = capacity, mean
+	sc.apply(sc.sig.Peek(r))
 }
 
 // scale takes one reading and updates the figure.
@@ -228,10 +308,20 @@ func (sc *scaler) scale(ctx context.Context, fl *flow[*delivery]) {
 	}
 	r.At = time.Now()
 	r.Capacity = fl.capacityNow()
-	r.MeanInFlight = sc.stats.recentMean()
+	r.MeanInFlight = sc.stats.meanNotVisible()
 	sc.mu.Lock()
 	sc.failed = 0
-	f := sc.sig.Update(r)
+	sc.last = r
+	sc.apply(sc.sig.Update(r))
+	fig := sc.fig
+	sc.mu.Unlock()
+	if sc.p.EMFNamespace != "" && fig.Known {
+		sc.writeEMF(fig)
+	}
+}
+
+// apply makes f the figure. sc.mu must be held.
+func (sc *scaler) apply(f scaling.Figure) {
 	sc.fig = sc.p.figure()
 	sc.fig.Known, sc.fig.Reason, sc.fig.Replicas, sc.fig.Raw = f.Known, f.Reason, f.Replicas, f.Raw
 	sc.fig.Visible, sc.fig.InFlight, sc.fig.Delayed = f.Visible, f.InFlight, f.Delayed
@@ -240,11 +330,9 @@ func (sc *scaler) scale(ctx context.Context, fl *flow[*delivery]) {
 		sc.fig.CapacityPerReplica = f.Capacity
 		sc.fig.SlotTime = time.Duration(float64(sc.conc) / f.Capacity * float64(time.Second))
 	}
-	fig := sc.fig
-	sc.mu.Unlock()
-	if sc.p.EMFNamespace != "" && fig.Known {
-		sc.logEMF(fig)
-	}
+	// Unknown for want of a completion here (a reading that succeeded is
+	// unknown for no other reason): the next one kicks refigure.
+	sc.waiting.Store(!f.Known)
 }
 
 // queueCounts parses the counts of a GetQueueAttributes answer.
@@ -297,24 +385,49 @@ var emfMetrics = []emfMetricV{
 	{"DesiredReplicas", "Count"}, {"Backlog", "Count"}, {"ArrivalRate", "Count/Second"},
 }
 
-// logEMF logs f as one CloudWatch embedded-metric-format line: the
-// "_aws" directive and the metric values as top-level members, dimensioned
-// by QueueName. slog's JSON handler adds time, level and msg, which EMF
-// allows.
-func (sc *scaler) logEMF(f Scaling) {
-	if sc.ev.logger == nil {
-		return
+// emfLine is one embedded-metric-format line: the "_aws" directive and
+// the metric values as top-level members, dimensioned by QueueName.
+type emfLine struct {
+	AWS             emfDirective `json:"_aws"`
+	QueueName       string       `json:"QueueName"`
+	DesiredReplicas int          `json:"DesiredReplicas"`
+	Backlog         float64      `json:"Backlog"`
+	ArrivalRate     float64      `json:"ArrivalRate"`
+}
+
+// emfMu serializes the EMF lines of every Consumer of the process, which
+// may share a writer (os.Stdout by default).
+var emfMu sync.Mutex
+
+// writeEMF writes f as one CloudWatch embedded-metric-format line to the
+// policy's writer, not through the logger: a logger's level, handler or
+// groups must not lose the metric.
+func (sc *scaler) writeEMF(f Scaling) {
+	line, err := json.Marshal(emfLine{
+		AWS: emfDirective{
+			Timestamp: f.At.UnixMilli(),
+			CloudWatchMetrics: []emfMetric{{
+				Namespace: sc.p.EMFNamespace, Dimensions: [][]string{{"QueueName"}}, Metrics: emfMetrics,
+			}},
+		},
+		QueueName:       queueName(sc.queueURL),
+		DesiredReplicas: f.Replicas,
+		Backlog:         math.Round(f.Visible),
+		ArrivalRate:     math.Round(f.ArrivalRate*100) / 100,
+	})
+	if err != nil {
+		return // the values are finite numbers and strings: cannot happen
 	}
-	d := emfDirective{
-		Timestamp: f.At.UnixMilli(),
-		CloudWatchMetrics: []emfMetric{{
-			Namespace: sc.p.EMFNamespace, Dimensions: [][]string{{"QueueName"}}, Metrics: emfMetrics,
-		}},
+	w := sc.p.EMFWriter
+	if w == nil {
+		w = os.Stdout
 	}
-	logSafely(sc.ev.logger, slog.LevelInfo, "sqsconsumer: scaling signal",
-		slog.Any("_aws", d), slog.String("QueueName", queueName(sc.queueURL)),
-		slog.Int("DesiredReplicas", f.Replicas), slog.Float64("Backlog", math.Round(f.Visible)),
-		slog.Float64("ArrivalRate", math.Round(f.ArrivalRate*100)/100))
+	emfMu.Lock()
+	_, err = w.Write(append(line, '\n'))
+	emfMu.Unlock()
+	if err != nil {
+		sc.ev.log(slog.LevelWarn, "sqsconsumer: scaling signal: writing the EMF line failed", "error", err)
+	}
 }
 
 // queueName is the last path element of a queue URL.

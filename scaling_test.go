@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -131,45 +134,58 @@ func TestScalingOffByDefault(t *testing.T) {
 	require.Contains(t, f.Reason, "WithScalingTarget")
 }
 
+// The EMF lines go to their own writer, not through the logger: a logger
+// at Warn, a text handler, a grouped logger or none at all must not lose
+// the metric.
 func TestScalingEMFLine(t *testing.T) {
 	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		b := setup(t, nil)
-		var mu sync.Mutex
-		var buf bytes.Buffer
-		logger := slog.New(slog.NewJSONHandler(&lockedWriter{mu: &mu, w: &buf}, nil))
-		c, err := New(b.client, b.url, sleepHandler(100*time.Millisecond), WithVisibilityTimeout(30*time.Second), WithLogger(logger),
-			WithScaling(ScalingPolicy{Target: 30 * time.Second, EMFNamespace: "Orders/Workers"}))
-		require.NoError(t, err)
-		b.send(t, 20)
-		stop := running(t, c)
-		time.Sleep(31 * time.Second)
-		require.NoError(t, stop())
+	for name, logger := range map[string]*slog.Logger{
+		"no logger":      nil,
+		"warn":           slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		"text, grouped":  slog.New(slog.NewTextHandler(io.Discard, nil)).WithGroup("app"),
+		"json, as given": slog.New(slog.NewJSONHandler(io.Discard, nil)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				b := setup(t, nil)
+				var mu sync.Mutex
+				var buf bytes.Buffer
+				opts := []Option{WithVisibilityTimeout(30 * time.Second),
+					WithScaling(ScalingPolicy{Target: 30 * time.Second, EMFNamespace: "Orders/Workers", EMFWriter: &lockedWriter{mu: &mu, w: &buf}})}
+				if logger != nil {
+					opts = append(opts, WithLogger(logger))
+				}
+				c, err := New(b.client, b.url, sleepHandler(100*time.Millisecond), opts...)
+				require.NoError(t, err)
+				b.send(t, 20)
+				stop := running(t, c)
+				time.Sleep(31 * time.Second)
+				require.NoError(t, stop())
 
-		mu.Lock()
-		defer mu.Unlock()
-		var line map[string]any
-		for l := range bytes.Lines(buf.Bytes()) {
-			if bytes.Contains(l, []byte(`"_aws"`)) {
-				require.NoError(t, json.Unmarshal(l, &line))
-			}
-		}
-		require.NotNil(t, line, "no EMF line in:\n%s", buf.String())
-		aws := line["_aws"].(map[string]any)
-		require.EqualValues(t, time.Now().Add(-time.Second).Truncate(30*time.Second).UnixMilli(), aws["Timestamp"])
-		d := aws["CloudWatchMetrics"].([]any)[0].(map[string]any)
-		require.Equal(t, "Orders/Workers", d["Namespace"])
-		require.Equal(t, []any{[]any{"QueueName"}}, d["Dimensions"])
-		names := []string{}
-		for _, m := range d["Metrics"].([]any) {
-			name := m.(map[string]any)["Name"].(string)
-			names = append(names, name)
-			require.Contains(t, line, name, "every metric has its value at the root")
-		}
-		require.Equal(t, []string{"DesiredReplicas", "Backlog", "ArrivalRate"}, names)
-		require.Equal(t, "q", line["QueueName"])
-		require.EqualValues(t, 1, line["DesiredReplicas"])
-	})
+				mu.Lock()
+				defer mu.Unlock()
+				lines := bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n"))
+				require.Len(t, lines, 1, "one known reading (at 30 s; the one at 0 s knew no capacity):\n%s", buf.String())
+				var line map[string]any
+				require.NoError(t, json.Unmarshal(lines[0], &line))
+				aws := line["_aws"].(map[string]any)
+				require.EqualValues(t, time.Now().Add(-time.Second).Truncate(30*time.Second).UnixMilli(), aws["Timestamp"])
+				d := aws["CloudWatchMetrics"].([]any)[0].(map[string]any)
+				require.Equal(t, "Orders/Workers", d["Namespace"])
+				require.Equal(t, []any{[]any{"QueueName"}}, d["Dimensions"])
+				names := []string{}
+				for _, m := range d["Metrics"].([]any) {
+					name := m.(map[string]any)["Name"].(string)
+					names = append(names, name)
+					require.Contains(t, line, name, "every metric has its value at the root")
+				}
+				require.Equal(t, []string{"DesiredReplicas", "Backlog", "ArrivalRate"}, names)
+				require.Equal(t, "q", line["QueueName"])
+				require.EqualValues(t, 1, line["DesiredReplicas"])
+			})
+		})
+	}
 }
 
 // badCounts answers GetQueueAttributes for the scaling signal with a
@@ -222,10 +238,19 @@ func TestScalingOptionsValidate(t *testing.T) {
 		{ScalingPolicy{Target: time.Minute, Utilization: 1.2}, "Utilization 1.2: must be in (0, 1]"},
 		{ScalingPolicy{Target: time.Minute, MinReplicas: 4, MaxReplicas: 2}, "Min 4 above Max 2"},
 		{ScalingPolicy{Target: time.Minute, MinReplicas: -1}, "must not be negative"},
+		{ScalingPolicy{Target: time.Minute, EMFNamespace: "AWS/SQS"}, `EMFNamespace "AWS/SQS" starts with "AWS/", which CloudWatch reserves`},
+		{ScalingPolicy{Target: time.Minute, EMFNamespace: strings.Repeat("n", 256)}, "EMFNamespace is 256 characters, CloudWatch allows 255"},
+		{ScalingPolicy{Target: time.Minute, EMFNamespace: ":Orders"}, "starts with a colon"},
+		{ScalingPolicy{Target: time.Minute, EMFNamespace: "Orders\tWorker"}, `EMFNamespace "Orders\tWorker" has '\t', which CloudWatch does not allow`},
 	} {
 		_, err := New(b.client, b.url, sleepHandler(0), WithScaling(tt.p))
 		require.ErrorIs(t, err, ErrInvalidOption)
 		require.ErrorContains(t, err, tt.want)
+		require.ErrorContains(t, err, "WithScaling: ")
+	}
+	for _, ns := range []string{"Orders/Worker", "AWSome/Orders", "Team #1: orders_worker-2.b"} {
+		_, err := New(b.client, b.url, sleepHandler(0), WithScaling(ScalingPolicy{Target: time.Minute, EMFNamespace: ns}))
+		require.NoError(t, err, ns)
 	}
 }
 
@@ -264,4 +289,153 @@ func TestStatsCountCallsAndTimes(t *testing.T) {
 		require.GreaterOrEqual(t, st.WaitP50, 3*time.Second)
 		require.InEpsilon(t, 4*time.Second, st.WaitP99, 0.06)
 	})
+}
+
+// docsFailureThreshold is the ScaledObject's fallback.failureThreshold in
+// docs/scaling.md: KEDA applies the fallback after that many failed polls
+// in a row.
+const docsFailureThreshold = 3
+
+// A replica that has just started behind the Service answers /scaling
+// within one handler's time: Run reads the counts at once and the first
+// completion figures that reading, without waiting for the next (30 s
+// later). Even if every poll of KEDA landed on the fresh replica, once a
+// second (the HPA asks every 15 s), fewer than docsFailureThreshold fail
+// in a row, so KEDA does not fall back; and the fresh figure is the one
+// the two running replicas give.
+func TestScalingFreshReplicaDoesNotMakeKEDAFallBack(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		replica := func() *Consumer {
+			c, err := New(b.client, b.url, sleepHandler(time.Second), WithConcurrency(10),
+				WithVisibilityTimeout(30*time.Second), WithScalingTarget(30*time.Second))
+			require.NoError(t, err)
+			return c
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		waitProducer := produce(t, b, ctx, 20)
+		old := []*Consumer{replica(), replica()}
+		var stops []func() error
+		for _, c := range old {
+			stops = append(stops, running(t, c))
+		}
+		time.Sleep(time.Minute)
+
+		fresh := replica()
+		stops = append(stops, running(t, fresh))
+		poll := func() (int, Scaling) {
+			rec := httptest.NewRecorder()
+			fresh.ScalingHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/scaling", nil))
+			return rec.Code, fresh.Scaling()
+		}
+		failed, f := 0, Scaling{}
+		for {
+			synctest.Wait()
+			code, fig := poll()
+			if code == http.StatusOK {
+				f = fig
+				break
+			}
+			failed++
+			require.Less(t, failed, docsFailureThreshold, "the fresh replica still answers %d: %s", code, fig.Reason)
+			time.Sleep(time.Second)
+		}
+		require.Equal(t, int64(1), fresh.Stats().Calls.ScalingAttributes, "figured from Run's first reading, no extra call")
+		for _, c := range old {
+			require.InDelta(t, c.Scaling().Replicas, f.Replicas, 1, "fresh %+v, running %+v", f, c.Scaling())
+		}
+
+		cancel()
+		waitProducer()
+		for _, stop := range stops {
+			require.NoError(t, stop())
+		}
+	})
+}
+
+// produceJittered sends the n-th message at (n + u)/rate seconds, u
+// uniform in [0, 1) and seeded: the rate is exact over any span, but no
+// send is phase-locked to the readings (every 30 s) as produce's are,
+// which would make SQS's in-flight count, read at those instants, off by
+// about one message for the whole run.
+func produceJittered(t *testing.T, b bundle, ctx context.Context, rate float64) (wait func()) {
+	t.Helper()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		rng := rand.New(rand.NewPCG(30, 2))
+		start := time.Now()
+		for n := 0; ctx.Err() == nil; n++ {
+			at := start.Add(time.Duration((float64(n) + rng.Float64()) / rate * float64(time.Second)))
+			time.Sleep(time.Until(at))
+			if _, err := b.srv.Send(b.url, "x"); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	return wg.Wait
+}
+
+// The signal's arrival rate is the whole queue's in-flight count over the
+// time a message is not visible per handler run, receive to the answer of
+// the call that ended it (read-ahead, handler and settling; hand-backs
+// and retry visibility included); in steady load it is the true rate within 3 %, and the
+// figure the fewest replicas that meet the target at 0.9 utilization:
+// four replicas of 10 slots with 1 s handlers at 30 msg/s (30 / 9 = 3.3,
+// so 4); three of 4 slots with 200 ms handlers at 50 msg/s (50 / 18 =
+// 2.8, so 3). The rate is the mean of every replica's readings from
+// minute 3 to 4:30 (past the smoothing's start, and the start's readings
+// out of a 1-minute scale-in window).
+func TestScalingArrivalRateUnbiased(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name           string
+		replicas, conc int
+		handler        time.Duration
+		rate           float64
+		want           int
+	}{
+		{"4x10 slots, 1s, 30 msg/s", 4, 10, time.Second, 30, 4},
+		{"3x4 slots, 200ms, 50 msg/s", 3, 4, 200 * time.Millisecond, 50, 3},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				b := setup(t, nil)
+				ctx, cancel := context.WithCancel(context.Background())
+				waitProducer := produceJittered(t, b, ctx, tt.rate)
+				var cs []*Consumer
+				var stops []func() error
+				for range tt.replicas {
+					c, err := New(b.client, b.url, sleepHandler(tt.handler), WithConcurrency(tt.conc),
+						WithVisibilityTimeout(30*time.Second), WithScaling(ScalingPolicy{Target: 30 * time.Second, ScaleInAfter: time.Minute}))
+					require.NoError(t, err)
+					cs = append(cs, c)
+					stops = append(stops, running(t, c))
+				}
+				time.Sleep(3*time.Minute - time.Second)
+				var sum float64
+				var n int
+				for range 4 { // the readings at 3:00, 3:30, 4:00 and 4:30
+					time.Sleep(30 * time.Second)
+					for _, c := range cs {
+						f := c.Scaling()
+						require.True(t, f.Known, f.Reason)
+						require.Equal(t, tt.want, f.Replicas, "%+v", f)
+						sum += f.ArrivalRate
+						n++
+					}
+				}
+				mean := sum / float64(n)
+				t.Logf("%s: ArrivalRate %.2f msg/s against the true %.0f (%+.1f %%)", tt.name, mean, tt.rate, 100*(mean/tt.rate-1))
+				require.InEpsilon(t, tt.rate, mean, 0.03)
+				cancel()
+				waitProducer()
+				for _, stop := range stops {
+					require.NoError(t, stop())
+				}
+			})
+		})
+	}
 }

@@ -157,6 +157,8 @@ func (r *run) settle(d *delivery, err error, ran bool) (next *delivery) {
 				what = "could not hand an unstarted message back"
 			}
 			r.log(slog.LevelWarn, "sqsconsumer: "+what, "message_id", d.msg.ID, "error", rerr)
+		} else {
+			d.retryAfter = after // SQS hides it that much longer
 		}
 		r.finish(d, false, ran, err)
 	}
@@ -276,14 +278,22 @@ func (r *run) movedDeleted(d *delivery, err, handlerErr error) {
 func (r *run) finish(d *delivery, done, ran bool, doneErr error) {
 	defer r.reg.done()
 	d.lease.Stop()
+	// SQS counted it as not visible from its receive to this call's
+	// answer (and the retry visibility after): the scaling signal's time
+	// in flight, whatever part was read-ahead, handler or settling.
+	inFlight := time.Since(d.lease.arrivedAt())
+	r.stats.notVisible(inFlight+d.retryAfter, ran)
 	if ran {
-		r.stats.settled(time.Since(d.lease.arrivedAt()), d.lease.renewalCount())
+		r.stats.settled(inFlight, d.lease.renewalCount())
 	} else {
 		r.stats.unstarted()
 	}
 	r.observe(EventDone, d, doneErr)
 	next, back := r.reg.leave(d, done)
 	r.leaveFlow(d, ran)
+	if ran {
+		r.scaler.completed() // a fresh replica's figure may wait for it
+	}
 	r.returnLater(back)
 	switch {
 	case next == nil:

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -74,6 +75,7 @@ func ceilSecond(d time.Duration) time.Duration {
 type statsRecorder struct {
 	all     latency.Histogram // every recorded duration
 	recent  *latency.Window   // the latest 256..512 durations
+	hidden  hiddenWindow      // time not visible, for the scaling signal
 	handler latency.Histogram // handler calls, start to return
 	wait    latency.Histogram // send (SentTimestamp) to handler start
 	calls   callCounter       // SQS calls by action
@@ -133,11 +135,60 @@ func (r *statsRecorder) started(m *Message, now time.Time) {
 // handled records a handler call's running time.
 func (r *statsRecorder) handled(d time.Duration) { r.handler.Record(d) }
 
-// recentMean is the mean of the recent window's durations (0 when
-// empty): a message's mean time in flight, for the scaling signal.
-func (r *statsRecorder) recentMean() time.Duration {
-	s := r.recent.Snapshot()
-	return s.Mean()
+// notVisible records that a message was not visible for d because of
+// this Consumer, its handler run or not.
+func (r *statsRecorder) notVisible(d time.Duration, ran bool) { r.hidden.record(d, ran) }
+
+// meanNotVisible is the time SQS counts messages as not visible per
+// handler run, recently (0 before any run): with SQS's in-flight count,
+// Little's law gives the rate of runs (see hiddenWindow).
+func (r *statsRecorder) meanNotVisible() time.Duration { return r.hidden.perRun() }
+
+// hiddenWindow sums the recent times messages were not visible in SQS
+// because of this Consumer: from the receive's answer to the answer of
+// the call that ended it (delete, release), plus the retry visibility a
+// release asked for, for every message, run or not, in two halves of
+// recentHalf messages used in turn (as latency.Window). Over handler
+// runs, not messages: SQS's in-flight count is the rate of runs times the
+// time hidden per run, messages handed back unstarted (received again
+// later) included, so the count over it is the rate of messages that
+// take a handler slot. The zero value is ready; safe for concurrent use.
+type hiddenWindow struct {
+	mu   sync.Mutex // guards the fields below
+	cur  int        // the half records go to
+	half [2]hiddenHalf
+}
+
+type hiddenHalf struct {
+	sum     time.Duration
+	n, runs int
+}
+
+func (w *hiddenWindow) record(d time.Duration, ran bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.half[w.cur].n == recentHalf {
+		w.cur = 1 - w.cur
+		w.half[w.cur] = hiddenHalf{}
+	}
+	h := &w.half[w.cur]
+	h.sum += d
+	h.n++
+	if ran {
+		h.runs++
+	}
+}
+
+// perRun is the time hidden per handler run over both halves (0 before a
+// run).
+func (w *hiddenWindow) perRun() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	a, b := w.half[0], w.half[1]
+	if runs := a.runs + b.runs; runs > 0 {
+		return (a.sum + b.sum) / time.Duration(runs)
+	}
+	return 0
 }
 
 // unstarted counts a message handed back before its handler started.

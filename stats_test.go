@@ -262,3 +262,23 @@ func TestStatsString(t *testing.T) {
 		require.NotContains(t, got, "0x")
 	}
 }
+
+// The scaling signal's time in flight is the time SQS counts messages as
+// not visible per handler run: a message handed back unstarted adds its
+// time (it was in flight) but no run, and a release's retry visibility
+// adds the time SQS hides the message after it; the window forgets the
+// oldest half once a half is full.
+func TestMeanNotVisiblePerRun(t *testing.T) {
+	t.Parallel()
+	r := newStatsRecorder()
+	require.Zero(t, r.meanNotVisible())
+	r.notVisible(200*time.Millisecond, false) // handed back unstarted
+	require.Zero(t, r.meanNotVisible(), "no run yet")
+	r.notVisible(time.Second, true)
+	r.notVisible(time.Second+10*time.Second, true) // failed, retried after 10 s
+	require.Equal(t, (200*time.Millisecond+12*time.Second)/2, r.meanNotVisible())
+	for range 2 * recentHalf {
+		r.notVisible(time.Second, true)
+	}
+	require.Equal(t, time.Second, r.meanNotVisible(), "the old records are forgotten")
+}

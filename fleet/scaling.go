@@ -23,9 +23,11 @@ import (
 // holds one of its slots (Little's law: the slots the queue keeps busy),
 // and Utilization is the lowest of the queues' policies; it is never below
 // the highest queue's own figure (a queue cannot get more slots in a
-// replica than its WithConcurrency), and it is held as a queue's is: it
-// rises at once and falls only when it has been lower for the longest
-// ScaleInAfter of the queues.
+// replica than its WithConcurrency), and it is held whole: it rises at
+// once and falls only when it has been lower for the longest ScaleInAfter
+// of the queues. Unlike a queue's figure, whose backlog share is not
+// held, the process's holds the slots a drained backlog needed for that
+// long too.
 type Scaling struct {
 	// Known is false while any queue with the signal on has no known
 	// figure, or when no queue has the signal on; Reason says why, and

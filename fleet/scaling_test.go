@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -110,4 +111,68 @@ func TestFleetScalingOff(t *testing.T) {
 	rec := httptest.NewRecorder()
 	f.ScalingHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/scaling", nil))
 	require.Equal(t, http.StatusServiceUnavailable, rec.Code)
+}
+
+// Two fleet replicas of 20 slots each consume two queues of 15 and 10
+// msg/s with 1 s handlers: 25 slots of work over 2 × 18 (0.9 of 20), so
+// the process figure is 2, and each queue's arrival rate, the mean of
+// both replicas' readings from minute 4 to 8, is the true rate within
+// 3 %. Sends are jittered so that none is phase-locked to the readings.
+func TestFleetArrivalRateUnbiased(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := newBed(t, 10*time.Millisecond, "a", "b")
+		rates := []float64{15, 10}
+		var fleets []*fleet.Fleet
+		var stops []func() error
+		for range 2 {
+			f, err := fleet.New(20)
+			require.NoError(t, err)
+			for q := range rates {
+				require.NoError(t, f.Add(b.consumer(t, q, b.handler(q, time.Second), sqsconsumer.WithConcurrency(20),
+					sqsconsumer.WithScaling(sqsconsumer.ScalingPolicy{Target: time.Minute, ScaleInAfter: 2 * time.Minute}))))
+			}
+			fleets = append(fleets, f)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for q, rate := range rates {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(30, uint64(q)))
+				start := time.Now()
+				for n := 0; ctx.Err() == nil; n++ {
+					time.Sleep(time.Until(start.Add(time.Duration((float64(n) + rng.Float64()) / rate * float64(time.Second)))))
+					b.fill(t, q, 1)
+				}
+			})
+		}
+		for _, f := range fleets {
+			stops = append(stops, start(t, f))
+		}
+		time.Sleep(4*time.Minute - time.Second)
+		sums := make([]float64, len(rates))
+		n := 0
+		for range 8 {
+			time.Sleep(30 * time.Second)
+			for _, f := range fleets {
+				s := f.Scaling()
+				require.True(t, s.Known, s.Reason)
+				require.Equal(t, 2, s.Replicas, "%+v", s)
+				for q := range rates {
+					sums[q] += s.Queues[q].Scaling.ArrivalRate
+				}
+			}
+			n++
+		}
+		for q, rate := range rates {
+			mean := sums[q] / float64(n*len(fleets))
+			t.Logf("queue %d: ArrivalRate %.2f msg/s against the true %.0f (%+.1f %%)", q, mean, rate, 100*(mean/rate-1))
+			require.InEpsilon(t, rate, mean, 0.03)
+		}
+		cancel()
+		wg.Wait()
+		for _, stop := range stops {
+			require.NoError(t, stop())
+		}
+	})
 }

@@ -151,10 +151,15 @@ func TestRegisterConsumer(t *testing.T) {
 			require.NotContains(t, got, name)
 		}
 
-		// The reading at 30 s fails: still unknown, and the backlog is
-		// stale, so it goes too.
-		srv.FailNext("GetQueueAttributes", 1, sqstest.FaultInternalError)
-		time.Sleep(30 * time.Second)
+		// The first completion (at 1 s) figures Run's first reading: known.
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.True(t, c.Scaling().Known, "%+v", c.Scaling())
+
+		// The readings at 30, 60 and 90 s fail: unknown after the third,
+		// and the backlog is stale, so every gauge goes.
+		srv.FailNext("GetQueueAttributes", 3, sqstest.FaultInternalError)
+		time.Sleep(90 * time.Second)
 		synctest.Wait()
 		s = c.Scaling()
 		require.False(t, s.Known)
@@ -164,8 +169,8 @@ func TestRegisterConsumer(t *testing.T) {
 			require.NotContains(t, got, name)
 		}
 
-		// From the reading at 60 s on the figure is known.
-		time.Sleep(90 * time.Second)
+		// From the reading at 120 s on the figure is known again.
+		time.Sleep(30 * time.Second)
 		synctest.Wait()
 		s, st := c.Scaling(), c.Stats()
 		require.True(t, s.Known, s.Reason)
@@ -178,7 +183,7 @@ func TestRegisterConsumer(t *testing.T) {
 		want["sqsconsumer.scaling.demand"] = map[string]float64{"": s.Demand}
 		want["sqsconsumer.scaling.capacity_per_replica"] = map[string]float64{"": s.CapacityPerReplica}
 		require.Equal(t, want, collectPoints(t, reader))
-		// Readings at 0, 30 (failed), 60, 90 and 120 s; Run's own check
+		// Readings at 0, 30, 60, 90 (failed) and 120 s; Run's own check
 		// of the queue is the one other GetQueueAttributes.
 		require.Equal(t, int64(5), st.Calls.ScalingAttributes)
 		require.Equal(t, int64(6), st.Calls.GetQueueAttributes)

@@ -41,12 +41,23 @@ func scale() int {
 // stepInput is the step of issue 26, 20 to 2,000 msg/s, with the default handler
 // (lognormal, p50 400 ms, p99 1.2 s) and 80 slots per replica.
 func stepInput(p scalesim.Policy) scalesim.StepInput {
-	return scalesim.StepInput{
+	in := scalesim.StepInput{
 		HandlerP50: scalesim.DefaultHandlerP50, HandlerP99: scalesim.DefaultHandlerP99,
 		ArrivalAvg: 20, ArrivalPeak: 2000, Target: scalesim.DefaultTarget,
 		Concurrency: scalesim.DefaultConcurrency, Scale: scale(), Policy: p, Seed: 26,
 	}
+	if !claims() {
+		in.After = ciStepAfter
+	}
+	return in
 }
+
+// ciStepAfter is how long the CI scale's step runs after the step: long
+// enough for ours to scale out, hold its window (5 min), wait out the
+// autoscaler's cooldown (5 min) and scale in under the target, and for
+// the baselines to scale in to 1 twice (4 reversals, as in 20 minutes);
+// 80 % of the default 20 minutes' messages, which the claims still run.
+const ciStepAfter = 16 * time.Minute
 
 func cpu() time.Duration {
 	var ru syscall.Rusage

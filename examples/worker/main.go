@@ -49,8 +49,8 @@
 // /scaling answers the signal as JSON in the shape KEDA's metrics-api
 // scaler reads (valueLocation "replicas"): 200 once the figure is known,
 // 503 with the reason before that (or when WORKER_SCALING_TARGET is not
-// set). The EMF lines are the worker's own JSON log lines on standard
-// error, so a log pipeline that extracts EMF (the CloudWatch agent,
+// set). The EMF lines are JSON lines on standard error beside the log
+// lines, written whatever LOG_LEVEL says, so a log pipeline that extracts EMF (the CloudWatch agent,
 // FireLens) turns them into the DesiredReplicas metric, dimension
 // QueueName, for an ECS target-tracking policy. docs/scaling.md of this
 // module has the KEDA ScaledObject and the ECS policy.
@@ -293,9 +293,10 @@ func runWith(ctx context.Context, getenv func(string) string, stderr io.Writer, 
 		opts = append(opts, sqsconsumer.WithVisibilityTimeout(s.visibility))
 	}
 	if s.scalingTarget > 0 {
-		// EMF lines go through the logger above: slog's JSON handler
-		// with no groups, which is what the embedded metric format needs.
-		opts = append(opts, sqsconsumer.WithScaling(sqsconsumer.ScalingPolicy{Target: s.scalingTarget, EMFNamespace: s.emfNamespace}))
+		// EMF lines go beside the log lines, on standard error, but not
+		// through the logger: LOG_LEVEL=warn must not lose the metric.
+		opts = append(opts, sqsconsumer.WithScaling(sqsconsumer.ScalingPolicy{Target: s.scalingTarget,
+			EMFNamespace: s.emfNamespace, EMFWriter: stderr}))
 	}
 	c, err := sqsconsumer.New(client, s.queueURL, handler, opts...)
 	if err != nil {

@@ -59,8 +59,11 @@ type Reading struct {
 	// never starved (its slots over their mean hold time); 0, negative or
 	// +Inf when not measured yet.
 	Capacity float64
-	// MeanInFlight is the mean time a message stays in flight (from its
-	// receive to its settlement) at the replica; 0 when not measured.
+	// MeanInFlight is the time SQS counts messages as not visible per
+	// handler run at the replica (from each receive to the answer of the
+	// delete or release that ended it, retry visibility and messages
+	// handed back unstarted included), so that InFlight / MeanInFlight is
+	// the rate of runs; 0 when not measured.
 	MeanInFlight time.Duration
 }
 
@@ -111,6 +114,15 @@ type Signal struct {
 
 // NewSignal returns a Signal for p.
 func NewSignal(p Policy) *Signal { return &Signal{p: p} }
+
+// Peek returns the figure Update would return for r, without changing
+// s: for a figure between readings (a capacity just measured) that must
+// not count as one more reading in the smoothing and the window.
+func (s *Signal) Peek(r Reading) Figure {
+	c := *s
+	c.hold.points = append([]point(nil), s.hold.points...)
+	return c.Update(r)
+}
 
 // Hold is the highest of the figures added within a window: it rises at
 // once and falls only when a figure has been out of the window for

@@ -1,6 +1,7 @@
 package scaling
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -254,4 +255,24 @@ func TestProcess(t *testing.T) {
 		require.Equal(t, tt.want, got, tt.name)
 		require.InDelta(t, tt.slots, slots, 1e-9, tt.name)
 	}
+}
+
+// Peek figures a reading as Update would and leaves the Signal as it was.
+func TestPeekChangesNothing(t *testing.T) {
+	t.Parallel()
+	p := Policy{Target: 30 * time.Second, ScaleInAfter: 5 * time.Minute, Utilization: 0.9}
+	at := time.Unix(0, 0)
+	a, b := NewSignal(p), NewSignal(p)
+	first := Reading{At: at, Visible: 20, InFlight: 10, Capacity: math.Inf(1)}
+	require.False(t, a.Update(first).Known)
+	b.Update(first)
+	measured := first
+	measured.Capacity, measured.MeanInFlight = 100, 100*time.Millisecond
+	f := a.Peek(measured)
+	require.True(t, f.Known)
+	require.Equal(t, b.Update(measured), f, "what Update says")
+	next := Reading{At: at.Add(30 * time.Second), Capacity: 100, MeanInFlight: 100 * time.Millisecond}
+	c := NewSignal(p)
+	c.Update(first)
+	require.Equal(t, c.Update(next), a.Update(next), "as if Peek had not been called")
 }
