@@ -30,7 +30,7 @@ type registry struct {
 	// under mu.
 	busy holder
 
-	mu     sync.Mutex // guards the fields below; a leaf: nothing else is locked under it
+	mu     sync.Mutex // guards the fields below; under it only the Protector's lock is taken (busy)
 	byID   map[string]*delivery
 	n      int           // deliveries added and not yet done
 	idleCh chan struct{} // closed when n comes down to 0; nil while nobody waits

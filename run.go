@@ -29,8 +29,8 @@ import (
 // records it (by message ID, in the shutdown's count, in its FIFO group's
 // order), flow.go gives it a handler slot (fair.go, which the flow holds
 // and only its methods use, chooses which ready message a free slot goes
-// to: on a standard queue, the group running fewest), worker.go runs its handler
-// (batch.go gathers it into a batch for a Batch handler), settle.go is
+// to: on a standard queue, the group running fewest), worker.go runs its
+// handler (batch.go gathers it into a batch for a Batch handler), settle.go is
 // the one door after the handler (delete, retry, dead-letter, hand back),
 // and calls.go coalesces the SQS calls of many leases, which the pollers
 // make between receives (lanes.go). This file starts and winds it all
@@ -40,10 +40,13 @@ import (
 //   - flow.mu is held while the flow asks the breaker's mu (its gate) and
 //     the fleet member's (its share);
 //   - batcher.mu is held while the batcher asks registry.mu and a
-//     Lease's mu.
+//     Lease's mu;
+//   - registry.mu is held while it tells the scale-in Protector
+//     (WithScaleInProtection) that it starts or stops holding anything;
+//     the Protector's lock is a leaf.
 //
-// registry.mu, Lease.mu, failureLog.mu, pollSet.mu, run.mu and the
-// coalescers' locks take no other lock. (Consumer.mu is held while Run
+// Lease.mu, failureLog.mu, pollSet.mu, run.mu and the coalescers' locks
+// take no other lock. (Consumer.mu is held while Run
 // publishes the run, which binds the fleet member under the fleet pool's
 // lock: see Consumer.Run.)
 //
