@@ -8,18 +8,18 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 )
 
-// A delivery is one message a Consumer holds, from the receive that
-// brought it to its settlement: the Consumer's one record of it. It owns
-// the message's Lease and Message (one allocation for the three), its
-// handler slot and times, and its place in the flow; the Consumer's
-// groupOrder keeps its place in its FIFO group, and the batcher its place
-// in a batch (bm).
+// A delivery is one message a run holds, from the receive that brought
+// it to its settlement: the run's one record of it. It owns the message's
+// Lease and Message (one allocation for the three), its times, and its
+// ticket (its place in the flow and its handler slot, written only by the
+// flow); the registry keeps it by message ID and in its FIFO group's
+// order, and the batcher its place in a batch (bm).
 //
-// A delivery moves forward through the Consumer's files, one goroutine
+// A delivery moves forward through the run's files, one goroutine
 // holding it at a time: received and dispatched by a poller
 // (receive.go), started by a worker (worker.go) or joined to a batch
 // (batch.go), settled through the one door (settle.go). It passes between
-// goroutines only through a lock (the flow's, the order's, the
+// goroutines only through a lock (the flow's, the registry's, the
 // batcher's) or a channel, so its plain fields need no lock of their own:
 // each is written only by the goroutine that holds the delivery. What
 // other goroutines read at any time (Health, the lease's events) is

@@ -239,7 +239,7 @@ type scalingJSON struct {
 	TargetSeconds float64 `json:"target_seconds"`
 }
 
-// runScaler reads the queue's counts every interval until ctx is done.
+// run reads the queue's counts every interval until ctx is done.
 func (sc *scaler) run(ctx context.Context, fl *flow[*delivery]) {
 	t := time.NewTimer(0)
 	defer t.Stop()
