@@ -169,7 +169,9 @@ func TestConsumerDeleteSeesAdoptAfterItsAnswer(t *testing.T) {
 		ids := b.send(t, 1)
 		rec := &recorder{}
 		var lease atomic.Pointer[Lease]
-		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+		// The Consumer receives once: its next long poll would race the
+		// handler's own receive for the expired message.
+		c, err := New(&receivesOnce{Client: b.client}, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
 			require.NoError(t, b.srv.Expire(b.url, m.ID))
 			raw, sent := b.receiveNext(t, 30*time.Second)
 			lease.Store(m.Lease)
@@ -190,4 +192,25 @@ func TestConsumerDeleteSeesAdoptAfterItsAnswer(t *testing.T) {
 		require.Equal(t, 1, rec.count(EventDeleted))
 		require.True(t, b.state(t, ids[0]).Deleted, "reported deleted, so deleted at SQS")
 	})
+}
+
+// receivesOnce passes a Client's first ReceiveMessage that brings messages
+// through; every later receive waits out its long poll and brings none.
+type receivesOnce struct {
+	Client
+	got atomic.Bool
+}
+
+func (r *receivesOnce) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, optFns ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	if r.got.Load() {
+		if !sleepCtx(ctx, time.Duration(in.WaitTimeSeconds)*time.Second) {
+			return nil, ctx.Err()
+		}
+		return &sqs.ReceiveMessageOutput{}, nil
+	}
+	out, err := r.Client.ReceiveMessage(ctx, in, optFns...)
+	if err == nil && len(out.Messages) > 0 {
+		r.got.Store(true)
+	}
+	return out, err
 }
