@@ -1,0 +1,50 @@
+// Package broken holds test-only switches that make the library misbehave
+// on purpose, one known bug at a time, so that a test suite (the explorer,
+// package explore) can show that its checks catch each one: a negative
+// control. Nothing outside the module's tests sets a switch; with none set
+// every check is one atomic load.
+//
+// The switches are process-wide: a test that sets one must not run in
+// parallel with tests that expect a working library.
+package broken
+
+import "sync/atomic"
+
+// Mode names one deliberate bug. Each constant's doc says what it breaks;
+// the code that honours it names the constant.
+type Mode uint8
+
+// The deliberate bugs. Add one beside the code path it breaks, with a
+// check in the explorer that must catch it.
+const (
+	none Mode = iota
+	// modes are added below, one line each
+	modes
+)
+
+var on atomic.Uint64 // bit m set: Mode m is on
+
+// Is reports whether m is switched on.
+func Is(m Mode) bool { return on.Load()&(1<<m) != 0 }
+
+// Set switches m on and returns the function that switches it off again.
+func Set(m Mode) (restore func()) {
+	if m == none || m >= modes || m >= 64 {
+		panic("broken: unknown mode")
+	}
+	bit := uint64(1) << m
+	for {
+		old := on.Load()
+		if on.CompareAndSwap(old, old|bit) {
+			break
+		}
+	}
+	return func() {
+		for {
+			old := on.Load()
+			if on.CompareAndSwap(old, old&^bit) {
+				return
+			}
+		}
+	}
+}
