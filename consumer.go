@@ -52,9 +52,15 @@ type Consumer struct {
 // message. It validates everything it can without calling SQS and returns
 // an error wrapping ErrInvalidOption that names each problem: a nil client
 // or handler, an empty URL, an option out of range, or options that
-// contradict each other (a heartbeat of half the lease or more, a lease
-// longer than the maximum lease duration). Options that depend on the
-// queue's own VisibilityTimeout are checked again at Run.
+// contradict each other or make one another do nothing, the error naming
+// both (a heartbeat of half the lease or more, a lease longer than the
+// maximum lease duration, a dead-letter queue that is the queue itself, a
+// health stall limit an idle Consumer cannot keep, WithGroupLimit or
+// WithFairDispatch on a FIFO queue, WithScaling with WithScalingTarget,
+// and the others README's options table lists). Options that depend on
+// the queue's own attributes (its VisibilityTimeout, its type when the
+// URL does not end in ".fifo", its dead-letter queue's ARN) are checked
+// again at Run.
 func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error) {
 	s, errs := settingsFor(c, queueURL, opts)
 	if h == nil {
@@ -72,9 +78,7 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 		_, err := s.leaseConfig(s.visibility)
 		errs = append(errs, err)
 	}
-	if s.adaptiveMax > 0 && s.heartbeat > 0 {
-		errs = append(errs, fmt.Errorf("%w: WithAdaptiveVisibility and WithHeartbeatInterval cannot be combined: the interval follows the adaptive lease", ErrInvalidOption))
-	}
+	errs = append(errs, s.conflicts(queueURL)...) // conflicts.go
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -271,6 +275,9 @@ func init() {
 			return fmt.Errorf("%w: the Consumer of %s has already started", ErrInvalidOption, c.queueURL)
 		case c.member != nil:
 			return fmt.Errorf("%w: the Consumer of %s already belongs to a fleet", ErrInvalidOption, c.queueURL)
+		}
+		if err := c.s.fleetConflicts(c.queueURL, m.IdlePause); err != nil { // conflicts.go
+			return err
 		}
 		c.member = m
 		return nil

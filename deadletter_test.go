@@ -436,3 +436,64 @@ func TestQueueURLFromARN(t *testing.T) {
 		require.Error(t, err, bad)
 	}
 }
+
+// A dead-letter queue that is the source queue would loop a Permanent
+// message forever (a send and a delete each time): New refuses the
+// source's own URL, and Run the same queue under another URL (by its
+// QueueArn) and a RedrivePolicy naming the queue itself, which SQS
+// accepts.
+func TestDeadLetterQueueIsNotTheSource(t *testing.T) {
+	t.Parallel()
+	h := HandlerFunc(func(context.Context, *Message) error { return Permanent(errors.New("bad")) })
+	t.Run("by URL at New", func(t *testing.T) {
+		b := setup(t, nil)
+		c, err := New(b.client, b.url, h, WithDeadLetterQueue(strings.ToUpper(b.url[:8])+b.url[8:]+"/"))
+		require.Nil(t, c)
+		require.ErrorIs(t, err, ErrInvalidOption)
+		require.ErrorContains(t, err, "WithDeadLetterQueue(")
+		require.ErrorContains(t, err, "is the queue the Consumer reads ("+b.url+")")
+	})
+	t.Run("by ARN at Run", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			b := setup(t, nil)
+			b.send(t, 1)
+			// Another host for the same account and name: the same queue.
+			other := "http://queue.amazonaws.com/" + strings.Join(strings.Split(b.url, "/")[3:], "/")
+			require.False(t, sameQueueURL(other, b.url))
+			c, err := New(b.client, b.url, h, WithDeadLetterQueue(other), WithVisibilityTimeout(30*time.Second))
+			require.NoError(t, err, "the URLs differ")
+			err = c.Run(context.Background())
+			require.ErrorIs(t, err, ErrInvalidOption)
+			require.ErrorContains(t, err, "WithDeadLetterQueue names dead-letter queue "+other+", which is the queue the Consumer reads ("+b.url)
+			require.Zero(t, b.srv.CallCount("ReceiveMessage"))
+			require.Zero(t, b.srv.CallCount("SendMessage"))
+		})
+	})
+	t.Run("RedrivePolicy naming the queue itself", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			b := setup(t, nil)
+			arn := queueARN(t, b.client, b.url)
+			_, err := b.client.SetQueueAttributes(context.Background(), &sqs.SetQueueAttributesInput{QueueUrl: aws.String(b.url),
+				Attributes: map[string]string{"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":5}`, arn)}})
+			require.NoError(t, err, "SQS accepts it")
+			c, err := New(b.client, b.url, h)
+			require.NoError(t, err)
+			err = c.Run(context.Background())
+			require.ErrorIs(t, err, ErrInvalidOption)
+			require.ErrorContains(t, err, "the queue's RedrivePolicy names the queue itself ("+arn+")")
+			require.Zero(t, b.srv.CallCount("ReceiveMessage"))
+
+			// Given a separate one, the Consumer moves its messages there.
+			dlq, err := b.srv.CreateQueue("other-dlq", nil)
+			require.NoError(t, err)
+			id := b.send(t, 1)[0]
+			c, err = New(b.client, b.url, h, WithDeadLetterQueue(dlq))
+			require.NoError(t, err)
+			stop := running(t, c)
+			time.Sleep(time.Second)
+			require.NoError(t, stop())
+			require.True(t, b.state(t, id).Deleted)
+			require.Equal(t, 1, b.srv.CallCount("SendMessage"))
+		})
+	})
+}

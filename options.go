@@ -68,6 +68,7 @@ type settings struct {
 	rateLimit       float64 // messages a second; 0 = none
 	rateBurst       int
 	fifoDispatch    bool      // WithFairDispatch(false)
+	fairSet         bool      // WithFairDispatch was given (either way)
 	groupLimit      int       // WithGroupLimit; 0 = none
 	receivedAt      time.Time // Lease only: when SQS handed the message over
 	errs            []error
@@ -78,7 +79,8 @@ type settings struct {
 	startupLimit  time.Duration // Health: 0 = DefaultStartupLimit
 	handlerLimit  time.Duration // Health: 0 = default
 
-	scaling *ScalingPolicy // WithScaling; nil = off
+	scaling   *ScalingPolicy // WithScaling; nil = off
+	scalingBy string         // the option that set scaling: "WithScaling" or "WithScalingTarget"
 
 	protect    bool                  // WithScaleInProtection
 	protector  *ecsprotect.Protector // its Protector: the caller's, or the Consumer's own (made in New)
@@ -607,8 +609,12 @@ func WithBreaker(b Breaker) Option {
 // (the longest acceptable wait from a message's send to its handler's
 // start) and every other field of ScalingPolicy at its default. It is
 // WithScaling(ScalingPolicy{Target: wait}).
+//
+// It cannot be combined with WithScaling (New refuses the pair): the
+// target alone would silently reset the rest of that policy. Give
+// WithScaling a policy with the Target instead.
 func WithScalingTarget(wait time.Duration) Option {
-	return WithScaling(ScalingPolicy{Target: wait})
+	return scalingOption("WithScalingTarget", ScalingPolicy{Target: wait})
 }
 
 // WithScaling turns on the scaling signal (Consumer.Scaling,
@@ -633,8 +639,20 @@ func WithScalingTarget(wait time.Duration) Option {
 // never 0 while anything is visible or in flight (nor at all without
 // ScaleToZero). Replicas reading one queue read the same counts and, with
 // the same settings and work, compute about the same figure.
-func WithScaling(p ScalingPolicy) Option {
+//
+// Given twice, the later policy replaces the earlier one whole; with
+// WithScalingTarget it is refused (see WithScalingTarget).
+func WithScaling(p ScalingPolicy) Option { return scalingOption("WithScaling", p) }
+
+// scalingOption is WithScaling or WithScalingTarget (name), which must
+// not both be given.
+func scalingOption(name string, p ScalingPolicy) Option {
 	return option(func(s *settings) {
+		if s.scalingBy != "" && s.scalingBy != name {
+			s.fail("WithScaling and WithScalingTarget cannot be combined: WithScalingTarget is WithScaling with every field but Target at its default, so whichever came last would silently replace the other's policy; give one WithScaling with the Target")
+			return
+		}
+		s.scalingBy = name
 		if p.Interval == 0 {
 			p.Interval = DefaultScalingInterval
 		}
@@ -649,14 +667,14 @@ func WithScaling(p ScalingPolicy) Option {
 		}
 		switch {
 		case p.Target < time.Second || p.Target > MaxVisibilityTimeout:
-			s.fail("WithScaling: Target %v out of range [1s, 12h] (the longest acceptable wait from send to handler start)", p.Target)
+			s.fail("%s: Target %v out of range [1s, 12h] (the longest acceptable wait from send to handler start)", name, p.Target)
 		case p.Interval < MinScalingInterval || p.Interval > MaxScalingInterval:
-			s.fail("WithScaling: Interval %v out of range [%v, %v]", p.Interval, MinScalingInterval, MaxScalingInterval)
+			s.fail("%s: Interval %v out of range [%v, %v]", name, p.Interval, MinScalingInterval, MaxScalingInterval)
 		case p.ScaleInAfter > time.Hour:
-			s.fail("WithScaling: ScaleInAfter %v above 1h", p.ScaleInAfter)
+			s.fail("%s: ScaleInAfter %v above 1h", name, p.ScaleInAfter)
 		default:
 			if err := p.check(); err != nil {
-				s.fail("WithScaling: %v", err)
+				s.fail("%s: %v", name, err)
 				return
 			}
 			s.scaling = &p

@@ -184,6 +184,9 @@ func (r *run) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := r.queueConflicts(fifo, lease, cfg.interval); err != nil { // conflicts.go
+		return err
+	}
 	settleCtx, cancelSettle := context.WithCancel(context.Background())
 	r.calls = newCoalescedCalls(r.client, r.queueURL, max(r.s.pollers, minDeleteCalls), settleCtx)
 	r.calls.report = r.callDone
@@ -478,10 +481,12 @@ func (r *run) atCallLimit() {
 }
 
 // checkDeadLetter makes sure, at Run's start, that the dead-letter queue
-// the Consumer will move messages to exists and is of the source's type,
-// so that a wrong name fails Run at once rather than the first poison
-// message hours later. A queue SQS says does not exist, or whose FifoQueue
-// attribute contradicts the source's type, fails Run; any other error
+// the Consumer will move messages to exists, is of the source's type and
+// is not the source itself (by ARN: two URLs may name one queue), so that
+// a wrong name fails Run at once rather than the first poison message
+// hours later. A queue SQS says does not exist, whose FifoQueue attribute
+// contradicts the source's type, or whose QueueArn is the source's, fails
+// Run; any other error
 // reading its attributes (access to the queue's attributes denied, say:
 // the move needs only sqs:SendMessage) is logged, and Run goes on.
 func (r *run) checkDeadLetter(ctx context.Context) error {
@@ -494,7 +499,7 @@ func (r *run) checkDeadLetter(ctx context.Context) error {
 	}
 	out, err := r.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
 		QueueUrl:       aws.String(r.dlq.url),
-		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameFifoQueue},
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameFifoQueue, types.QueueAttributeNameQueueArn},
 	})
 	var missing *types.QueueDoesNotExist
 	switch {
@@ -503,6 +508,10 @@ func (r *run) checkDeadLetter(ctx context.Context) error {
 	case err != nil:
 		r.log(slog.LevelWarn, "sqsconsumer: could not check the dead-letter queue; moving messages to it may fail", "dead_letter_queue", r.dlq.url, "error", err)
 		return nil
+	}
+	if arn := out.Attributes[string(types.QueueAttributeNameQueueArn)]; arn != "" && arn == r.dlq.sourceARN {
+		return fmt.Errorf("%w: %s names dead-letter queue %s, which is the queue the Consumer reads (%s, ARN %s): a message moved there comes straight back and fails again, forever; name a separate dead-letter queue",
+			ErrInvalidOption, source, r.dlq.url, r.queueURL, arn)
 	}
 	if v, ok := out.Attributes[string(types.QueueAttributeNameFifoQueue)]; ok && strings.EqualFold(v, "true") != r.dlq.fifo {
 		return typeMismatch(r.dlq.url, source, !r.dlq.fifo)
