@@ -125,7 +125,7 @@ func TestConflictingOptionsAtRun(t *testing.T) {
 			for _, opt := range []Option{WithGroupLimit(2), WithFairDispatch(true)} {
 				c, err := New(fifoByAttribute{b.client}, b.url, h, opt)
 				require.NoError(t, err, "the URL does not tell")
-				err = c.Run(context.Background())
+				err = runFor(c, 2*time.Second)
 				require.ErrorIs(t, err, ErrInvalidOption)
 				require.ErrorContains(t, err, "does nothing on a FIFO queue ("+b.url+")")
 			}
@@ -137,10 +137,37 @@ func TestConflictingOptionsAtRun(t *testing.T) {
 			b := setup(t, map[string]string{"VisibilityTimeout": "300"})
 			c, err := New(b.client, b.url, h, WithHealthLimits(time.Minute, 0))
 			require.NoError(t, err, "the heartbeat is not known before Run")
-			err = c.Run(context.Background())
+			err = runFor(c, 2*time.Second)
 			require.ErrorIs(t, err, ErrInvalidOption)
 			require.ErrorContains(t, err, "WithHealthLimits' stall limit 1m0s is below the heartbeat interval (1m40s, set by the queue's VisibilityTimeout (5m0s), a third of it)")
 			require.ErrorContains(t, err, "at least 1m50s")
 		})
 	})
+}
+
+// runFor runs c for at most d (virtual time in a bubble), so that a
+// Consumer that should have refused to start still ends the test.
+func runFor(c *Consumer, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return c.Run(ctx)
+}
+
+// runBounded runs c for at most d (virtual time in a bubble) and at most
+// n signals on calls (a handler's, say): a Consumer that loops without
+// blocking does not let virtual time pass.
+func runBounded(c *Consumer, d time.Duration, calls <-chan struct{}, n int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	go func() {
+		for range n {
+			select {
+			case <-calls:
+			case <-ctx.Done():
+				return
+			}
+		}
+		cancel()
+	}()
+	return c.Run(ctx)
 }

@@ -494,6 +494,18 @@ func TestValidation(t *testing.T) {
 	//lint:ignore SA1012 a nil context is what is tested
 	require.ErrorContains(t, f.Run(nil), "a context is required")
 
+	// A stall limit an idle queue of this fleet cannot keep.
+	paused, err := fleet.New(4, fleet.WithIdlePause(20*time.Second))
+	require.NoError(t, err)
+	strict, err := sqsconsumer.New(srv.Client(), url, h, sqsconsumer.WithHealthLimits(45*time.Second, 0))
+	require.NoError(t, err, "alone it keeps the limit")
+	err = paused.Add(strict)
+	require.ErrorIs(t, err, sqsconsumer.ErrInvalidOption)
+	require.ErrorContains(t, err, "WithHealthLimits' stall limit 45s is below the fleet's WithIdlePause(20s)")
+	require.ErrorContains(t, err, "at least 50s")
+	loose, err := sqsconsumer.New(srv.Client(), url, h, sqsconsumer.WithHealthLimits(50*time.Second, 0))
+	require.NoError(t, err)
+	require.NoError(t, paused.Add(loose))
 }
 
 func TestRunOnce(t *testing.T) {
