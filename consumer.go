@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
-	"sync/atomic"
 
 	"github.com/sqskit/sqsconsumer/ecsprotect"
 
@@ -38,7 +37,7 @@ type Consumer struct {
 	progress progress       // for Health
 
 	runOnce sync.Once
-	paused  atomic.Bool // set between Pause and Resume
+	pause   pauseState // the paused state's one copy (pause.go)
 
 	mu     sync.Mutex // guards the fields below
 	run    *run       // set when Run has set it up; nil before
@@ -121,6 +120,7 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 		ev:       eventSink{observer: s.observer, logger: s.logger, stats: stats, queueURL: queueURL},
 		batch:    bt,
 		pool:     poolInfo{idle: pool, known: poolKnown, capped: poolCapped},
+		pause:    pauseState{turn: make(chan struct{}, 1)},
 	}
 	if s.scaling != nil {
 		c2.scaler = &scaler{p: *s.scaling, sig: scaling.NewSignal(s.scaling.internal()), fig: s.scaling.figure(),
@@ -234,11 +234,12 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 		}
 		return err
 	}
-	// Under mu, so that a Pause either came before (the flow starts
-	// paused) or finds the run. Binding the fleet member takes the fleet
-	// pool's lock under it.
+	// Under mu, so that a Pause either came before (the flow reads the
+	// paused state from the start: nothing is held yet to release) or
+	// finds the run. Binding the fleet member takes the fleet pool's lock
+	// under it.
 	c.mu.Lock()
-	r.makeFlow(c.paused.Load())
+	r.makeFlow(&c.pause.on)
 	c.run = r
 	c.mu.Unlock()
 	stamp(&c.progress.resumed)
@@ -300,12 +301,25 @@ func init() {
 // receive of it will, as any receive does: pausing and resuming often
 // while messages are held costs receives.
 //
+// A paused Consumer is healthy (Health's Status is "paused", HealthHandler
+// answers 200) however long the pause lasts, and not ready (ReadyHandler
+// answers 503: it takes no messages); see Health.
+//
 // Pause returns once those releases are answered (or failed, which is
-// logged). Safe for concurrent use; pausing a paused Consumer does
-// nothing.
+// logged). Safe for concurrent use, before, during and after Run: Pause
+// and Resume take effect one at a time, each whole, so a Resume called
+// while a Pause is releasing waits for it, and the later of the two
+// decides both Paused and whether the Consumer receives. Pausing a paused
+// Consumer does nothing.
 func (c *Consumer) Pause() {
-	if !c.paused.CompareAndSwap(false, true) {
+	defer c.pause.take()()
+	if c.pause.on.Load() {
 		return
+	}
+	c.pause.on.Store(true)
+	stamp(&c.progress.resumed) // Health's stall clock starts again
+	if c.pause.delay != nil {
+		c.pause.delay()
 	}
 	if r := c.runOf(); r != nil { // else Run starts paused
 		r.pause()
@@ -313,19 +327,24 @@ func (c *Consumer) Pause() {
 }
 
 // Resume ends a Pause: receiving starts again at once. Safe for
-// concurrent use; resuming a Consumer that is not paused does nothing.
+// concurrent use (see Pause); resuming a Consumer that is not paused does
+// nothing.
 func (c *Consumer) Resume() {
-	if !c.paused.CompareAndSwap(true, false) {
+	defer c.pause.take()()
+	if !c.pause.on.Load() {
 		return
 	}
+	c.pause.on.Store(false)
+	stamp(&c.progress.resumed)
 	if r := c.runOf(); r != nil {
 		r.resume()
 	}
 	c.ev.log(slog.LevelInfo, "sqsconsumer: resumed")
 }
 
-// Paused reports whether the Consumer is paused (see Pause).
-func (c *Consumer) Paused() bool { return c.paused.Load() }
+// Paused reports whether the Consumer is paused (see Pause). Safe for
+// concurrent use; it takes no lock.
+func (c *Consumer) Paused() bool { return c.pause.on.Load() }
 
 // Scaling returns the scaling signal's latest figure. Without WithScaling
 // (or WithScalingTarget) it is never Known. Safe for concurrent use, at any
@@ -340,7 +359,7 @@ func (c *Consumer) Health() Health {
 	c.mu.Lock()
 	r, member := c.run, c.member
 	c.mu.Unlock()
-	return health(&c.s, &c.progress, member, r, func() error {
+	return health(&c.s, &c.progress, member, r, c.pause.on.Load(), func() error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return c.runErr

@@ -79,9 +79,10 @@ type flow[T ticketed] struct {
 	lastErr  string // the error of that run
 	retryAt  time.Time
 
-	// paused is set between Consumer.Pause and Resume: no receive is due
-	// and no message starts.
-	paused bool
+	// paused is the Consumer's paused state (pauseState.on), set between
+	// Pause and Resume, which alone write it: no receive is due and no
+	// message starts. The flow only reads it (under mu, where it decides).
+	paused *atomic.Bool
 	// limiter, when set (WithRateLimit), holds back receives the rate
 	// does not allow yet: a receive asks only for messages it has tokens
 	// for, and gives back those it did not get.
@@ -150,15 +151,18 @@ type flowConfig struct {
 	gate                             func(held int) int
 	limiter                          *tokenBucket // WithRateLimit; nil for none
 	member                           *share.Member
-	fair                             bool // groups share the slots fairly (see fairReady)
-	groupLimit                       int  // WithGroupLimit; 0 for none
-	paused                           bool // Pause came before Run
+	fair                             bool         // groups share the slots fairly (see fairReady)
+	groupLimit                       int          // WithGroupLimit; 0 for none
+	paused                           *atomic.Bool // the Consumer's paused state; nil: never paused
 }
 
 func newFlow[T ticketed](c flowConfig) *flow[T] {
 	f := &flow[T]{conc: c.conc, size: c.size, maxAhead: c.maxAhead, maxPollers: c.maxPollers, spawn: c.spawn, overflow: c.overflow, atLimit: c.atLimit,
 		burst: c.burst, gate: c.gate, limiter: c.limiter, member: c.member, paused: c.paused,
 		kick: make(chan struct{}, 1), quiet: true, full: true, ready: newFairReady[T](c.fair, c.groupLimit, c.conc)}
+	if f.paused == nil {
+		f.paused = new(atomic.Bool)
+	}
 	f.epoch = time.Now()
 	f.rate.start = f.epoch
 	if c.member != nil {
@@ -274,7 +278,7 @@ func (f *flow[T]) giveSlotLocked(s slot, now time.Time) time.Duration {
 // time stands in the way (a backoff, an idle pause, the rate limit) it
 // arms the timer for when it will not.
 func (f *flow[T]) nextLocked(now time.Time) int {
-	if f.stopped || f.paused {
+	if f.stopped || f.paused.Load() {
 		return 0
 	}
 	if at := later(f.retryAt, f.idleUntil); now.Before(at) {
@@ -325,7 +329,9 @@ func (f *flow[T]) wake() {
 }
 
 // takeReady returns the ready messages, which will not start (they still
-// count as waiting until they leave). Receiving goes on.
+// count as waiting until they leave): at an opening of the breaker
+// (receiving goes on, within its gate), a pause (after Pause set the
+// paused state) or a shutdown (stop).
 func (f *flow[T]) takeReady() []T {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -370,7 +376,7 @@ func (f *flow[T]) armLocked(now, at time.Time) {
 // own otherwise.
 func (f *flow[T]) demandLocked() int {
 	switch {
-	case f.stopped || f.paused, f.gate != nil && f.gate(0) == 0:
+	case f.stopped || f.paused.Load(), f.gate != nil && f.gate(0) == 0:
 		return 0
 	case f.idleLocked():
 		// An idle queue claims no share of the budget: its one long poll
@@ -471,7 +477,7 @@ func (f *flow[T]) enqueue(d T) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
-	case f.stopped || f.paused:
+	case f.stopped || f.paused.Load():
 		return notStarting
 	case f.running < f.conc && !f.ready.eligible() && f.ready.mayStart(f.ready.keyOf(d)) && (f.member == nil || f.member.Acquire()):
 		// In a fleet a slot of the shared budget too; without one, the
@@ -493,7 +499,7 @@ func (f *flow[T]) enqueue(d T) int {
 func (f *flow[T]) granted() (next T, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.stopped || f.paused || !f.ready.eligible() || f.running >= f.conc {
+	if f.stopped || f.paused.Load() || !f.ready.eligible() || f.running >= f.conc {
 		f.member.SetWant(false)
 		return next, false
 	}
@@ -616,7 +622,7 @@ func (f *flow[T]) slotDoneLocked(s slot, done bool) (next T, ok bool) {
 		}
 	}
 	switch {
-	case !f.ready.eligible() || f.stopped || f.paused:
+	case !f.ready.eligible() || f.stopped || f.paused.Load():
 	case f.member != nil:
 		f.member.SetWant(true) // Release follows
 	default:
@@ -644,24 +650,6 @@ func (f *flow[T]) stop() []T {
 	}
 	f.mu.Unlock()
 	return f.takeReady()
-}
-
-// pause stops receiving and starting messages until resume, and returns
-// the ready messages, which will not start (they count as waiting until
-// they leave).
-func (f *flow[T]) pause() []T {
-	f.mu.Lock()
-	f.paused = true
-	f.mu.Unlock()
-	return f.takeReady()
-}
-
-// resume ends a pause.
-func (f *flow[T]) resume() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.paused = false
-	f.wakeLocked(time.Now())
 }
 
 // capacityNow is capacity under the flow's lock, for the scaling signal.

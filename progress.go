@@ -23,7 +23,7 @@ type progress struct {
 	receive  atomic.Int64
 	renewal  atomic.Int64
 	delete   atomic.Int64
-	resumed  atomic.Int64 // Run began running, or the breaker closed
+	resumed  atomic.Int64 // Run began running, the breaker closed, or Pause or Resume was called: the stall clock restarts
 	recvErr  atomic.Pointer[string]
 }
 

@@ -48,7 +48,9 @@ import (
 // Lease.mu, failureLog.mu, pollSet.mu, run.mu and the coalescers' locks
 // take no other lock. (Consumer.mu is held while Run
 // publishes the run, which binds the fleet member under the fleet pool's
-// lock: see Consumer.Run.)
+// lock: see Consumer.Run. The pause's turn, pauseState.turn, a channel
+// only Pause and Resume take, is held for their whole call: it comes
+// before Consumer.mu and every lock of the run.)
 //
 // Who runs each step of a message's life:
 //
@@ -98,9 +100,10 @@ type run struct {
 	polls     pollSet     // long polls in flight (WithCancelIdlePollsAtShutdown)
 
 	// stopping is set at shutdown: no handler starts any more. paused is
-	// set between Pause and Resume.
+	// the Consumer's paused state (pauseState.on), which only Pause and
+	// Resume write; set by makeFlow.
 	stopping atomic.Bool
-	paused   atomic.Bool
+	paused   *atomic.Bool
 
 	// settleCtx bounds every settling call (deletes, releases) and
 	// pollCtx every receive; both are cancelled at the hard stop, one
@@ -217,10 +220,11 @@ func (r *run) setup(ctx context.Context) error {
 	return nil
 }
 
-// makeFlow makes the flow, paused if Pause came first, and binds the fleet
-// member to it. The Consumer calls it under its mu, so that a Pause
-// either came before (paused) or finds the run.
-func (r *run) makeFlow(paused bool) {
+// makeFlow makes the flow, which reads the Consumer's paused state
+// (paused, written only by Pause and Resume) from the start, and binds the
+// fleet member to it. The Consumer calls it under its mu, so that a Pause
+// either came before (the flow starts paused) or finds the run.
+func (r *run) makeFlow(paused *atomic.Bool) {
 	fc := flowConfig{conc: r.s.concurrency, size: r.s.receiveSize, maxAhead: r.s.maxAhead, maxPollers: r.s.pollers,
 		spawn: func() {
 			r.pollers.Add(1)
@@ -242,7 +246,7 @@ func (r *run) makeFlow(paused bool) {
 	if r.s.rateLimit > 0 {
 		fc.limiter = newTokenBucket(r.s.rateLimit, r.s.rateBurst)
 	}
-	r.paused.Store(paused)
+	r.paused = paused
 	r.fl = newFlow[*delivery](fc)
 	if m := r.member; m != nil {
 		m.Bind(r.granted, r.fl.nudge)
@@ -359,19 +363,19 @@ func (r *run) inHandler() []string {
 	return ids
 }
 
-// pause stops receiving and starting messages and hands back what has not
-// started; it returns once those releases are answered.
+// pause hands back what has not started, once Pause has set the paused
+// state (which stops receiving and starting messages); it returns once
+// those releases are answered. Only Pause calls it, in its turn.
 func (r *run) pause() {
-	r.paused.Store(true)
-	unstarted := r.unstarted(r.fl.pause())
+	unstarted := r.unstarted(r.fl.takeReady())
 	r.log(slog.LevelInfo, "sqsconsumer: paused: receiving stopped, unstarted messages released", "released_unstarted", len(unstarted))
 	r.handBack(unstarted)
 }
 
-// resume ends a pause.
+// resume wakes the pollers once Resume has cleared the paused state. Only
+// Resume calls it, in its turn.
 func (r *run) resume() {
-	r.paused.Store(false)
-	r.fl.resume()
+	r.fl.wake()
 }
 
 // fail records a permanent receive error and ends Run.

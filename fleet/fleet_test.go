@@ -250,6 +250,19 @@ func TestPauseGivesShareAway(t *testing.T) {
 		busy = b.measure(10 * time.Second)
 		t.Logf("resumed: a %v, b %v", busy[0], busy[1])
 		require.InEpsilon(t, 1.0, busy[0].Seconds()/busy[1].Seconds(), 0.05)
+
+		cb.Pause()
+		time.Sleep(5 * time.Minute) // past the stall limit: a pause is not a stall
+		h := f.Health()
+		require.True(t, h.Healthy, h.Problems)
+		require.True(t, h.Ready, "a queue paused on purpose leaves the fleet ready while another takes messages")
+		require.Equal(t, "running", h.Status)
+		require.Equal(t, "paused", h.Queues[1].Health.Status)
+		ca.Pause()
+		h = f.Health()
+		require.True(t, h.Healthy, h.Problems)
+		require.False(t, h.Ready, "no queue takes messages")
+		require.Equal(t, "paused", h.Status)
 		require.NoError(t, stop())
 	})
 }
