@@ -172,6 +172,17 @@ func (c *Consumer) QueueURL() string { return c.queueURL }
 // cancelled, or cancelled while Run reads the queue's attributes at its
 // start, returns nil having received nothing.
 //
+// Run's first contact with SQS (the read of the queue's attributes, then,
+// if that read was refused and WithVisibilityTimeout makes it optional,
+// the first receive) decides, with or without WithVisibilityTimeout: an
+// error no retry can cure (a host name that does not resolve, a
+// certificate that cannot be verified, access denied, a queue that does
+// not exist, a signature refused for the wrong region, an endpoint that
+// does not answer as SQS) makes Run return at once an error naming the
+// queue and the cause; an error that can heal (a refused connection, a
+// timeout, a 5xx, throttling) is retried with backoff, logged, and named
+// in Health's Retrying until SQS answers.
+//
 // When ctx is cancelled Run stops receiving: it sends no new receive, and
 // never cancels one in flight, which may already hold messages (they would
 // stay invisible for a whole lease); such a receive returns within its

@@ -78,6 +78,15 @@ type Health struct {
 	Paused bool `json:"paused,omitempty"`
 	// Problems says, one sentence each, why Healthy is false.
 	Problems []string `json:"problems,omitempty"`
+	// Retrying is, while Run runs and its calls to SQS fail with an
+	// error that can heal (a refused connection, a timeout, a 5xx,
+	// throttling), the latest such error: the receives (at Run's start,
+	// without WithVisibilityTimeout, the read of the queue's attributes)
+	// are retried with backoff until SQS answers, and Retrying is ""
+	// again. It is set at once, before the startup or stall limit makes
+	// the Consumer unhealthy. (An error that cannot succeed at Run's
+	// first contact ends Run instead: see Consumer.Run.)
+	Retrying string `json:"retrying,omitempty"`
 	// Breaker is the breaker's state ("closed", "open" or "half-open");
 	// "" without WithBreaker.
 	Breaker string `json:"breaker,omitempty"`
@@ -189,6 +198,9 @@ func health(s *settings, p *progress, member *share.Member, r *run, paused bool,
 	stage := p.stage.Load()
 	if r == nil && (stage == runRunning || stage == runDraining) {
 		stage = runStarting // read between the run's publication and its stage
+	}
+	if e := p.recvErr.Load(); e != nil && (stage == runStarting || stage == runRunning) {
+		h.Retrying = *e
 	}
 	starting := (stage == runStarting || stage == runRunning) && p.answered.Load() == 0
 	switch {

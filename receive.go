@@ -53,6 +53,10 @@ func (r *run) poll() {
 		}
 		same, backoff := r.fl.failed(n, sent, err, persistentClientError(err))
 		r.fl.handOut()
+		if why, fatal := cannotSucceed(err); fatal && r.prog.answered.Load() == 0 {
+			r.failFirstContact(why, err) // firstcontact.go: SQS never answered
+			return
+		}
 		if classify(err) == kindPermanent {
 			r.fail(err, "sqsconsumer: permanent receive error; shutting down")
 			return

@@ -138,33 +138,12 @@ type run struct {
 func (r *run) setup(ctx context.Context) error {
 	lease := r.s.visibility
 	// The queue's VisibilityTimeout is the lease when none was given, and
-	// FifoQueue confirms the URL's suffix. Without WithVisibilityTimeout a
-	// failure here ends Run; with it, the URL decides FIFO.
-	out, err := r.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-		QueueUrl: aws.String(r.queueURL),
-		AttributeNames: []types.QueueAttributeName{
-			types.QueueAttributeNameVisibilityTimeout, types.QueueAttributeNameFifoQueue,
-			types.QueueAttributeNameRedrivePolicy, types.QueueAttributeNameQueueArn, // for the poison path
-		},
-	})
-	if err != nil && lease == 0 {
-		var missing *types.QueueDoesNotExist
-		switch {
-		case errors.As(err, &missing):
-			return fmt.Errorf("sqsconsumer: queue %s does not exist (check the region and account in its URL): %w", r.queueURL, err)
-		case isAccessDenied(err):
-			return fmt.Errorf("sqsconsumer: reading the queue's VisibilityTimeout: access denied (allow sqs:GetQueueAttributes, or set WithVisibilityTimeout to skip this read): %w", err)
-		}
-		return fmt.Errorf("sqsconsumer: reading the queue's VisibilityTimeout: %w", err)
-	}
-	attrErr := err
+	// FifoQueue confirms the URL's suffix. A first contact that cannot
+	// succeed ends Run; without WithVisibilityTimeout an error that can
+	// heal is retried, with it the URL decides FIFO (firstcontact.go).
+	out, attrErr, err := r.readQueue(ctx)
 	if err != nil {
-		msg := err.Error()
-		r.prog.recvErr.Store(&msg)
-		r.log(slog.LevelDebug, "sqsconsumer: could not read the queue's attributes; FIFO is judged from the URL", "error", err)
-		out = &sqs.GetQueueAttributesOutput{}
-	} else {
-		r.prog.answer()
+		return err
 	}
 	fifo := strings.HasSuffix(r.queueURL, ".fifo") || out.Attributes[string(types.QueueAttributeNameFifoQueue)] == "true"
 	if r.dlq, err = deadLetterFor(r.client, r.queueURL, fifo, r.s.deadLetterURL, out.Attributes, attrErr); err != nil {
