@@ -87,6 +87,14 @@ type Health struct {
 	// the Consumer unhealthy. (An error that cannot succeed at Run's
 	// first contact ends Run instead: see Consumer.Run.)
 	Retrying string `json:"retrying,omitempty"`
+	// Warnings says, one sentence each, what deserves attention without
+	// making the Consumer unhealthy, since a restart would not help: the
+	// queue at SQS's in-flight quota (InFlightQuota), where receives come
+	// back empty, without an error, while messages wait visible. To
+	// notice it the Consumer reads the queue's counts after 3 empty
+	// receives in a row, at most once every 5 minutes (with WithScaling
+	// it uses the scaling signal's readings instead, and adds no call).
+	Warnings []string `json:"warnings,omitempty"`
 	// Breaker is the breaker's state ("closed", "open" or "half-open");
 	// "" without WithBreaker.
 	Breaker string `json:"breaker,omitempty"`
@@ -266,6 +274,9 @@ func health(s *settings, p *progress, member *share.Member, r *run, paused bool,
 			msg += "; the latest receive failed: " + *e
 		}
 		h.Problems = append(h.Problems, msg)
+	}
+	if w := r.quotaWarning(now); w != "" {
+		h.Warnings = append(h.Warnings, w)
 	}
 	if lim := lim.handler(); lim > 0 && h.LongestHandler > lim {
 		h.Problems = append(h.Problems, fmt.Sprintf("a handler has run for %v (limit %v)", h.LongestHandler.Round(time.Second), lim))

@@ -106,6 +106,7 @@ func (r *run) receive(n int, sent time.Time) error {
 	stamp(&r.prog.receive)
 	r.prog.answer()
 	r.prog.recvErr.Store(nil)
+	r.afterReceive(len(out.Messages)) // quota.go
 	msgs := out.Messages
 	if len(msgs) > n {
 		// SQS never does this; a misbehaving endpoint must not break

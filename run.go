@@ -98,6 +98,7 @@ type run struct {
 	dlqWarned atomic.Bool // the missing dead-letter queue was logged
 	failLog   failureLog  // the rate of failure lines
 	polls     pollSet     // long polls in flight (WithCancelIdlePollsAtShutdown)
+	quota     quotaWatch  // the in-flight quota's signs, for Health (quota.go)
 
 	// stopping is set at shutdown: no handler starts any more. paused is
 	// the Consumer's paused state (pauseState.on), which only Pause and
