@@ -157,6 +157,19 @@ const (
 // may only renew); handler is the longest a handler may run (default 0:
 // WithHandlerTimeout plus a minute when that is set, else no limit).
 // Range of each: 0 (the default) or 1 s to 24 h.
+//
+// A stall limit must leave room for the quietest healthy Consumer: an
+// idle one hears from SQS once per long poll (WithWaitTime, 20 s by
+// default, or the queue's own wait for 0, cut to the shutdown timeout),
+// and one whose handler slots are all busy with long handlers once per
+// heartbeat interval; either answer may take a receive's call timeout (10
+// s) more. So New refuses a stall limit below the longer of the two plus
+// 10 s (30 s with the defaults), naming both options; Run does the same
+// once the queue's VisibilityTimeout sets the interval, and fleet.Add
+// adds the fleet's idle pause. (With WithAdaptiveVisibility the interval
+// follows the lease, up to hi / 3: choose a stall limit above that if
+// handlers may run that long.) A handler limit must be above
+// WithHandlerTimeout, else a handler within its own time counts as stuck.
 func WithHealthLimits(stall, handler time.Duration) Option {
 	return option(func(s *settings) {
 		for _, d := range []struct {

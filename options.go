@@ -240,6 +240,13 @@ func (s *settings) fail(format string, args ...any) {
 // LeaseOption: WithVisibilityTimeout, WithHeartbeatInterval,
 // WithMaxLeaseDuration, WithCeilingGrace, WithLogger, WithObserver (and
 // WithReceivedAt, for NewLease only). Every one of them is an Option too.
+//
+// Options apply in order; one given twice takes its later value (so a
+// team's options after a platform's defaults override them), except
+// WithMiddleware, whose lists are concatenated, and WithScaling with
+// WithScalingTarget, which New refuses together. Options that contradict
+// each other, or that one makes do nothing, are refused by New (or Run,
+// when only the queue can tell) with an error naming both (see New).
 type Option interface {
 	apply(*settings)
 }
@@ -303,7 +310,8 @@ func WithMaxLeaseDuration(d time.Duration) LeaseOption {
 // WithCeilingGrace sets how long before the maximum lease duration the
 // handler's context is cancelled with ErrLeaseCeiling, so it can checkpoint
 // and stop while the message is still invisible. Default: one heartbeat
-// interval. Range 0 to the maximum lease duration.
+// interval. Range 0 to 12 h, and below WithMaxLeaseDuration (New refuses
+// it otherwise, naming both).
 func WithCeilingGrace(d time.Duration) LeaseOption {
 	return leaseOption(func(s *settings) {
 		if d < 0 || d > MaxVisibilityTimeout {
@@ -473,7 +481,9 @@ func WithCancelIdlePollsAtShutdown() Option {
 
 // WithHandlerTimeout bounds each handler call: its context is cancelled
 // with context.DeadlineExceeded after d. 0 means no bound, the default
-// (the lease ceiling still applies). Range 0, or 1 ms to 12 h.
+// (the lease ceiling still applies). Range 0, or 1 ms to 12 h, and below
+// WithMaxLeaseDuration (the ceiling would cancel the handler first: New
+// refuses it, naming both).
 func WithHandlerTimeout(d time.Duration) Option {
 	return option(func(s *settings) {
 		if d != 0 && (d < time.Millisecond || d > MaxVisibilityTimeout) {
@@ -545,8 +555,10 @@ func WithReceivedAt(t time.Time) LeaseOption {
 // at a third of that. Fast work then gets short leases, so a crashed
 // worker's messages come back soon, and the heartbeat covers the tail.
 // Until 20 messages have settled the lease is WithVisibilityTimeout's (or
-// the queue's), clamped the same way. lo is at least MinAdaptiveVisibility
-// (10 s); hi at most 12 h and at least lo. Cannot be combined with
+// the queue's, clamped the same way); a WithVisibilityTimeout outside
+// [lo, hi] is refused by New, naming both. lo is at least
+// MinAdaptiveVisibility (10 s); hi at most 12 h (and at most
+// WithMaxLeaseDuration) and at least lo. Cannot be combined with
 // WithHeartbeatInterval (the interval follows the lease). Default: off.
 func WithAdaptiveVisibility(lo, hi time.Duration) Option {
 	return option(func(s *settings) {
