@@ -431,3 +431,52 @@ func (d *renewalsDown) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs
 	}
 	return d.Client.ChangeMessageVisibilityBatch(ctx, in, optFns...)
 }
+
+// Pause and Resume during the shutdown's drain and after Run returned
+// neither block nor break it: Run returns in time, and Paused() says what
+// the later call asked.
+func TestPauseDuringShutdownAndAfterRun(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, map[string]string{"FifoQueue": "true", "ContentBasedDeduplication": "true"})
+		for i := range 3 {
+			_, err := b.srv.Send(b.url, fmt.Sprintf("g%d", i), sqstest.WithGroupID("g"))
+			require.NoError(t, err)
+		}
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			time.Sleep(10 * time.Second)
+			return nil
+		}), WithVisibilityTimeout(30*time.Second), WithShutdownTimeout(time.Minute))
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+		time.Sleep(time.Second) // g0 runs, g1 and g2 wait behind it
+		cancel()
+		time.Sleep(time.Second) // draining
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(c.Pause)
+			wg.Go(c.Resume)
+		}
+		wg.Wait()
+		c.Pause()
+		require.Equal(t, "draining", c.Health().Status)
+		require.True(t, c.Health().Paused)
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(2 * time.Minute):
+			require.Fail(t, "Run did not return")
+		}
+		c.Resume()
+		c.Pause()
+		require.True(t, c.Paused())
+		c.Resume()
+		require.False(t, c.Paused())
+		require.Equal(t, "stopped", c.Health().Status)
+		for _, m := range b.srv.Messages(b.url) {
+			require.False(t, m.InFlight, "message %s left hidden", m.Body)
+		}
+	})
+}
