@@ -139,8 +139,8 @@ func (r *run) readQueue(ctx context.Context) (out *sqs.GetQueueAttributesOutput,
 			r.prog.recvErr.Store(nil)
 			return out, nil, nil
 		}
-		if ctx.Err() != nil {
-			return nil, nil, ctx.Err()
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return nil, nil, ctx.Err() // cancelled: Run returns nil
 		}
 		msg := err.Error()
 		r.prog.recvErr.Store(&msg)

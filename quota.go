@@ -81,10 +81,13 @@ func (q *quotaWatch) answered(got int, scaler *scaler, now time.Time) bool {
 }
 
 // checkQuota reads the queue's counts for the in-flight quota's check,
-// logging a warning when the queue is at it. It runs on a poller after an
-// empty receive, at most once every quotaCheckEvery.
+// logging a warning when the queue is at it. It runs on a goroutine of its
+// own (aux), started by a poller after an empty receive at most once every
+// quotaCheckEvery, so that the poller's next long poll does not wait for
+// it.
 func (r *run) checkQuota() {
-	ctx, cancel := context.WithTimeout(r.pollCtx, scalingCallTimeout)
+	defer r.aux.Done()
+	ctx, cancel := context.WithTimeout(r.probeCtx, scalingCallTimeout) // cancelled as the shutdown begins
 	out, err := r.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
 		QueueUrl: aws.String(r.queueURL),
 		AttributeNames: []types.QueueAttributeName{
@@ -111,12 +114,14 @@ func (r *run) checkQuota() {
 	}
 }
 
-// afterReceive is told of every receive answered with got messages; after
-// enough empty ones it reads the queue's counts (checkQuota) on the
-// calling poller, unless the shutdown has begun.
+// afterReceive is told, on a poller, of every receive answered with got
+// messages; after enough empty ones it starts a read of the queue's counts
+// (checkQuota), unless the shutdown has begun. (Run waits for the pollers
+// before it waits for aux, so the Add comes before that Wait.)
 func (r *run) afterReceive(got int) {
 	if r.quota.answered(got, r.scaler, time.Now()) && !r.shuttingDown() {
-		r.checkQuota()
+		r.aux.Add(1)
+		go r.checkQuota()
 	}
 }
 

@@ -70,7 +70,8 @@ import (
 //	                                         delete's retries on a goroutine of
 //	                                         their own (calls.close)
 //	later FIFO messages handed back          a goroutine each (workers)
-//	breaker's releases and probes, scaler    aux
+//	breaker's releases and probes, scaler,   aux
+//	the in-flight quota's reads
 //	shutdown                                 Run's own goroutine
 type run struct {
 	// The Consumer's, given at Run and read-only.
@@ -114,14 +115,15 @@ type run struct {
 	pollCtx     context.Context
 	hardStop    context.CancelFunc
 	fatalStop   context.CancelFunc // ends Run's wait after a permanent receive error
-	probeCtx    context.Context    // a probe's context; cancelled at shutdown
+	probeCtx    context.Context    // a probe's (and the quota's read's) context; cancelled at shutdown
 	cancelProbe context.CancelFunc // cancels probeCtx
 	afterDelete func(*Lease, error)
 
 	// The goroutines the run owns and joins before Run returns: pollers;
 	// workers (handlers, idle or busy, and the goroutines that settle on
 	// their own: goSettle); aux (the breaker's releases and probes, the
-	// scaler). A delete's retries are counted by the calls (calls.close).
+	// scaler, the in-flight quota's reads). A delete's retries are counted
+	// by the calls (calls.close).
 	pollers sync.WaitGroup
 	workers sync.WaitGroup
 	aux     sync.WaitGroup
@@ -258,8 +260,9 @@ func (r *run) run(ctx context.Context) error {
 	r.pollers.Wait()
 	r.fl.closeLanes() // calls made from now on run on goroutines of their own
 	r.workers.Wait()
-	// The breaker's goroutines and the scaler: none starts after shutdown
-	// stopped the breaker and runCtx ended.
+	// The breaker's goroutines, the scaler and the quota's reads: none
+	// starts after shutdown stopped the breaker and runCtx ended, or after
+	// the pollers returned.
 	r.aux.Wait()
 	r.calls.close()
 	r.hardStop()
