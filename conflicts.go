@@ -174,18 +174,18 @@ func sameQueueURL(a, b string) bool {
 	return norm(ua) == norm(ub)
 }
 
-// queueConflicts reports, at Run, the conflicts only the queue can tell:
-// options that do nothing on a FIFO queue whose URL did not say so, and a
-// stall limit below the heartbeat interval of the queue's own
-// VisibilityTimeout (lease), when no option set the interval.
-func (r *run) queueConflicts(fifo bool, lease, interval time.Duration) error {
+// queueConflicts reports, at Run, the conflicts only the queue at
+// queueURL can tell: options that do nothing on a FIFO queue whose URL
+// did not say so, and a stall limit below the heartbeat interval of the
+// queue's own VisibilityTimeout (lease), when no option set the interval.
+func (s *settings) queueConflicts(queueURL string, fifo bool, lease, interval time.Duration) error {
 	var errs []error
-	if fifo && !fifoURL(r.queueURL) {
-		errs = append(errs, r.s.fifoConflicts(r.queueURL)...) // else New did
+	if fifo && !fifoURL(queueURL) {
+		errs = append(errs, s.fifoConflicts(queueURL)...) // else New did
 	}
-	if r.s.visibility == 0 && r.s.heartbeat == 0 && r.s.adaptiveMax == 0 {
+	if s.visibility == 0 && s.heartbeat == 0 && s.adaptiveMax == 0 {
 		from := fmt.Sprintf("the queue's VisibilityTimeout (%v), a third of it", lease)
-		if err := r.s.stallConflict(r.s.newPollWait(), interval, from); err != nil {
+		if err := s.stallConflict(s.newPollWait(), interval, from); err != nil {
 			errs = append(errs, err)
 		}
 	}

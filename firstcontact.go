@@ -92,24 +92,11 @@ func cannotSucceed(err error) (why string, fatal bool) {
 	return "", false
 }
 
-// firstContactError is the error Run returns for a first contact that
-// cannot succeed.
-func (r *run) firstContactError(why string, err error) error {
-	return fmt.Errorf("sqsconsumer: queue %s: %s: %w", r.queueURL, why, err)
-}
-
-// failFirstContact ends Run with the error of a first receive that cannot
-// succeed (see cannotSucceed); the caller has checked that SQS has not
-// answered yet.
-func (r *run) failFirstContact(why string, err error) {
-	ferr := r.firstContactError(why, err)
-	r.mu.Lock()
-	if r.fatal == nil {
-		r.fatal = ferr
-	}
-	r.mu.Unlock()
-	r.log(slog.LevelError, "sqsconsumer: the first receive cannot succeed; shutting down", "queue", r.queueURL, "error", err)
-	r.fatalStop()
+// firstContactError is the error of a first contact with the queue at
+// queueURL that cannot succeed, why (see cannotSucceed); the caller
+// prefixes the call ("sqsconsumer: ReceiveMessage: ").
+func firstContactError(queueURL, why string, err error) error {
+	return fmt.Errorf("queue %s: %s: %w", queueURL, why, err)
 }
 
 // queueAttributes are the source queue's attributes Run reads at its
@@ -120,47 +107,47 @@ var queueAttributes = []types.QueueAttributeName{
 	types.QueueAttributeNameRedrivePolicy, types.QueueAttributeNameQueueArn,
 }
 
-// readQueue reads the queue's attributes at Run's start, its first
-// contact with SQS. It returns them, or, when WithVisibilityTimeout makes
-// them optional and the read failed in a way the receives may get past
-// (access to the attributes denied, or an error that can heal), empty
-// attributes and that error (attrErr: FIFO is then judged from the URL,
-// the dead-letter queue from the option alone). An error that cannot
-// succeed fails Run (err); without WithVisibilityTimeout, which needs the
-// queue's own, an error that can heal is retried with backoff, logged and
-// named in Health, until the read succeeds or ctx ends (err: ctx.Err()).
-func (r *run) readQueue(ctx context.Context) (out *sqs.GetQueueAttributesOutput, attrErr, err error) {
-	optional := r.s.visibility != 0
+// readQueue reads the attributes of the queue at queueURL at Run's start,
+// its first contact with SQS, through c. It returns them, or, when the
+// attributes are optional (WithVisibilityTimeout) and the read failed in
+// a way the receives may get past (access to the attributes denied, or an
+// error that can heal), empty attributes and that error (attrErr: FIFO is
+// then judged from the URL, the dead-letter queue from the option alone).
+// An error that cannot succeed fails Run (err); when the attributes are
+// not optional (the queue's VisibilityTimeout is the lease), an error
+// that can heal is retried with backoff, logged (ev) and named in Health
+// (prog), until the read succeeds or ctx ends (err: ctx.Err()).
+func readQueue(ctx context.Context, c Client, queueURL string, optional bool, prog *progress, ev *eventSink) (out *sqs.GetQueueAttributesOutput, attrErr, err error) {
 	for failures := 0; ; failures++ {
-		out, err := r.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-			QueueUrl: aws.String(r.queueURL), AttributeNames: queueAttributes})
+		out, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+			QueueUrl: aws.String(queueURL), AttributeNames: queueAttributes})
 		if err == nil {
-			r.prog.answer()
-			r.prog.recvErr.Store(nil)
+			prog.answer()
+			prog.recvErr.Store(nil)
 			return out, nil, nil
 		}
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			return nil, nil, ctx.Err() // cancelled: Run returns nil
 		}
 		msg := err.Error()
-		r.prog.recvErr.Store(&msg)
+		prog.recvErr.Store(&msg)
 		why, fatal := cannotSucceed(err)
 		switch {
 		case fatal && isAccessDenied(err) && optional:
 			// Receiving needs no right to the attributes.
-			r.log(slog.LevelDebug, "sqsconsumer: could not read the queue's attributes; FIFO is judged from the URL", "error", err)
+			ev.log(slog.LevelDebug, "sqsconsumer: could not read the queue's attributes; FIFO is judged from the URL", "error", err)
 			return &sqs.GetQueueAttributesOutput{}, err, nil
 		case fatal && isAccessDenied(err):
-			return nil, nil, fmt.Errorf("sqsconsumer: queue %s: reading its VisibilityTimeout: access denied (allow sqs:GetQueueAttributes, or set WithVisibilityTimeout to skip this read): %w", r.queueURL, err)
+			return nil, nil, fmt.Errorf("sqsconsumer: GetQueueAttributes: queue %s: reading its VisibilityTimeout: access denied (allow sqs:GetQueueAttributes, or set WithVisibilityTimeout to skip this read): %w", queueURL, err)
 		case fatal:
-			return nil, nil, r.firstContactError(why, err)
+			return nil, nil, fmt.Errorf("sqsconsumer: GetQueueAttributes: %w", firstContactError(queueURL, why, err))
 		case optional:
 			// The receives retry on their own.
-			r.log(slog.LevelWarn, "sqsconsumer: could not read the queue's attributes; FIFO is judged from the URL and the receives retry", "error", err)
+			ev.log(slog.LevelWarn, "sqsconsumer: could not read the queue's attributes; FIFO is judged from the URL and the receives retry", "error", err)
 			return &sqs.GetQueueAttributesOutput{}, err, nil
 		}
 		backoff := receiveBackoff(failures)
-		r.log(slog.LevelWarn, "sqsconsumer: reading the queue's attributes failed; retrying", "error", err, "backoff", backoff.String())
+		ev.log(slog.LevelWarn, "sqsconsumer: reading the queue's attributes failed; retrying", "error", err, "backoff", backoff.String())
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():

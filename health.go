@@ -288,7 +288,7 @@ func health(s *settings, p *progress, member *share.Member, r *run, paused bool,
 		}
 		h.Problems = append(h.Problems, msg)
 	}
-	if w := r.quotaWarning(now); w != "" {
+	if w := r.quota.warning(now); w != "" {
 		h.Warnings = append(h.Warnings, w)
 	}
 	if lim := lim.handler(); lim > 0 && h.LongestHandler > lim {

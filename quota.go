@@ -49,26 +49,38 @@ const (
 
 // quotaWatch notices a queue at its in-flight quota: receives that come
 // back with nothing while SQS counts messages visible, and nearly the
-// quota in flight. The run's receives count the empty answers (answered);
-// a poller reads the counts now and then (check); Health asks (warning).
+// quota in flight. The run's pollers tell it of each receive's answer
+// (answered); when that says so, the run reads the counts on a goroutine
+// of its own (read); Health asks (warning). Set up by init, before Run's
+// receives.
 type quotaWatch struct {
+	client   Client
+	queueURL string
+	scaler   *scaler    // WithScaling: its readings serve; nil when off
+	ev       *eventSink // for the warning's log line
+
 	empties atomic.Int64 // receives in a row answered with no message
 
 	mu      sync.Mutex      // guards the fields below
-	checked time.Time       // when a check last ran (or was tried)
+	checked time.Time       // when a read was last started
 	last    scaling.Reading // the latest counts read, At zero before any
+}
+
+// init sets the watch up for the queue at queueURL.
+func (q *quotaWatch) init(c Client, queueURL string, sc *scaler, ev *eventSink) {
+	q.client, q.queueURL, q.scaler, q.ev = c, queueURL, sc, ev
 }
 
 // answered records a receive answered with got messages, and returns
 // whether the queue's counts are due to be read (by the caller, with
-// check): quotaEmpties empty answers in a row, no reading for
+// read): quotaEmpties empty answers in a row, no read for
 // quotaCheckEvery, and no scaling signal to read them instead.
-func (q *quotaWatch) answered(got int, scaler *scaler, now time.Time) bool {
+func (q *quotaWatch) answered(got int, now time.Time) bool {
 	if got > 0 {
 		q.empties.Store(0)
 		return false
 	}
-	if q.empties.Add(1) < quotaEmpties || scaler != nil {
+	if q.empties.Add(1) < quotaEmpties || q.scaler != nil {
 		return false
 	}
 	q.mu.Lock()
@@ -80,16 +92,13 @@ func (q *quotaWatch) answered(got int, scaler *scaler, now time.Time) bool {
 	return true
 }
 
-// checkQuota reads the queue's counts for the in-flight quota's check,
-// logging a warning when the queue is at it. It runs on a goroutine of its
-// own (aux), started by a poller after an empty receive at most once every
-// quotaCheckEvery, so that the poller's next long poll does not wait for
-// it.
-func (r *run) checkQuota() {
-	defer r.aux.Done()
-	ctx, cancel := context.WithTimeout(r.probeCtx, scalingCallTimeout) // cancelled as the shutdown begins
-	out, err := r.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-		QueueUrl: aws.String(r.queueURL),
+// read reads the queue's counts for the in-flight quota's check, bounded
+// by ctx and a call timeout, and logs a warning when the queue is at the
+// quota.
+func (q *quotaWatch) read(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, scalingCallTimeout)
+	out, err := q.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(q.queueURL),
 		AttributeNames: []types.QueueAttributeName{
 			types.QueueAttributeNameApproximateNumberOfMessages,
 			types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
@@ -102,53 +111,38 @@ func (r *run) checkQuota() {
 		c, err = queueCounts(out)
 	}
 	if err != nil {
-		r.log(slog.LevelDebug, "sqsconsumer: could not read the queue's counts for the in-flight quota's check", "error", err)
+		q.ev.log(slog.LevelDebug, "sqsconsumer: could not read the queue's counts for the in-flight quota's check", "error", err)
 		return
 	}
 	c.At = time.Now()
-	r.quota.mu.Lock()
-	r.quota.last = c
-	r.quota.mu.Unlock()
-	if w := r.quotaWarning(c.At); w != "" {
-		r.log(slog.LevelWarn, "sqsconsumer: "+w, "visible", c.Visible, "in_flight", c.InFlight)
+	q.mu.Lock()
+	q.last = c
+	q.mu.Unlock()
+	if w := q.warning(c.At); w != "" {
+		q.ev.log(slog.LevelWarn, "sqsconsumer: "+w, "visible", c.Visible, "in_flight", c.InFlight)
 	}
 }
 
-// afterReceive is told, on a poller, of every receive answered with got
-// messages; after enough empty ones it starts a read of the queue's counts
-// (checkQuota), unless the shutdown has begun. (Run waits for the pollers
-// before it waits for aux, so the Add comes before that Wait.)
-func (r *run) afterReceive(got int) {
-	if r.quota.answered(got, r.scaler, time.Now()) && !r.shuttingDown() {
-		r.aux.Add(1)
-		go r.checkQuota()
-	}
-}
-
-// quotaWarning is Health's sentence for a queue at its in-flight quota,
-// "" when it is not: the latest counts (the scaling signal's, or the
-// quota check's), read within two check periods, show messages visible
-// and at least InFlightNearQuota in flight, while the latest receives
-// came back empty.
-func (r *run) quotaWarning(now time.Time) string {
-	if r.quota.empties.Load() < quotaEmpties {
+// warning is Health's sentence for a queue at its in-flight quota, ""
+// when it is not: the latest counts (the scaling signal's, or read's),
+// read within two reading periods, show messages visible and at least
+// InFlightNearQuota in flight, while the latest receives came back empty.
+func (q *quotaWatch) warning(now time.Time) string {
+	if q.empties.Load() < quotaEmpties {
 		return ""
 	}
 	var c scaling.Reading
-	if r.scaler != nil {
-		c = r.scaler.lastCounts()
-	} else {
-		r.quota.mu.Lock()
-		c = r.quota.last
-		r.quota.mu.Unlock()
-	}
 	stale := 2 * quotaCheckEvery
-	if r.scaler != nil {
-		stale = 2 * r.scaler.p.Interval
+	if q.scaler != nil {
+		c, stale = q.scaler.lastCounts(), 2*q.scaler.p.Interval
+	} else {
+		q.mu.Lock()
+		c = q.last
+		q.mu.Unlock()
 	}
 	if c.At.IsZero() || now.Sub(c.At) > stale || c.Visible == 0 || c.InFlight < InFlightNearQuota {
 		return ""
 	}
 	return fmt.Sprintf("the latest %d receives came back empty while SQS counted %d messages visible and %d in flight, near the in-flight quota of about %d per queue, at which SQS answers long polls with nothing and no error: find what holds messages without deleting them (many replicas reading ahead: lower WithMaxReadAhead; failed messages waiting out long retry visibilities: shorter backoffs or a dead-letter queue; handlers that never delete), spread the work over more queues, or ask AWS Support for a higher quota",
-		r.quota.empties.Load(), c.Visible, c.InFlight, InFlightQuota)
+		q.empties.Load(), c.Visible, c.InFlight, InFlightQuota)
 }

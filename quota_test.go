@@ -132,8 +132,7 @@ func TestInFlightQuotaWarningEndsWithAMessage(t *testing.T) {
 		stop := running(t, c)
 		time.Sleep(2 * time.Minute)
 		require.Len(t, c.Health().Warnings, 1)
-		r := c.runOf()
-		r.afterReceive(1) // a receive that got a message
+		c.runOf().quota.answered(1, time.Now()) // a receive that got a message
 		require.Empty(t, c.Health().Warnings)
 		require.NoError(t, stop())
 	})

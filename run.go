@@ -144,7 +144,7 @@ func (r *run) setup(ctx context.Context) error {
 	// FifoQueue confirms the URL's suffix. A first contact that cannot
 	// succeed ends Run; without WithVisibilityTimeout an error that can
 	// heal is retried, with it the URL decides FIFO (firstcontact.go).
-	out, attrErr, err := r.readQueue(ctx)
+	out, attrErr, err := readQueue(ctx, r.client, r.queueURL, r.s.visibility != 0, r.prog, r.ev)
 	if err != nil {
 		return err
 	}
@@ -169,7 +169,7 @@ func (r *run) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := r.queueConflicts(fifo, lease, cfg.interval); err != nil { // conflicts.go
+	if err := r.s.queueConflicts(r.queueURL, fifo, lease, cfg.interval); err != nil { // conflicts.go
 		return err
 	}
 	settleCtx, cancelSettle := context.WithCancel(context.Background())
@@ -182,6 +182,7 @@ func (r *run) setup(ctx context.Context) error {
 	r.cfg = cfg
 	r.reg = newRegistry(fifo, r.s.protector)
 	r.probeCtx, r.cancelProbe = context.WithCancel(context.Background())
+	r.quota.init(r.client, r.queueURL, r.scaler, r.ev)
 	if r.s.breaker != nil {
 		r.br = r.newBreaker(*r.s.breaker)
 	}
