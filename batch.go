@@ -227,6 +227,26 @@ type hbatch struct {
 	stopWatch func() bool
 	lastCause error
 	over      bool
+	// parent is the call's context's parent, set at the send: it answers
+	// Value(ctxKey{}) for Logger.
+	parent batchCtx
+}
+
+// batchCtx is the parent of a BatchHandler call's context: background,
+// answering Value(ctxKey{}) with itself, what Logger needs to log about
+// the call. It lives in the hbatch, so it costs no allocation.
+type batchCtx struct {
+	context.Context
+	ev   *eventSink // the Consumer's: its logger and queue URL
+	size int        // the messages of the call
+}
+
+// Value answers ctxKey with c, and asks the parent otherwise.
+func (c *batchCtx) Value(key any) any {
+	if _, ok := key.(ctxKey); ok {
+		return c
+	}
+	return c.Context.Value(key)
 }
 
 // member is one message's place in the batcher, from when it joins.

@@ -52,7 +52,8 @@ func (b *batcher) sendLocked(bt *hbatch) (ctx context.Context, ok bool) {
 			mb.unwatch = nil
 		}
 	}
-	ctx, bt.cancel = context.WithCancelCause(context.Background())
+	bt.parent = batchCtx{Context: context.Background(), ev: b.ev, size: len(bt.members)}
+	ctx, bt.cancel = context.WithCancelCause(&bt.parent)
 	b.watchLocked(bt)
 	return ctx, true
 }
