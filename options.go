@@ -73,6 +73,7 @@ type settings struct {
 	errs            []error
 
 	deadLetterURL string        // "" = from the queue's RedrivePolicy
+	requireDLQ    bool          // WithRequireDeadLetterQueue
 	breaker       *Breaker      // nil = off
 	stallLimit    time.Duration // Health: 0 = default
 	startupLimit  time.Duration // Health: 0 = DefaultStartupLimit

@@ -167,6 +167,9 @@ func (r *run) setup(ctx context.Context) error {
 	if r.dlq, err = deadLetterFor(r.client, r.queueURL, fifo, r.s.deadLetterURL, out.Attributes, attrErr); err != nil {
 		return err
 	}
+	if err := requireDeadLetter(r.s, r.queueURL, r.dlq, out.Attributes, attrErr); err != nil {
+		return err
+	}
 	if err := r.checkDeadLetter(ctx); err != nil {
 		return err
 	}
