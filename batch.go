@@ -177,6 +177,10 @@ type batcher struct {
 	reg    *registry   // the run's registry: FIFO group order
 	ev     *eventSink  // the Consumer's events
 
+	// panicPolicy is the Consumer's WithPanicPolicy, nil for none; set by
+	// New.
+	panicPolicy func(context.Context, *Message, *PanicError) error
+
 	// mu guards the fields below, the batches (hbatch) and the members
 	// (member, and delivery.bm). Lock order: mu before the registry's
 	// and a Lease's locks.
@@ -270,12 +274,12 @@ type member struct {
 
 // attach gives b to a Consumer; false if one already has it. direct: the
 // Consumer has no middleware, so messages join without a goroutine of
-// their own.
-func (b *batcher) attach(direct bool) bool {
+// their own; policy: its WithPanicPolicy, nil for none.
+func (b *batcher) attach(direct bool, policy func(context.Context, *Message, *PanicError) error) bool {
 	if !b.owned.CompareAndSwap(false, true) {
 		return false
 	}
-	b.direct = direct
+	b.direct, b.panicPolicy = direct, policy
 	return true
 }
 

@@ -94,6 +94,11 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 		return nil, fmt.Errorf("%w: Batch size %d exceeds WithConcurrency(%d): each message of a batch holds a handler slot, so the batch could never fill", ErrInvalidOption, bt.maxSize(), s.concurrency)
 	}
 	handler := h
+	if s.panicPolicy != nil && bt == nil {
+		// Inside every middleware, so that middleware sees the policy's
+		// error (a batch's panic is policed by the batcher).
+		handler = &panicGuard{h: h, f: s.panicPolicy, ev: eventSink{logger: s.logger, queueURL: queueURL}}
+	}
 	for i := len(s.middleware) - 1; i >= 0; i-- {
 		if handler = s.middleware[i](handler); isNil(handler) {
 			return nil, fmt.Errorf("%w: WithMiddleware: middleware %d returned a nil handler", ErrInvalidOption, i)
@@ -123,7 +128,7 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 			client: c2.client, queueURL: queueURL, conc: s.concurrency, stats: stats, ev: &c2.ev, kick: make(chan struct{}, 1)}
 		c2.scaler.fig.Reason = "Run has not read the queue's counts yet"
 	}
-	if bt != nil && !bt.attach(len(s.middleware) == 0) {
+	if bt != nil && !bt.attach(len(s.middleware) == 0, s.panicPolicy) {
 		return nil, fmt.Errorf("%w: the Handler from Batch is already used by another Consumer; call Batch once per Consumer", ErrInvalidOption)
 	}
 	return c2, nil

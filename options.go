@@ -1,6 +1,7 @@
 package sqsconsumer
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -84,6 +85,8 @@ type settings struct {
 	protect    bool                  // WithScaleInProtection
 	protector  *ecsprotect.Protector // its Protector: the caller's, or the Consumer's own (made in New)
 	ownProtect bool                  // the Consumer made protector: Run starts and closes it
+
+	panicPolicy func(context.Context, *Message, *PanicError) error // WithPanicPolicy; nil = the default
 }
 
 func defaultSettings() settings {
