@@ -156,6 +156,19 @@ func (c *Consumer) Stats() Stats {
 	return st
 }
 
+// Settings returns the settings the Consumer ended up with (see
+// Settings). Before Run has read the queue's attributes the values that
+// depend on the queue are listed in Settings.Pending; after, every value
+// is final. Run logs them once at Info as it starts receiving
+// (WithLogger), under "settings". Safe to call at any time, from any
+// goroutine; it takes no lock a message takes.
+func (c *Consumer) Settings() Settings {
+	c.mu.Lock()
+	r, member := c.run, c.member
+	c.mu.Unlock()
+	return settingsView(&c.s, c.queueURL, c.pool.capped, member, r)
+}
+
 // runOf returns the run once Run has set it up, nil before.
 func (c *Consumer) runOf() *run {
 	c.mu.Lock()
@@ -244,6 +257,9 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	c.mu.Unlock()
 	stamp(&c.progress.resumed)
 	c.progress.stage.Store(runRunning)
+	if c.s.logger != nil {
+		c.ev.log(slog.LevelInfo, "sqsconsumer: running", "settings", c.Settings())
+	}
 	err = r.run(ctx)
 	c.logStats()
 	return err

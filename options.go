@@ -233,6 +233,18 @@ func isAlnum(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
+// pollWait is the WaitTimeSeconds of every receive: WithWaitTime's, but
+// never longer than the shutdown timeout, since a receive in flight at
+// shutdown is never cancelled and must return within it (at least a
+// second: the SDK cannot send a wait of 0). 0 leaves the wait to the
+// queue's ReceiveMessageWaitTimeSeconds.
+func (s *settings) pollWait() time.Duration {
+	if s.waitTime == 0 {
+		return 0
+	}
+	return max(min(s.waitTime, s.shutdownTimeout.Truncate(time.Second)), time.Second)
+}
+
 func (s *settings) fail(format string, args ...any) {
 	s.errs = append(s.errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...))
 }

@@ -99,6 +99,7 @@ func TestRequireDeadLetterQueueAccepts(t *testing.T) {
 			require.True(t, st.Deleted)
 			require.Equal(t, 1, st.ReceiveCount, "moved at once")
 			require.Len(t, b.srv.Messages(dlq), 1, "in the dead-letter queue")
+			require.Equal(t, dlq, c.Settings().DeadLetterQueue)
 		})
 	})
 }
