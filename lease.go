@@ -260,7 +260,9 @@ func initLease(l *Lease, m *Message, raw types.Message, receivedAt, arrived time
 // (ErrLeaseExpired) or is stopped (ErrLeaseSettled). The heartbeat itself
 // does not stop when ctx is cancelled: only Stop, a settlement or the end of
 // the lease stop it. Calls after the first return the first call's context.
-// A nil ctx is taken as context.Background().
+// A nil ctx is taken as context.Background(). The context carries ctx's
+// values, and the lease for Logger: Logger(ctx) gives the lease's logger
+// (WithLogger) with the message's fields.
 func (l *Lease) Start(ctx context.Context) context.Context {
 	if ctx == nil {
 		ctx = context.Background()

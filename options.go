@@ -343,6 +343,7 @@ func WithObserver(o Observer) LeaseOption {
 
 // WithLogger makes the library log warnings and errors (lease lost, panics,
 // receive failures) and debug lines to l. Default: the library logs nothing.
+// Handlers log through it with their message's fields with Logger(ctx).
 func WithLogger(l *slog.Logger) LeaseOption {
 	return leaseOption(func(s *settings) {
 		if l == nil {
