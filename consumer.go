@@ -278,7 +278,8 @@ func (c *Consumer) logStats() {
 
 // init connects package fleet to Consumers through internal/share, so
 // that the root package exports nothing for the shared budget: fleet.Add
-// calls share.Attach, which sets the Consumer's member before Run.
+// and fleet.Serve call share.Attach, which sets the Consumer's member
+// before Run, and refuse a Consumer whose Run has been called.
 func init() {
 	share.Attach = func(v any, m *share.Member) error {
 		c, ok := v.(*Consumer)
@@ -288,7 +289,9 @@ func init() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		switch {
-		case c.run != nil:
+		case c.run != nil || c.progress.stage.Load() != runNotStarted:
+			// Run was called: it may have read member already (it does
+			// before setting up), and would run outside the budget.
 			return fmt.Errorf("%w: the Consumer of %s has already started", ErrInvalidOption, c.queueURL)
 		case c.member != nil:
 			return fmt.Errorf("%w: the Consumer of %s already belongs to a fleet", ErrInvalidOption, c.queueURL)
