@@ -866,3 +866,93 @@ func TestBatchAllLeasesLost(t *testing.T) {
 		})
 	})
 }
+
+// Issue 35 case 2: on a FIFO queue a Batch handler's batch cancelled by
+// the shutdown fails its group's later messages that have joined and not
+// run (earlierFailed); when direct, those wait in the batcher to be
+// settled, and the run that failed them must hand them on, or the
+// shutdown waits for them forever. The recipe of the issue: 3 groups of
+// 4, batches of 2, concurrency 4, the batch handler waits for its
+// context and returns ctx.Err(), Run cancelled 500 ms after the first
+// batch started. Run returns at the shutdown timeout plus the release's
+// coalescing, and every message is visible again.
+func TestBatchFIFOShutdownReturns(t *testing.T) {
+	t.Parallel()
+	eachBatchWay(t, func(t *testing.T, way ...Option) {
+		synctest.Test(t, func(t *testing.T) {
+			b := fifoBundle(t)
+			for g := range 3 {
+				sendGroup(t, b, fmt.Sprint(g), bodies(fmt.Sprintf("%d/", g), 4)...)
+			}
+			first := make(chan struct{})
+			var once sync.Once
+			h, err := Batch(func(ctx context.Context, msgs []*Message) error {
+				once.Do(func() { close(first) })
+				<-ctx.Done()
+				return ctx.Err()
+			}, 2, 2*time.Second)
+			require.NoError(t, err)
+			c, err := New(b.client, b.url, h, append(way, WithVisibilityTimeout(30*time.Second), WithConcurrency(4),
+				WithShutdownTimeout(10*time.Second))...)
+			require.NoError(t, err)
+			stop := running(t, c)
+			<-first
+			time.Sleep(500 * time.Millisecond)
+			begun := time.Now()
+			require.NoError(t, stopWithin(t, stop, 30*time.Minute))
+			require.LessOrEqual(t, time.Since(begun), 10*time.Second+2*coalesceWindow, "Run returned at the shutdown timeout")
+			synctest.Wait()
+			for _, st := range b.srv.Messages(b.url) {
+				require.False(t, st.Deleted, st.Body)
+				require.False(t, st.InFlight, "visible again at once: %s", st.Body)
+			}
+		})
+	})
+}
+
+// The same path without a shutdown: a batch that fails on a FIFO queue
+// fails the later messages of its group that have joined and not run
+// (they hold handler slots while they wait); they are released at once
+// and the group runs again, in order, from the failed message.
+func TestBatchFIFOFailureReleasesLaterMembers(t *testing.T) {
+	t.Parallel()
+	eachBatchWay(t, func(t *testing.T, way ...Option) {
+		synctest.Test(t, func(t *testing.T) {
+			b := fifoBundle(t)
+			sendGroup(t, b, "g", bodies("g/", 4)...)
+			var mu sync.Mutex
+			var calls [][]string
+			h, err := Batch(func(ctx context.Context, msgs []*Message) error {
+				mu.Lock()
+				defer mu.Unlock()
+				var got []string
+				for _, m := range msgs {
+					got = append(got, m.Body)
+				}
+				calls = append(calls, got)
+				if len(calls) == 1 {
+					return errors.New("the first batch fails")
+				}
+				return nil
+			}, 2, 2*time.Second)
+			require.NoError(t, err)
+			c, err := New(b.client, b.url, h, append(way, WithVisibilityTimeout(30*time.Second), WithConcurrency(4),
+				WithBackoff(func(int) time.Duration { return time.Second }))...)
+			require.NoError(t, err)
+			stop := running(t, c)
+			time.Sleep(2 * time.Minute)
+			require.NoError(t, stopWithin(t, stop, time.Minute))
+			for _, st := range b.srv.Messages(b.url) {
+				require.True(t, st.Deleted, "%s deleted once the group ran again", st.Body)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			require.Equal(t, []string{"g/00", "g/01"}, calls[0])
+			var after []string
+			for _, c := range calls[1:] {
+				after = append(after, c...)
+			}
+			require.Equal(t, bodies("g/", 4), after, "the group ran again in order, from the failed message")
+		})
+	})
+}

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"slices"
 	"time"
+
+	"github.com/sqskit/sqsconsumer/internal/broken"
 )
 
 // Running a batch: a due batch is sent (sendLocked), its call's context
@@ -227,7 +229,17 @@ func (b *batcher) run(bt *hbatch, ctx context.Context, self *member) {
 			signal(mb.wake)
 		}
 	}
+	// A member that failed here failed its group's later members that
+	// have joined and not run (groupFailedLocked): when direct they wait
+	// in b.finished to be settled, like any member finished under b.mu.
+	if broken.Is(broken.FIFOBatchShutdownHang) {
+		b.mu.Unlock()
+		bt.cancel(context.Canceled)
+		return
+	}
+	w := b.takeLocked()
 	b.mu.Unlock()
+	b.handOff(w)
 	bt.cancel(context.Canceled)
 }
 

@@ -19,6 +19,14 @@ type Mode uint8
 const (
 	none Mode = iota
 	// modes are added below, one line each
+
+	// FIFOBatchShutdownHang (issue 35 case 2): a Batch handler's batch
+	// (without middleware) that fails on a FIFO queue leaves the later
+	// members of its group, failed without running, unsettled: they hold
+	// their slots and leases for good, and at a shutdown Run never
+	// returns (batchrun.go, batcher.run).
+	FIFOBatchShutdownHang
+
 	modes
 )
 
