@@ -81,7 +81,10 @@ func (f BatchFailures) Error() string {
 // When the Consumer's shutdown begins, no batch forms any more: messages
 // still gathering are handed back at once (visibility 0, their result
 // ErrShutdown), like messages that never started; batches already sent
-// run on under the shutdown budget.
+// run on under the shutdown budget. At its end the call's context is
+// cancelled (cause ErrShutdown), and every message of the batch that did
+// not succeed is released at once (visibility 0), not after its backoff,
+// and is no breaker failure, as for a single handler the shutdown cut.
 //
 // size is 1 to 10,000 and must not exceed the Consumer's concurrency (each
 // message in a batch holds a handler slot); window is 0 (send a batch as

@@ -956,3 +956,55 @@ func TestBatchFIFOFailureReleasesLaterMembers(t *testing.T) {
 		})
 	})
 }
+
+// Issue 35 case 1b: at the shutdown budget's end the shutdown cancels the
+// held messages one at a time; the batch's call is cancelled with the
+// member it watches, and the batch handler may return (and its members
+// settle) before the shutdown reaches the others. Every member whose call
+// the shutdown cancelled is then released at once (visibility 0) and is
+// no failure (the breaker, at one failure, stays closed), whichever
+// members the shutdown reached first. The test cancels the members as the
+// shutdown would, in a chosen order, and lets the batch return between
+// two cancels.
+func TestBatchShutdownCancelReleasesEveryMember(t *testing.T) {
+	t.Parallel()
+	for _, order := range [][]int{{0}, {2, 0}} {
+		t.Run(fmt.Sprint(order), func(t *testing.T) {
+			t.Parallel()
+			eachBatchWay(t, func(t *testing.T, way ...Option) {
+				synctest.Test(t, func(t *testing.T) {
+					b := setup(t, nil)
+					b.send(t, 3)
+					sent := make(chan []*Message, 1)
+					h, err := Batch(func(ctx context.Context, msgs []*Message) error {
+						sent <- msgs
+						<-ctx.Done()
+						return ctx.Err()
+					}, 3, time.Second)
+					require.NoError(t, err)
+					c, err := New(b.client, b.url, h, append(way, WithVisibilityTimeout(30*time.Second), WithConcurrency(3), WithWaitTime(time.Second),
+						WithBreaker(Breaker{Failures: 1}))...)
+					require.NoError(t, err)
+					stop := running(t, c)
+					msgs := <-sent
+					require.Len(t, msgs, 3)
+					time.Sleep(10 * time.Second)
+					for _, i := range order {
+						synctest.Wait()
+						msgs[i].Lease.abort(ErrShutdown) // what the shutdown's loop does to each held message
+					}
+					synctest.Wait()
+					time.Sleep(time.Second) // the releases' calls
+					for _, st := range b.srv.Messages(b.url) {
+						require.False(t, st.Deleted, st.Body)
+						require.NotEmpty(t, st.VisibilityChanges, st.Body)
+						require.Equal(t, time.Duration(0), st.VisibilityChanges[len(st.VisibilityChanges)-1].Timeout, "released at once, not after a backoff: %s", st.Body)
+					}
+					_, _, opens := c.runOf().br.status()
+					require.Zero(t, opens, "a member cut by the shutdown is no handler failure")
+					require.NoError(t, stop())
+				})
+			})
+		})
+	}
+}

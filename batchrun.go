@@ -198,6 +198,19 @@ func (b *batcher) run(bt *hbatch, ctx context.Context, self *member) {
 	}
 	begun := time.Now()
 	err := b.call(ctx, msgs)
+	if errors.Is(context.Cause(ctx), ErrShutdown) && !broken.Is(broken.BatchShutdownBackoff) {
+		// The shutdown cancels the held messages one at a time, and the
+		// call ended with the first member it reached: the others were
+		// cut by it as much, whether or not it has reached them yet. Each
+		// member's context takes the shutdown's cause, so that each
+		// settles as a message the shutdown cut (released at once, no
+		// breaker failure), whatever the order of the cancels.
+		for _, mb := range members {
+			if mb.d != nil {
+				mb.d.lease.abort(ErrShutdown)
+			}
+		}
+	}
 	results, err := b.results(members, err)
 	b.ev.emitBatch(msgs, begun, err)
 

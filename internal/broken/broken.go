@@ -27,6 +27,13 @@ const (
 	// returns (batchrun.go, batcher.run).
 	FIFOBatchShutdownHang
 
+	// BatchShutdownBackoff (issue 35 case 1b): when the shutdown cancels a
+	// running Batch handler's call through one member, the members it has
+	// not cancelled yet settle as ordinary failures (released after their
+	// backoff, counted by the breaker) instead of as messages the shutdown
+	// cut (released at once) (batchrun.go, batcher.run).
+	BatchShutdownBackoff
+
 	modes
 )
 
