@@ -91,7 +91,7 @@ func (r *run) receive(n int, sent time.Time) error {
 		VisibilityTimeout:           int32(cfg.lease / time.Second),
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
 		MessageAttributeNames:       []string{"All"},
-	}, skipChecksum)
+	}, receiveOpts...) // skipChecksum, guardBodies (clienthttp.go)
 	cancel()
 	arrived := time.Now()
 	if err != nil {
