@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sqskit/sqsconsumer/internal/broken"
 	"github.com/sqskit/sqsconsumer/internal/fifo"
 )
 
@@ -36,6 +37,12 @@ func (r *run) poll() {
 				r.fl.unpark()
 				continue
 			case <-r.quit:
+				if pollerQuits != nil {
+					pollerQuits()
+				}
+				if broken.Is(broken.ShutdownStrandsReceive) {
+					time.Sleep(100 * time.Millisecond) // descheduled here, still counted as parked
+				}
 				r.fl.unpark()
 				return
 			}
@@ -64,6 +71,11 @@ func (r *run) poll() {
 		r.log(slog.LevelWarn, "sqsconsumer: receive failed; backing off", "error", err, "backoff", backoff.String())
 	}
 }
+
+// pollerQuits, when set (by a test), is called by a parked poller that
+// saw Run quit, before it leaves: the moment a busy machine may
+// deschedule it, still counted as parked.
+var pollerQuits func()
 
 // maxSameReceiveFailures is how many receives in a row may fail with the
 // same client error (a 4xx answer other than throttling, such as an answer

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sqskit/sqsconsumer/internal/broken"
 	"github.com/sqskit/sqsconsumer/internal/share"
 )
 
@@ -56,8 +57,8 @@ import (
 //	receive, dispatch, hand back unstarted   a poller (pollers)
 //	a coalesced renewal or delete call       a poller between receives; one of
 //	                                         its own when every poller waits in a
-//	                                         long poll or after the pollers
-//	                                         returned (the coalescer: calls.close)
+//	                                         long poll or once the shutdown has
+//	                                         ended (the coalescer: calls.close)
 //	heartbeat of a lease                     the lease's own (Lease.Stop, in finish)
 //	handler, its settle, the next message    a worker (workers)
 //	a Batch handler without middleware       a worker sends the batch and settles
@@ -267,9 +268,20 @@ func (r *run) run(ctx context.Context) error {
 
 	r.prog.stage.Store(runDraining)
 	r.shutdown()
+	// The lanes close before the pollers are told to quit: a poller still
+	// in a receive hands its messages back after the quit, and their
+	// calls must not wait for a poller that is leaving (a parked one may
+	// take a call's kick and quit without running it), nor start one that
+	// nobody joins. From now on calls run on goroutines of their own,
+	// which calls.close waits for.
+	if !broken.Is(broken.ShutdownStrandsReceive) {
+		r.fl.closeLanes()
+	}
 	close(r.quit)
 	r.pollers.Wait()
-	r.fl.closeLanes() // calls made from now on run on goroutines of their own
+	if broken.Is(broken.ShutdownStrandsReceive) {
+		r.fl.closeLanes()
+	}
 	r.workers.Wait()
 	// The breaker's goroutines and the scaler: none starts after shutdown
 	// stopped the breaker and runCtx ended.

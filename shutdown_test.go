@@ -266,3 +266,46 @@ func TestRegistryCount(t *testing.T) {
 	require.Zero(t, g.n)
 	require.Empty(t, g.byID)
 }
+
+// A receive in flight when the shutdown ends (nothing was held, so it
+// ended at once) brings a message after Run has told its pollers to quit;
+// its poller hands it back. That release's call must not wait for a
+// poller: a parked one that saw the quit may be descheduled right then,
+// still counted as parked, take the call's kick and leave without
+// running it (the call then waited for its lease's end, and Run with it).
+// Not parallel: it sets a package hook.
+func TestShutdownReleaseAfterQuitNeedsNoPoller(t *testing.T) {
+	pollerQuits = func() { time.Sleep(100 * time.Millisecond) }
+	defer func() { pollerQuits = nil }()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error { return nil }),
+			WithVisibilityTimeout(30*time.Second), WithWaitTime(20*time.Second), WithShutdownTimeout(time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		b.send(t, 1) // its delete runs on a second poller, which then parks
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		fl := c.flowOf()
+		fl.mu.Lock()
+		idle, polls := fl.idle, len(fl.recvSince)
+		fl.mu.Unlock()
+		require.Positive(t, polls, "a poller in its long poll")
+		require.Positive(t, idle, "and one parked")
+		var ran time.Duration
+		done := make(chan struct{})
+		go func() {
+			begun := time.Now()
+			require.NoError(t, stop())
+			ran = time.Since(begun)
+			close(done)
+		}()
+		time.Sleep(5 * time.Millisecond)
+		id := b.send(t, 1)[0] // the long poll in flight takes it, after the quit
+		<-done
+		require.Less(t, ran, 2*time.Second, "Run returned within the polls' wait (1 s), the message handed back")
+		st := b.state(t, id)
+		require.Equal(t, 1, st.ReceiveCount)
+		require.False(t, st.InFlight, "handed back at once")
+	})
+}

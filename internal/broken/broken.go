@@ -34,6 +34,18 @@ const (
 	// cut (released at once) (batchrun.go, batcher.run).
 	BatchShutdownBackoff
 
+	// ShutdownStrandsReceive (issue 35 case 1, its Consumer-side race):
+	// the pollers are told to quit before the lanes close, so the release
+	// of a message that a receive in flight brings after the shutdown
+	// ended may wait for a parked poller that is leaving; it then waits
+	// for its lease's end, the message stays hidden, and Run returns a
+	// lease later (run.go, run.run). The race needs a parked poller
+	// descheduled at its quit while the release is submitted; the mode
+	// holds every parked poller there for 100 ms as well (receive.go,
+	// poll), so that a shutdown during a receive that brings messages
+	// shows it in virtual time.
+	ShutdownStrandsReceive
+
 	modes
 )
 
