@@ -174,11 +174,12 @@ type batcher struct {
 	size   int
 	window time.Duration
 
-	owned  atomic.Bool // set by New: the batcher has its Consumer
-	direct bool        // set by New: no middleware, see join
-	host   batchHost   // the Consumer's run, from bind at Run
-	reg    *registry   // the run's registry: FIFO group order
-	ev     *eventSink  // the Consumer's events
+	owned  atomic.Bool     // set by New: the batcher has its Consumer
+	direct bool            // set by New: no middleware, see join
+	host   batchHost       // the Consumer's run, from bind at Run
+	reg    *registry       // the run's registry: FIFO group order
+	ev     *eventSink      // the Consumer's events
+	base   context.Context // the parent of each call's context (it carries Draining)
 
 	// mu guards the fields below, the batches (hbatch) and the members
 	// (member, and delivery.bm). Lock order: mu before the registry's
@@ -280,9 +281,10 @@ type batchHost interface {
 }
 
 // bind gives b to the run of its Consumer, before the run's first
-// receive: host, its registry and its events.
-func (b *batcher) bind(host batchHost, reg *registry, ev *eventSink) {
-	b.host, b.reg, b.ev = host, reg, ev
+// receive: host, its registry, its events and the parent of each call's
+// context (never cancelled; it carries the run's drain signal).
+func (b *batcher) bind(host batchHost, reg *registry, ev *eventSink, base context.Context) {
+	b.host, b.reg, b.ev, b.base = host, reg, ev, base
 }
 
 // maxSize is the most messages a batch holds (Batch's size).

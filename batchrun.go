@@ -54,7 +54,7 @@ func (b *batcher) sendLocked(bt *hbatch) (ctx context.Context, ok bool) {
 			mb.unwatch = nil
 		}
 	}
-	ctx, bt.cancel = context.WithCancelCause(context.Background())
+	ctx, bt.cancel = context.WithCancelCause(b.base)
 	b.watchLocked(bt)
 	return ctx, true
 }

@@ -301,10 +301,11 @@ func (r *run) deliver(raw types.Message, handedOver, arrived time.Time, cfg *lea
 		}
 		// Another receive of it was dispatched meanwhile: look again.
 	}
-	// Not a child of any Run-scoped context: cancelling Run's context
+	// Not a child of any cancellable context: cancelling Run's context
 	// must not interrupt handlers (shutdown cancels each one itself), and
-	// a parent would take a shared lock for every message.
-	d.ctx = d.lease.start(context.Background())
+	// a cancellable parent would take a shared lock for every message.
+	// handlerBase only carries the drain signal (Draining).
+	d.ctx = d.lease.start(r.handlerBase)
 	r.observe(EventReceived, d, nil)
 	return d, v
 }

@@ -103,6 +103,12 @@ type run struct {
 	stopping atomic.Bool
 	paused   atomic.Bool
 
+	// drain is closed when the shutdown begins (Draining); handlerBase,
+	// which carries it, is the parent of every handler's context. Set by
+	// setup, closed by shutdown.
+	drain       chan struct{}
+	handlerBase context.Context
+
 	// settleCtx bounds every settling call (deletes, releases) and
 	// pollCtx every receive; both are cancelled at the hard stop, one
 	// call timeout after the shutdown budget, so Run returns in time
@@ -195,6 +201,7 @@ func (r *run) setup(ctx context.Context) error {
 	r.cfg = cfg
 	r.reg = newRegistry(fifo, r.s.protector)
 	r.probeCtx, r.cancelProbe = context.WithCancel(context.Background())
+	r.drainBase()
 	if r.s.breaker != nil {
 		r.br = r.newBreaker(*r.s.breaker)
 	}
@@ -203,7 +210,7 @@ func (r *run) setup(ctx context.Context) error {
 	r.quit = make(chan struct{})
 	r.afterDelete = r.deleted
 	if r.batch != nil {
-		r.batch.bind(r, r.reg, r.ev)
+		r.batch.bind(r, r.reg, r.ev, r.handlerBase)
 	}
 	r.pollWait = r.s.waitTime
 	if r.pollWait > 0 {
@@ -311,6 +318,7 @@ func (r *run) shutdown() {
 	}
 	r.cancelProbe()
 	r.stopping.Store(true)
+	r.beginDrain() // Draining: running handlers may hand their messages back early
 	if r.batch != nil {
 		r.batch.shutdown() // messages gathering for a batch are handed back at once
 	}
