@@ -14,6 +14,12 @@
 // the process exits 0 after a clean shutdown, 1 on a Run error, 2 on bad
 // flags.
 //
+// -client picks the SQS client: "wire" (the default: the suite's client,
+// whose transport hands net/http a private copy of each request body),
+// "sdk" (the SDK's own default HTTP client, as sqs.New makes it: what a
+// user who builds a client by hand gets) or "sqsclient" (package
+// sqsclient's).
+//
 // -broken makes it misbehave on purpose, so the suite can show that each of
 // its checks catches the fault it is meant to catch:
 //
@@ -40,11 +46,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqskit/sqsconsumer"
 	"github.com/sqskit/sqsconsumer/chaos/internal/wire"
 	"github.com/sqskit/sqsconsumer/chaos/journal"
+	"github.com/sqskit/sqsconsumer/sqsclient"
 )
 
 func main() {
@@ -63,6 +72,7 @@ type config struct {
 	retryAfter               time.Duration
 	seed                     uint64
 	broken                   string
+	client                   string
 }
 
 var brokenModes = map[string]bool{"": true, "delete-before-handler": true, "fail-after-record": true, "ignore-cancel": true, "rehide-after-release": true}
@@ -83,6 +93,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.maxWork, "max", 400*time.Millisecond, "longest random handler time")
 	fs.DurationVar(&c.retryAfter, "retry-after", time.Second, "visibility after a failed handler")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the handler times (mixed with the pid)")
+	fs.StringVar(&c.client, "client", "wire", "SQS client: wire, sdk or sqsclient")
 	fs.StringVar(&c.broken, "broken", "", "misbehave on purpose: delete-before-handler, fail-after-record, ignore-cancel or rehide-after-release")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -93,6 +104,9 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.minWork < 0 || c.maxWork < c.minWork {
 		errs = append(errs, fmt.Errorf("-min %v and -max %v: need 0 <= min <= max", c.minWork, c.maxWork))
+	}
+	if c.client != "wire" && c.client != "sdk" && c.client != "sqsclient" {
+		errs = append(errs, fmt.Errorf("-client %q: must be wire, sdk or sqsclient", c.client))
 	}
 	if !brokenModes[c.broken] {
 		errs = append(errs, fmt.Errorf("-broken %q: unknown mode", c.broken))
@@ -116,7 +130,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	defer j.Close()
 	pid := os.Getpid()
-	client := wire.Client(c.endpoint, pid)
+	client, err := newClient(c, pid)
+	if err != nil {
+		fmt.Fprintln(stderr, "worker:", err)
+		return 2
+	}
 	h := &handler{c: c, j: j, pid: pid, rng: rand.New(rand.NewPCG(c.seed, uint64(pid))), client: client, handles: map[string]string{}}
 	opts := []sqsconsumer.Option{
 		sqsconsumer.WithVisibilityTimeout(c.lease),
@@ -147,6 +165,22 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// newClient makes the SQS client -client names.
+func newClient(c config, pid int) (*sqs.Client, error) {
+	if c.client == "wire" {
+		return wire.Client(c.endpoint, pid), nil
+	}
+	o := sqs.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(c.endpoint),
+		Credentials:  credentials.NewStaticCredentialsProvider("chaos", "chaos", ""),
+	}
+	if c.client == "sdk" {
+		return sqs.New(o), nil
+	}
+	return sqsclient.New(o, sqsclient.HTTPOptions{MaxIdleConnsPerHost: 64})
 }
 
 type handler struct {
