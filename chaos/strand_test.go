@@ -85,7 +85,7 @@ type strandRun struct {
 	unreported int      // of them, never reported received by the worker
 	history    []string
 	stopTook   time.Duration
-	received   int // the worker's receives of messages (server side)
+	received   int      // the worker's receives of messages (server side)
 	otherLost  []string // hidden by a receive of the second consumer's whose answer it never got
 }
 
