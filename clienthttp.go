@@ -6,6 +6,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sqskit/sqsconsumer/internal/broken"
 )
 
 // The SDK's lost answer, and the Consumer's guard against it.
@@ -54,7 +56,7 @@ import (
 // guardBodies is the per-call option of every call the Consumer and its
 // leases make: see above.
 func guardBodies(o *sqs.Options) {
-	if o.HTTPClient == nil {
+	if o.HTTPClient == nil || broken.Is(broken.UnguardedBodies) {
 		return
 	}
 	if _, ok := o.HTTPClient.(bodyGuard); ok {

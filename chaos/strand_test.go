@@ -40,14 +40,23 @@ import (
 // arriving while long polls wait). -chaos.client picks the worker's SQS
 // client: wire (the suite's, which hands net/http a private copy of each
 // request body), sdk (the SDK's default client, as sqs.New makes it) or
-// sqsclient; -chaos.strand.runs how many rounds of the four modes run
-// (default 1, within a minute and a half).
+// sqsclient; -chaos.other the second consumer's (wire or sdk);
+// -chaos.writedelay=D, with the sdk client, holds the worker's connection
+// writer D after each request body and each read D/5 (what a loaded
+// machine may do: the moment the SDK's race needs); -chaos.strand.broken
+// sets the worker's -broken mode; -chaos.strand.runs how many rounds of
+// the four modes run (default 1, about 20 s). A control run always goes
+// first: the sdk client, a 5 ms write delay and the library's guard off
+// (unguarded-bodies) must strand a receive's worth, never reported
+// received.
 
 var (
 	clientFlag      = flag.String("chaos.client", "wire", "the stranding scenario's worker client: wire, sdk or sqsclient")
 	strandRunsFlag  = flag.Int("chaos.strand.runs", 1, "rounds of the stranding scenario's four modes")
 	strandNoLoadFlg = flag.Bool("chaos.strand.noload", false, "run the stranding scenario without CPU load")
 	otherFlag       = flag.String("chaos.other", "wire", "the stranding scenario's second consumer's client: wire or sdk")
+	writeDelayFlag  = flag.Duration("chaos.writedelay", 0, "with -chaos.client=sdk: hold the worker's connection writer this long after each request body (and each read a fifth of it)")
+	strandBrokenFlg = flag.String("chaos.strand.broken", "", "the stranding scenario's worker -broken mode (unguarded-bodies: the library's guard off)")
 )
 
 // otherLease is the visibility timeout of the second consumer's receives:
@@ -77,6 +86,11 @@ type strandCfg struct {
 	conc     int
 	client   string
 	load     bool
+	// writeDelay (client sdk) holds the worker's connection writer after
+	// each request body, as a loaded machine may; broken is its -broken.
+	writeDelay time.Duration
+	broken     string
+	pad        int // bytes of padding in each body (default 1,500)
 }
 
 // strandRun is what one run found.
@@ -91,13 +105,20 @@ type strandRun struct {
 
 const strandLease = 30 * time.Second
 
-func strandModes(client string, load bool) []strandCfg {
-	return []strandCfg{
-		{name: "standard", n: 200, work: "sleep=3s", shutdown: 10 * time.Second, conc: 20, client: client, load: load},
-		{name: "fifo", fifo: true, n: 200, work: "sleep=3s", shutdown: 10 * time.Second, conc: 20, client: client, load: load},
-		{name: "long", n: 200, work: "sleep=30s", shutdown: 5 * time.Second, conc: 20, client: client, load: load},
-		{name: "trickle", n: 0, trickle: 20 * time.Millisecond, shutdown: 10 * time.Second, conc: 20, client: client, load: load},
+func strandModes(client string, load bool, writeDelay time.Duration) []strandCfg {
+	modes := []strandCfg{
+		{name: "standard", n: 200, work: "sleep=3s", shutdown: 10 * time.Second},
+		{name: "fifo", fifo: true, n: 200, work: "sleep=3s", shutdown: 10 * time.Second},
+		{name: "long", n: 200, work: "sleep=30s", shutdown: 5 * time.Second},
+		{name: "trickle", n: 0, trickle: 20 * time.Millisecond, shutdown: 10 * time.Second},
 	}
+	for i := range modes {
+		modes[i].conc, modes[i].client, modes[i].load, modes[i].broken = 20, client, load, *strandBrokenFlg
+		if client == "sdk" {
+			modes[i].writeDelay = writeDelay
+		}
+	}
+	return modes
 }
 
 // runStrand runs one mode: the worker starts on the queue, SIGTERM comes a
@@ -119,7 +140,10 @@ func runStrand(t *testing.T, cfg strandCfg) strandRun {
 		if cfg.fifo {
 			opts = append(opts, sqstest.WithGroupID("g"+strconv.Itoa(sent%10)))
 		}
-		_, err := srv.Send(queue, fmt.Sprintf("%s n=%d", cfg.work, sent), opts...)
+		// The padding makes a receive's answer (ten messages) larger than
+		// what net/http reads ahead: an answer the SDK is still decoding
+		// when its connection is closed under it is lost.
+		_, err := srv.Send(queue, fmt.Sprintf("%s n=%d pad=%s", cfg.work, sent, strings.Repeat("x", cmpInt(cfg.pad, 1500))), opts...)
 		sent++
 		return err
 	}
@@ -133,8 +157,12 @@ func runStrand(t *testing.T, cfg strandCfg) strandRun {
 		loadWG = burn(stopLoad)
 	}
 	jpath := filepath.Join(dir, "journal")
-	w := startWorker(t, dir, "-endpoint", base, "-queue", queue, "-journal", jpath, "-client", cfg.client,
-		"-concurrency", strconv.Itoa(cfg.conc), "-lease", strandLease.String(), "-shutdown", cfg.shutdown.String(), "-wait", "20s")
+	args := []string{"-endpoint", base, "-queue", queue, "-journal", jpath, "-client", cfg.client,
+		"-concurrency", strconv.Itoa(cfg.conc), "-lease", strandLease.String(), "-shutdown", cfg.shutdown.String(), "-wait", "20s", "-broken", cfg.broken}
+	if cfg.writeDelay > 0 {
+		args = append(args, "-write-delay", cfg.writeDelay.String())
+	}
+	w := startWorker(t, dir, args...)
 	trickleDone := make(chan struct{})
 	var trickleWG sync.WaitGroup
 	if cfg.trickle > 0 {
@@ -234,12 +262,26 @@ func TestChaosShutdownStrands(t *testing.T) {
 		t.Skip("runs worker processes for over a minute; skipped with -short")
 	}
 	binaries(t)
+	t.Run("control-unguarded-bodies", func(t *testing.T) {
+		// The SDK's own client with its writer held 5 ms after each
+		// request body, and the library's guard off: receives answered
+		// at once lose their answers, and the check must see the
+		// stranded messages, never reported received.
+		cfg := strandModes("sdk", false, 5*time.Millisecond)[0]
+		cfg.broken = "unguarded-bodies"
+
+		r := runStrand(t, cfg)
+		t.Logf("control: receives=%d stranded=%d (never reported received: %d)", r.received, len(r.stranded), r.unreported)
+		record(summary{name: "strand/control-unguarded-bodies", control: true, messages: r.received, violations: make([]violation, len(r.stranded))})
+		require.NotEmpty(t, r.stranded, "the check sees a lost receive answer")
+		require.Positive(t, r.unreported, "whose messages the worker never saw")
+	})
 	s := summary{name: "strand/" + *clientFlag, faults: map[proxy.Class]int{}, dups: map[string]int{}}
 	began := time.Now()
 	var vs []violation
 	tries, failed := 0, 0
 	for round := range *strandRunsFlag {
-		for _, cfg := range strandModes(*clientFlag, !*strandNoLoadFlg) {
+		for _, cfg := range strandModes(*clientFlag, !*strandNoLoadFlg, *writeDelayFlag) {
 			r := runStrand(t, cfg)
 			tries++
 			s.messages += r.received
@@ -259,4 +301,11 @@ func TestChaosShutdownStrands(t *testing.T) {
 	record(s)
 	t.Logf("%d tries, %d with stranded messages", tries, failed)
 	requireNone(t, vs)
+}
+
+func cmpInt(a, b int) int {
+	if a != 0 {
+		return a
+	}
+	return b
 }

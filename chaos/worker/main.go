@@ -29,9 +29,19 @@
 //	rehide-after-release   after the library reports a message released,
 //	                       the worker hides it again for 10 minutes (what a
 //	                       late renewal of the library would do)
+//	unguarded-bodies       the library's guard of its request bodies is off
+//	                       (internal/broken.UnguardedBodies): with -client sdk
+//	                       a receive's answer can be lost
+//
+// -write-delay D (with -client sdk) holds each request's writer D after it
+// wrote a request body, and each read of the connection D/5: what a loaded
+// machine does when it deschedules net/http's connection writer there
+// while the answer is being read, the moment the SDK's lost-answer race
+// needs (package sqsclient's documentation).
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -39,6 +49,8 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -47,12 +59,14 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqskit/sqsconsumer"
 	"github.com/sqskit/sqsconsumer/chaos/internal/wire"
 	"github.com/sqskit/sqsconsumer/chaos/journal"
+	"github.com/sqskit/sqsconsumer/internal/broken"
 	"github.com/sqskit/sqsconsumer/sqsclient"
 )
 
@@ -73,9 +87,11 @@ type config struct {
 	seed                     uint64
 	broken                   string
 	client                   string
+	writeDelay               time.Duration
 }
 
-var brokenModes = map[string]bool{"": true, "delete-before-handler": true, "fail-after-record": true, "ignore-cancel": true, "rehide-after-release": true}
+var brokenModes = map[string]bool{"": true, "delete-before-handler": true, "fail-after-record": true, "ignore-cancel": true, "rehide-after-release": true,
+	"unguarded-bodies": true}
 
 func parse(args []string, stderr io.Writer) (config, error) {
 	var c config
@@ -94,6 +110,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.retryAfter, "retry-after", time.Second, "visibility after a failed handler")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the handler times (mixed with the pid)")
 	fs.StringVar(&c.client, "client", "wire", "SQS client: wire, sdk or sqsclient")
+	fs.DurationVar(&c.writeDelay, "write-delay", 0, "with -client sdk: hold the connection writer this long after each request body")
 	fs.StringVar(&c.broken, "broken", "", "misbehave on purpose: delete-before-handler, fail-after-record, ignore-cancel or rehide-after-release")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -107,6 +124,9 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.client != "wire" && c.client != "sdk" && c.client != "sqsclient" {
 		errs = append(errs, fmt.Errorf("-client %q: must be wire, sdk or sqsclient", c.client))
+	}
+	if c.writeDelay != 0 && (c.client != "sdk" || c.writeDelay < 0) {
+		errs = append(errs, fmt.Errorf("-write-delay %v: needs -client sdk and a positive delay", c.writeDelay))
 	}
 	if !brokenModes[c.broken] {
 		errs = append(errs, fmt.Errorf("-broken %q: unknown mode", c.broken))
@@ -122,6 +142,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "worker:", err)
 		return 2
+	}
+	if c.broken == "unguarded-bodies" {
+		broken.Set(broken.UnguardedBodies)
 	}
 	j, err := journal.Create(c.journal)
 	if err != nil {
@@ -178,9 +201,45 @@ func newClient(c config, pid int) (*sqs.Client, error) {
 		Credentials:  credentials.NewStaticCredentialsProvider("chaos", "chaos", ""),
 	}
 	if c.client == "sdk" {
+		if c.writeDelay > 0 {
+			dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+			o.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+				tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+					conn, err := dialer.DialContext(ctx, network, addr)
+					if err != nil {
+						return nil, err
+					}
+					return slowWriter{Conn: conn, delay: c.writeDelay}, nil
+				}
+			})
+		}
 		return sqs.New(o), nil
 	}
 	return sqsclient.New(o, sqsclient.HTTPOptions{MaxIdleConnsPerHost: 64})
+}
+
+// slowWriter holds each write that ends a request body (a JSON body's
+// closing brace) for delay before it returns, so that the writer
+// goroutine, which reads the body once more after that, gets there late;
+// and each read for a fifth of it, so that an answer is still being read
+// then.
+type slowWriter struct {
+	net.Conn
+	delay time.Duration
+}
+
+func (w slowWriter) Write(p []byte) (int, error) {
+	n, err := w.Conn.Write(p)
+	if bytes.HasSuffix(p, []byte("}")) {
+		time.Sleep(w.delay)
+	}
+	return n, err
+}
+
+func (w slowWriter) Read(p []byte) (int, error) {
+	n, err := w.Conn.Read(p)
+	time.Sleep(w.delay / 5)
+	return n, err
 }
 
 type handler struct {

@@ -46,6 +46,14 @@ const (
 	// shows it in virtual time.
 	ShutdownStrandsReceive
 
+	// UnguardedBodies (issue 35 case 1, its cause): the per-call guard of
+	// the request bodies (clienthttp.go, guardBodies) does nothing, so the
+	// SDK's own HTTP client can lose a receive's answer and retry (the
+	// messages stay hidden for the receive's visibility, never seen). Only
+	// a real socket shows it: the chaos suite's stranding scenario sets it
+	// in its worker process (-broken unguarded-bodies).
+	UnguardedBodies
+
 	modes
 )
 
