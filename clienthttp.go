@@ -65,13 +65,11 @@ func guardBodies(o *sqs.Options) {
 	o.HTTPClient = bodyGuard{next: o.HTTPClient}
 }
 
-// The per-call options, as slices made once: a variadic call with a
-// literal list would allocate its slice on every call. Their capacity is
-// their length, so that a Client appending to them copies.
-var (
-	guardOpts   = []func(*sqs.Options){guardBodies}
-	receiveOpts = []func(*sqs.Options){skipChecksum, guardBodies}
-)
+// guardOpts is the per-call options of every call but the receive
+// (receive.go has its own), as a slice made once: a variadic call with a
+// literal list would allocate its slice on every call. Its capacity is its
+// length, so that a Client appending to it copies.
+var guardOpts = []func(*sqs.Options){guardBodies}
 
 // bodyGuard is an aws.HTTPClient that hands next each request with its
 // body behind a reader without WriteTo (see above). It holds no state of

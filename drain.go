@@ -59,20 +59,3 @@ func WithDrainSignal(ctx context.Context, drain <-chan struct{}) context.Context
 
 // drainKey is the context key of a drain channel.
 type drainKey struct{}
-
-// drainBase makes the run's drain channel and the context every handler's
-// context derives from: it carries the channel (Draining) and is never
-// cancelled, so that a lease's context, made under it for each message,
-// costs no more than under context.Background (a value context has no
-// children to register).
-func (r *run) drainBase() {
-	r.drain = make(chan struct{})
-	r.handlerBase = WithDrainSignal(context.Background(), r.drain)
-}
-
-// beginDrain closes the drain channel, once: the shutdown began.
-func (r *run) beginDrain() {
-	if r.drain != nil {
-		close(r.drain)
-	}
-}

@@ -151,6 +151,10 @@ func (r *run) leaseFor() *leaseConfig {
 // message instead.
 func skipChecksum(o *sqs.Options) { o.DisableMessageChecksumValidation = true }
 
+// receiveOpts is the receive's per-call options (skipChecksum, and
+// guardBodies: clienthttp.go), as a slice made once (see guardOpts).
+var receiveOpts = []func(*sqs.Options){skipChecksum, guardBodies}
+
 // dropCorrupt returns msgs without the messages whose body does not match
 // their MD5OfBody (the lowercase hex MD5 of the body, as SQS computes it);
 // those are handed back at once (visibility 0), for a delivery that is

@@ -361,6 +361,23 @@ func (r *run) shutdown() {
 	}
 }
 
+// drainBase makes the run's drain channel and the context every handler's
+// context derives from: it carries the channel (Draining) and is never
+// cancelled, so that a lease's context, made under it for each message,
+// costs no more than under context.Background (a value context has no
+// children to register).
+func (r *run) drainBase() {
+	r.drain = make(chan struct{})
+	r.handlerBase = WithDrainSignal(context.Background(), r.drain)
+}
+
+// beginDrain closes the drain channel, once: the shutdown began.
+func (r *run) beginDrain() {
+	if r.drain != nil {
+		close(r.drain)
+	}
+}
+
 // shuttingDown reports whether the shutdown has begun: no handler starts
 // any more.
 func (r *run) shuttingDown() bool { return r.stopping.Load() }
