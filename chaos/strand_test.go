@@ -41,12 +41,12 @@ import (
 // client: wire (the suite's, which hands net/http a private copy of each
 // request body), sdk (the SDK's default client, as sqs.New makes it) or
 // sqsclient; -chaos.other the second consumer's (wire or sdk);
-// -chaos.writedelay=D, with the sdk client, holds the worker's connection
-// writer D after each request body and each read D/5 (what a loaded
-// machine may do: the moment the SDK's race needs); -chaos.strand.broken
+// -chaos.stall=D, with the sdk client, holds the worker's connection writer
+// after each receive's body while its answer is read, at most D (what a
+// loaded machine may do: the moment the SDK's race needs); -chaos.strand.broken
 // sets the worker's -broken mode; -chaos.strand.runs how many rounds of
 // the four modes run (default 1, about 20 s). A control run always goes
-// first: the sdk client, a 5 ms write delay and the library's guard off
+// first: the sdk client, stalled receives and the library's guard off
 // (unguarded-bodies) must strand a receive's worth, never reported
 // received.
 
@@ -55,7 +55,7 @@ var (
 	strandRunsFlag  = flag.Int("chaos.strand.runs", 1, "rounds of the stranding scenario's four modes")
 	strandNoLoadFlg = flag.Bool("chaos.strand.noload", false, "run the stranding scenario without CPU load")
 	otherFlag       = flag.String("chaos.other", "wire", "the stranding scenario's second consumer's client: wire or sdk")
-	writeDelayFlag  = flag.Duration("chaos.writedelay", 0, "with -chaos.client=sdk: hold the worker's connection writer this long after each request body (and each read a fifth of it)")
+	stallFlag       = flag.Duration("chaos.stall", 0, "with -chaos.client=sdk: the worker's -stall (its connection writer held after each receive's body while the answer is read, at most this long)")
 	strandBrokenFlg = flag.String("chaos.strand.broken", "", "the stranding scenario's worker -broken mode (unguarded-bodies: the library's guard off)")
 )
 
@@ -86,11 +86,12 @@ type strandCfg struct {
 	conc     int
 	client   string
 	load     bool
-	// writeDelay (client sdk) holds the worker's connection writer after
-	// each request body, as a loaded machine may; broken is its -broken.
-	writeDelay time.Duration
-	broken     string
-	pad        int // bytes of padding in each body (default 1,500)
+	// stall (client sdk) holds the worker's connection writer after each
+	// receive's body while its answer is read, as a loaded machine may
+	// (the worker's -stall); broken is its -broken.
+	stall  time.Duration
+	broken string
+	pad    int // bytes of padding in each body (default 1,500)
 }
 
 // strandRun is what one run found.
@@ -105,7 +106,7 @@ type strandRun struct {
 
 const strandLease = 30 * time.Second
 
-func strandModes(client string, load bool, writeDelay time.Duration) []strandCfg {
+func strandModes(client string, load bool, stall time.Duration) []strandCfg {
 	modes := []strandCfg{
 		{name: "standard", n: 200, work: "sleep=3s", shutdown: 10 * time.Second},
 		{name: "fifo", fifo: true, n: 200, work: "sleep=3s", shutdown: 10 * time.Second},
@@ -115,7 +116,7 @@ func strandModes(client string, load bool, writeDelay time.Duration) []strandCfg
 	for i := range modes {
 		modes[i].conc, modes[i].client, modes[i].load, modes[i].broken = 20, client, load, *strandBrokenFlg
 		if client == "sdk" {
-			modes[i].writeDelay = writeDelay
+			modes[i].stall = stall
 		}
 	}
 	return modes
@@ -159,8 +160,8 @@ func runStrand(t *testing.T, cfg strandCfg) strandRun {
 	jpath := filepath.Join(dir, "journal")
 	args := []string{"-endpoint", base, "-queue", queue, "-journal", jpath, "-client", cfg.client,
 		"-concurrency", strconv.Itoa(cfg.conc), "-lease", strandLease.String(), "-shutdown", cfg.shutdown.String(), "-wait", "20s", "-broken", cfg.broken}
-	if cfg.writeDelay > 0 {
-		args = append(args, "-write-delay", cfg.writeDelay.String())
+	if cfg.stall > 0 {
+		args = append(args, "-stall", cfg.stall.String())
 	}
 	w := startWorker(t, dir, args...)
 	trickleDone := make(chan struct{})
@@ -263,11 +264,12 @@ func TestChaosShutdownStrands(t *testing.T) {
 	}
 	binaries(t)
 	t.Run("control-unguarded-bodies", func(t *testing.T) {
-		// The SDK's own client with its writer held 5 ms after each
-		// request body, and the library's guard off: receives answered
-		// at once lose their answers, and the check must see the
-		// stranded messages, never reported received.
-		cfg := strandModes("sdk", false, 5*time.Millisecond)[0]
+		// The SDK's own client with its writer held after each
+		// receive's body while the answer is read, and the library's
+		// guard off: a receive answered at once loses its answer, and
+		// the check must see its messages stranded, never reported
+		// received.
+		cfg := strandModes("sdk", false, 100*time.Millisecond)[0]
 		cfg.broken = "unguarded-bodies"
 
 		r := runStrand(t, cfg)
@@ -281,7 +283,7 @@ func TestChaosShutdownStrands(t *testing.T) {
 	var vs []violation
 	tries, failed := 0, 0
 	for round := range *strandRunsFlag {
-		for _, cfg := range strandModes(*clientFlag, !*strandNoLoadFlg, *writeDelayFlag) {
+		for _, cfg := range strandModes(*clientFlag, !*strandNoLoadFlg, *stallFlag) {
 			r := runStrand(t, cfg)
 			tries++
 			s.messages += r.received

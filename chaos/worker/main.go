@@ -33,11 +33,15 @@
 //	                       (internal/broken.UnguardedBodies): with -client sdk
 //	                       a receive's answer can be lost
 //
-// -write-delay D (with -client sdk) holds each request's writer D after it
-// wrote a request body, and each read of the connection D/5: what a loaded
-// machine does when it deschedules net/http's connection writer there
-// while the answer is being read, the moment the SDK's lost-answer race
-// needs (package sqsclient's documentation).
+// -stall D (with -client sdk) holds net/http's connection writer after it
+// sent a ReceiveMessage body until 16 KB of the answer has been read (at
+// most D), and that read 2 ms more: what a loaded machine does when it
+// deschedules the writer there while the answer is being read, the moment
+// the SDK's lost-answer race needs (package sqsclient's documentation). It
+// does so once per process: for the first receive whose answer reaches
+// 16 KB within D (one receive at a time is held; a hold that times out
+// does not count), so that without a guard exactly one receive's answer
+// meets the race.
 package main
 
 import (
@@ -55,6 +59,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -87,7 +92,7 @@ type config struct {
 	seed                     uint64
 	broken                   string
 	client                   string
-	writeDelay               time.Duration
+	stall                    time.Duration
 }
 
 var brokenModes = map[string]bool{"": true, "delete-before-handler": true, "fail-after-record": true, "ignore-cancel": true, "rehide-after-release": true,
@@ -110,7 +115,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.retryAfter, "retry-after", time.Second, "visibility after a failed handler")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the handler times (mixed with the pid)")
 	fs.StringVar(&c.client, "client", "wire", "SQS client: wire, sdk or sqsclient")
-	fs.DurationVar(&c.writeDelay, "write-delay", 0, "with -client sdk: hold the connection writer this long after each request body")
+	fs.DurationVar(&c.stall, "stall", 0, "with -client sdk: hold the connection writer after each receive's body until 16 KB of its answer was read, at most this long")
 	fs.StringVar(&c.broken, "broken", "", "misbehave on purpose: delete-before-handler, fail-after-record, ignore-cancel or rehide-after-release")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -125,8 +130,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	if c.client != "wire" && c.client != "sdk" && c.client != "sqsclient" {
 		errs = append(errs, fmt.Errorf("-client %q: must be wire, sdk or sqsclient", c.client))
 	}
-	if c.writeDelay != 0 && (c.client != "sdk" || c.writeDelay < 0) {
-		errs = append(errs, fmt.Errorf("-write-delay %v: needs -client sdk and a positive delay", c.writeDelay))
+	if c.stall != 0 && (c.client != "sdk" || c.stall < 0) {
+		errs = append(errs, fmt.Errorf("-stall %v: needs -client sdk and a positive duration", c.stall))
 	}
 	if !brokenModes[c.broken] {
 		errs = append(errs, fmt.Errorf("-broken %q: unknown mode", c.broken))
@@ -201,7 +206,7 @@ func newClient(c config, pid int) (*sqs.Client, error) {
 		Credentials:  credentials.NewStaticCredentialsProvider("chaos", "chaos", ""),
 	}
 	if c.client == "sdk" {
-		if c.writeDelay > 0 {
+		if c.stall > 0 {
 			dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 			o.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
 				tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -209,7 +214,7 @@ func newClient(c config, pid int) (*sqs.Client, error) {
 					if err != nil {
 						return nil, err
 					}
-					return slowWriter{Conn: conn, delay: c.writeDelay}, nil
+					return &stallConn{Conn: conn, most: c.stall}, nil
 				}
 			})
 		}
@@ -218,27 +223,65 @@ func newClient(c config, pid int) (*sqs.Client, error) {
 	return sqsclient.New(o, sqsclient.HTTPOptions{MaxIdleConnsPerHost: 64})
 }
 
-// slowWriter holds each write that ends a request body (a JSON body's
-// closing brace) for delay before it returns, so that the writer
-// goroutine, which reads the body once more after that, gets there late;
-// and each read for a fifth of it, so that an answer is still being read
-// then.
-type slowWriter struct {
+// stallConn holds the write that ends a ReceiveMessage body until 16 KB
+// of the answer has been read on the connection (at most most), then
+// holds that read 2 ms, so that the writer, which reads the request body
+// once more after the held write, gets there while the answer is still
+// being read (see -stall). Once per process (stalled), one hold at a
+// time (holding).
+type stallConn struct {
 	net.Conn
-	delay time.Duration
+	most time.Duration
+
+	mu      sync.Mutex // guards the fields below
+	release chan struct{}
+	read    int // answer bytes read since the hold
 }
 
-func (w slowWriter) Write(p []byte) (int, error) {
-	n, err := w.Conn.Write(p)
-	if bytes.HasSuffix(p, []byte("}")) {
-		time.Sleep(w.delay)
+// stallAt is how far into a held receive's answer the writer is released.
+const stallAt = 16 << 10
+
+// holding is set while a receive's writer is held; stalled once a hold
+// ended with its answer being read (the race met).
+var holding, stalled atomic.Bool
+
+func (c *stallConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if stalled.Load() || !bytes.Contains(p, []byte(`"MaxNumberOfMessages"`)) || !bytes.HasSuffix(p, []byte("}")) || !holding.CompareAndSwap(false, true) {
+		return n, err
+	}
+	defer holding.Store(false)
+	release := make(chan struct{})
+	c.mu.Lock()
+	c.release, c.read = release, 0
+	c.mu.Unlock()
+	t := time.NewTimer(c.most)
+	defer t.Stop()
+	select {
+	case <-release:
+	case <-t.C:
+		c.mu.Lock()
+		c.release = nil
+		c.mu.Unlock()
 	}
 	return n, err
 }
 
-func (w slowWriter) Read(p []byte) (int, error) {
-	n, err := w.Conn.Read(p)
-	time.Sleep(w.delay / 5)
+func (c *stallConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.mu.Lock()
+	var release chan struct{}
+	if c.release != nil {
+		if c.read += n; c.read >= stallAt {
+			release, c.release = c.release, nil
+		}
+	}
+	c.mu.Unlock()
+	if release != nil {
+		stalled.Store(true)
+		close(release)
+		time.Sleep(2 * time.Millisecond) // the writer's turn
+	}
 	return n, err
 }
 
