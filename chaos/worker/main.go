@@ -35,7 +35,8 @@
 //
 // -stall D (with -client sdk) holds net/http's connection writer after it
 // sent a ReceiveMessage body until 16 KB of the answer has been read (at
-// most D), and that read 2 ms more: what a loaded machine does when it
+// most D), and that read until the writer closed the connection (at most
+// 50 ms): what a loaded machine does when it
 // deschedules the writer there while the answer is being read, the moment
 // the SDK's lost-answer race needs (package sqsclient's documentation). It
 // does so once per process: for the first receive whose answer reaches
@@ -214,7 +215,7 @@ func newClient(c config, pid int) (*sqs.Client, error) {
 					if err != nil {
 						return nil, err
 					}
-					return &stallConn{Conn: conn, most: c.stall}, nil
+					return newStallConn(conn, c.stall), nil
 				}
 			})
 		}
@@ -225,17 +226,33 @@ func newClient(c config, pid int) (*sqs.Client, error) {
 
 // stallConn holds the write that ends a ReceiveMessage body until 16 KB
 // of the answer has been read on the connection (at most most), then
-// holds that read 2 ms, so that the writer, which reads the request body
-// once more after the held write, gets there while the answer is still
-// being read (see -stall). Once per process (stalled), one hold at a
-// time (holding).
+// holds that read until the writer closed the connection (at most 50 ms),
+// so that the writer, which reads the request body once more after the
+// held write, gets there while the answer is still being read (see
+// -stall). Once per process (stalled), one hold at a time (holding).
 type stallConn struct {
 	net.Conn
 	most time.Duration
 
 	mu      sync.Mutex // guards the fields below
 	release chan struct{}
-	read    int // answer bytes read since the hold
+	read    int           // answer bytes read since the hold
+	closed  chan struct{} // closed by Close
+}
+
+func newStallConn(c net.Conn, most time.Duration) *stallConn {
+	return &stallConn{Conn: c, most: most, closed: make(chan struct{})}
+}
+
+func (c *stallConn) Close() error {
+	c.mu.Lock()
+	select {
+	case <-c.closed:
+	default:
+		close(c.closed)
+	}
+	c.mu.Unlock()
+	return c.Conn.Close()
 }
 
 // stallAt is how far into a held receive's answer the writer is released.
@@ -280,7 +297,12 @@ func (c *stallConn) Read(p []byte) (int, error) {
 	if release != nil {
 		stalled.Store(true)
 		close(release)
-		time.Sleep(2 * time.Millisecond) // the writer's turn
+		t := time.NewTimer(50 * time.Millisecond) // the writer's turn: it closes the connection, or goes on
+		select {
+		case <-c.closed:
+		case <-t.C:
+		}
+		t.Stop()
 	}
 	return n, err
 }
