@@ -30,7 +30,13 @@
 // or never seen (a receive answer lost before it reached the library).
 // -chaos.client picks the worker's SQS client (wire, sdk: the SDK's
 // default HTTP client, sqsclient), -chaos.other the second consumer's,
+// -chaos.stall=D (sdk) holds the worker's connection writer after a
+// receive's body while its answer is read (the moment the SDK's
+// lost-answer race needs), -chaos.strand.broken the worker's -broken mode,
 // -chaos.strand.runs the rounds of the four modes (default 1, about 20 s).
+// A control runs first: the sdk client, a stalled receive and the
+// library's request-body guard off (unguarded-bodies) must strand one
+// receive's worth, never reported received.
 //
 // -chaos.seed=N replays a run's random choices (the seed is printed),
 // -chaos.long runs a longer version.
