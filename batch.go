@@ -81,7 +81,10 @@ func (f BatchFailures) Error() string {
 // When the Consumer's shutdown begins, no batch forms any more: messages
 // still gathering are handed back at once (visibility 0, their result
 // ErrShutdown), like messages that never started; batches already sent
-// run on under the shutdown budget.
+// run on under the shutdown budget. At its end the call's context is
+// cancelled (cause ErrShutdown), and every message of the batch that did
+// not succeed is released at once (visibility 0), not after its backoff,
+// and is no breaker failure, as for a single handler the shutdown cut.
 //
 // size is 1 to 10,000 and must not exceed the Consumer's concurrency (each
 // message in a batch holds a handler slot); window is 0 (send a batch as
@@ -171,11 +174,12 @@ type batcher struct {
 	size   int
 	window time.Duration
 
-	owned  atomic.Bool // set by New: the batcher has its Consumer
-	direct bool        // set by New: no middleware, see join
-	host   batchHost   // the Consumer's run, from bind at Run
-	reg    *registry   // the run's registry: FIFO group order
-	ev     *eventSink  // the Consumer's events
+	owned  atomic.Bool     // set by New: the batcher has its Consumer
+	direct bool            // set by New: no middleware, see join
+	host   batchHost       // the Consumer's run, from bind at Run
+	reg    *registry       // the run's registry: FIFO group order
+	ev     *eventSink      // the Consumer's events
+	base   context.Context // the parent of each call's context (it carries Draining)
 
 	// panicPolicy is the Consumer's WithPanicPolicy, nil for none; set by
 	// New.
@@ -301,9 +305,10 @@ type batchHost interface {
 }
 
 // bind gives b to the run of its Consumer, before the run's first
-// receive: host, its registry and its events.
-func (b *batcher) bind(host batchHost, reg *registry, ev *eventSink) {
-	b.host, b.reg, b.ev = host, reg, ev
+// receive: host, its registry, its events and the parent of each call's
+// context (never cancelled; it carries the run's drain signal).
+func (b *batcher) bind(host batchHost, reg *registry, ev *eventSink, base context.Context) {
+	b.host, b.reg, b.ev, b.base = host, reg, ev, base
 }
 
 // maxSize is the most messages a batch holds (Batch's size).

@@ -266,13 +266,13 @@ func (d *deadLetter) move(ctx context.Context, m *Message, reason error) (id str
 	}
 	cctx, cancel := context.WithTimeout(ctx, moveCallTimeout)
 	defer cancel()
-	out, err := d.sender.SendMessage(cctx, in)
+	out, err := d.sender.SendMessage(cctx, in, guardOpts...)
 	if err != nil && refusedContent(err) && len(ours) > 0 && ctx.Err() == nil {
 		// Perhaps the reason made the copy too large: the message
 		// matters more than the note.
 		plain := *in
 		plain.MessageAttributes = m.MessageAttributes
-		out, err = d.sender.SendMessage(cctx, &plain)
+		out, err = d.sender.SendMessage(cctx, &plain, guardOpts...)
 		if err == nil {
 			dropped = append(dropped, ours...)
 		}

@@ -68,6 +68,11 @@ func (e *retryAfterError) Error() string {
 
 func (e *retryAfterError) Unwrap() error { return e.err }
 
+// RetryDelay reports the delay RetryAfter attached to err or to any error
+// it wraps (0 to 12 h), and whether there is one: for code that settles
+// messages outside a Consumer (lambdasqs releases a failed record for it).
+func RetryDelay(err error) (time.Duration, bool) { return retryAfterOf(err) }
+
 // retryAfterOf reports the delay RetryAfter attached to err, if any.
 func retryAfterOf(err error) (time.Duration, bool) {
 	var ra *retryAfterError

@@ -111,8 +111,9 @@ type flow[T ticketed] struct {
 	// theirs: a connection pool then keeps the connections they use
 	// instead of closing some and dialling others. A job waits for a
 	// poller at most jobWait (all of them may be in long polls); then it
-	// runs on a goroutine of its own (overflow). lanesClosed: the pollers
-	// have returned, and jobs run on goroutines of their own.
+	// runs on a goroutine of its own (overflow). lanesClosed: the
+	// shutdown has ended (the pollers are told to quit right after), and
+	// jobs run on goroutines of their own.
 	jobs        []func()
 	jobTimer    *time.Timer
 	jobArmed    bool

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sqskit/sqsconsumer/internal/broken"
 	"github.com/sqskit/sqsconsumer/internal/share"
 )
 
@@ -56,8 +57,8 @@ import (
 //	receive, dispatch, hand back unstarted   a poller (pollers)
 //	a coalesced renewal or delete call       a poller between receives; one of
 //	                                         its own when every poller waits in a
-//	                                         long poll or after the pollers
-//	                                         returned (the coalescer: calls.close)
+//	                                         long poll or once the shutdown has
+//	                                         ended (the coalescer: calls.close)
 //	heartbeat of a lease                     the lease's own (Lease.Stop, in finish)
 //	handler, its settle, the next message    a worker (workers)
 //	a Batch handler without middleware       a worker sends the batch and settles
@@ -101,6 +102,12 @@ type run struct {
 	// set between Pause and Resume.
 	stopping atomic.Bool
 	paused   atomic.Bool
+
+	// drain is closed when the shutdown begins (Draining); handlerBase,
+	// which carries it, is the parent of every handler's context. Set by
+	// setup, closed by shutdown.
+	drain       chan struct{}
+	handlerBase context.Context
 
 	// settleCtx bounds every settling call (deletes, releases) and
 	// pollCtx every receive; both are cancelled at the hard stop, one
@@ -197,6 +204,7 @@ func (r *run) setup(ctx context.Context) error {
 	r.cfg = cfg
 	r.reg = newRegistry(fifo, r.s.protector)
 	r.probeCtx, r.cancelProbe = context.WithCancel(context.Background())
+	r.drainBase()
 	if r.s.breaker != nil {
 		r.br = r.newBreaker(*r.s.breaker)
 	}
@@ -205,7 +213,7 @@ func (r *run) setup(ctx context.Context) error {
 	r.quit = make(chan struct{})
 	r.afterDelete = r.deleted
 	if r.batch != nil {
-		r.batch.bind(r, r.reg, r.ev)
+		r.batch.bind(r, r.reg, r.ev, r.handlerBase)
 	}
 	r.pollWait = r.s.pollWait()
 	return nil
@@ -264,9 +272,20 @@ func (r *run) run(ctx context.Context) error {
 
 	r.prog.stage.Store(runDraining)
 	r.shutdown()
+	// The lanes close before the pollers are told to quit: a poller still
+	// in a receive hands its messages back after the quit, and their
+	// calls must not wait for a poller that is leaving (a parked one may
+	// take a call's kick and quit without running it), nor start one that
+	// nobody joins. From now on calls run on goroutines of their own,
+	// which calls.close waits for.
+	if !broken.Is(broken.ShutdownStrandsReceive) {
+		r.fl.closeLanes()
+	}
 	close(r.quit)
 	r.pollers.Wait()
-	r.fl.closeLanes() // calls made from now on run on goroutines of their own
+	if broken.Is(broken.ShutdownStrandsReceive) {
+		r.fl.closeLanes()
+	}
 	r.workers.Wait()
 	// The breaker's goroutines and the scaler: none starts after shutdown
 	// stopped the breaker and runCtx ended.
@@ -296,6 +315,7 @@ func (r *run) shutdown() {
 	}
 	r.cancelProbe()
 	r.stopping.Store(true)
+	r.beginDrain() // Draining: running handlers may hand their messages back early
 	if r.batch != nil {
 		r.batch.shutdown() // messages gathering for a batch are handed back at once
 	}
@@ -335,6 +355,23 @@ func (r *run) shutdown() {
 				r.log(slog.LevelWarn, "sqsconsumer: still waiting for handlers that ignore their cancelled context", "message_ids", ids)
 			}
 		}
+	}
+}
+
+// drainBase makes the run's drain channel and the context every handler's
+// context derives from: it carries the channel (Draining) and is never
+// cancelled, so that a lease's context, made under it for each message,
+// costs no more than under context.Background (a value context has no
+// children to register).
+func (r *run) drainBase() {
+	r.drain = make(chan struct{})
+	r.handlerBase = WithDrainSignal(context.Background(), r.drain)
+}
+
+// beginDrain closes the drain channel, once: the shutdown began.
+func (r *run) beginDrain() {
+	if r.drain != nil {
+		close(r.drain)
 	}
 }
 
