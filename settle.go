@@ -37,7 +37,7 @@ type settleInput struct {
 	leaseErr error         // why its lease ended, nil while it lives
 	shutdown bool          // the shutdown cancelled its handler (ErrShutdown)
 	backoff  time.Duration // WithBackoff's delay for its receive count (ran with an error)
-	hold     time.Duration // the least visibility the breaker asks of a failure now (0: closed)
+	hold     time.Duration // the least visibility the breaker asks of a failure of the downstream now (0: closed)
 }
 
 // decide is the settle door's rule, for every path after a handler: what
@@ -52,10 +52,12 @@ type settleInput struct {
 //   - A message failed without running because an earlier message of its
 //     FIFO group failed is handed back at once: no backoff, no breaker.
 //   - A Permanent failure goes to the dead-letter queue.
-//   - Any other failure is released for its RetryAfter delay, else its
-//     backoff (at least a second: never visible at once by default),
-//     then at least the breaker's hold, at most 12 hours, rounded up to
-//     whole seconds; at shutdown it is released at once.
+//   - Any other failure is released for its RetryAfter delay (or its
+//     Throttled delay, when it says one), else its backoff (at least a
+//     second: never visible at once by default), then at least the
+//     breaker's hold (given only for failures the breaker counts), at
+//     most 12 hours, rounded up to whole seconds; at shutdown it is
+//     released at once.
 func decide(in settleInput) (act settleAction, after time.Duration) {
 	switch {
 	case in.settled:
@@ -94,9 +96,9 @@ func decide(in settleInput) (act settleAction, after time.Duration) {
 // it a result; or it failed without running because an earlier message of
 // its FIFO group failed (errEarlierFailed); or it never ran (!ran: the
 // shutdown, Pause, the breaker, its lease ending while it waited, its
-// group handed back). The breaker hears of real handler outcomes; decide
-// says what to do with the message; settle does it, then finish ends the
-// delivery.
+// group handed back). The breaker hears what outcomeOf makes of the
+// result; decide says what to do with the message; settle does it, then
+// finish ends the delivery.
 //
 // A successful handler's delete is coalesced without the caller waiting:
 // finish runs when SQS has answered, and meanwhile the handler slot takes
@@ -112,9 +114,13 @@ func (r *run) settle(d *delivery, err error, ran bool) (next *delivery) {
 		in.shutdown = errors.Is(context.Cause(d.ctx), ErrShutdown)
 		in.backoff = r.backoff(d.msg.ReceiveCount)
 	}
-	if r.br != nil && ran {
-		r.br.record(outcomeOf(err, in.leaseErr, in.shutdown))
-		if err != nil {
+	kind := outcomeNeutral
+	if ran {
+		kind = outcomeOf(err, in.leaseErr, in.shutdown)
+	}
+	if r.br != nil {
+		r.br.record(kind)
+		if kind == outcomeFailure {
 			in.hold = r.br.holdFor()
 		}
 	}
