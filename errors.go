@@ -225,13 +225,13 @@ const (
 //     the downstream.
 //   - A message failed without running because an earlier message of its
 //     FIFO group failed (errEarlierFailed): neutral.
-//   - A duplicate NewIdempotent did not run because its key is in progress
-//     elsewhere (ErrInProgress): neutral.
 //   - RetryAfter(nil, d), a retry the handler asked for without an error:
 //     neutral.
 //   - Permanent: neutral (the message's fault; it goes to the dead-letter
 //     queue).
-//   - Neutral: neutral, as the handler said.
+//   - Neutral: neutral, as the handler said; NewIdempotent's middleware
+//     marks so a duplicate it did not run because its key is in progress
+//     elsewhere (ErrInProgress).
 //   - Throttled: throttled. Not a failure: the adaptive limit lowers, or
 //     the Consumer pauses for its delay.
 //   - Anything else (an error, a panic, a handler timeout, a RetryAfter
@@ -245,7 +245,7 @@ func outcomeOf(err error, leaseErr error, shutdown bool) outcomeKind {
 		return outcomeSuccess
 	case leaseErr != nil, shutdown,
 		errors.Is(err, ErrLeaseLost), errors.Is(err, ErrLeaseExpired), errors.Is(err, ErrLeaseCeiling), errors.Is(err, ErrShutdown),
-		errors.Is(err, errEarlierFailed), errors.Is(err, ErrInProgress), errors.Is(err, errRetryRequested),
+		errors.Is(err, errEarlierFailed), errors.Is(err, errRetryRequested),
 		IsPermanent(err), IsNeutral(err):
 		return outcomeNeutral
 	case IsThrottled(err):

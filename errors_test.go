@@ -122,7 +122,7 @@ func TestOutcomeOf(t *testing.T) {
 		{"returns the lease's cause", ErrLeaseLost, nil, false, outcomeNeutral},
 		{"returns the ceiling", errors.Join(boom, ErrLeaseCeiling), nil, false, outcomeNeutral},
 		{"an earlier message of its FIFO group failed", earlierFailed, nil, false, outcomeNeutral},
-		{"an idempotency duplicate in progress", RetryAfter(ErrInProgress, 30*time.Second), nil, false, outcomeNeutral},
+		{"an idempotency duplicate in progress (NewIdempotent marks it Neutral)", Neutral(RetryAfter(ErrInProgress, 30*time.Second)), nil, false, outcomeNeutral},
 		{"Permanent", Permanent(boom), nil, false, outcomeNeutral},
 		{"Neutral", Neutral(boom), nil, false, outcomeNeutral},
 		{"Neutral inside RetryAfter", RetryAfter(Neutral(boom), time.Second), nil, false, outcomeNeutral},

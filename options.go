@@ -72,11 +72,15 @@ type settings struct {
 	receivedAt      time.Time // Lease only: when SQS handed the message over
 	errs            []error
 
-	deadLetterURL string        // "" = from the queue's RedrivePolicy
-	breaker       *Breaker      // nil = off
-	stallLimit    time.Duration // Health: 0 = default
-	startupLimit  time.Duration // Health: 0 = DefaultStartupLimit
-	handlerLimit  time.Duration // Health: 0 = default
+	deadLetterURL string   // "" = from the queue's RedrivePolicy
+	breaker       *Breaker // nil = off
+	// WithAdaptiveConcurrency: on, its floor and initial limit (0 until
+	// New fills in the default).
+	adaptive                       bool
+	adaptiveFloor, adaptiveInitial int
+	stallLimit                     time.Duration // Health: 0 = default
+	startupLimit                   time.Duration // Health: 0 = DefaultStartupLimit
+	handlerLimit                   time.Duration // Health: 0 = default
 
 	scaling *ScalingPolicy // WithScaling; nil = off
 
@@ -619,7 +623,8 @@ func WithScalingTarget(wait time.Duration) Option {
 // The figure is ceil((arrival + backlog/Target) / (capacity ×
 // Utilization)), where capacity is what this replica's handler slots
 // finish a second when never starved (WithConcurrency over the mean time a
-// message holds a slot), backlog the visible count (followed at once when
+// message holds a slot; not WithAdaptiveConcurrency's limit, which is a
+// downstream's, and more replicas would only share it), backlog the visible count (followed at once when
 // it rises, halfway toward each lower reading), and arrival
 // the whole queue's arrival rate, inferred from each reading's raw counts:
 // its departures (messages in flight over their mean time in flight,

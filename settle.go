@@ -125,6 +125,7 @@ func (r *run) settle(d *delivery, err error, ran bool) (next *delivery) {
 		}
 	}
 	act, after := decide(in)
+	r.throttleOutcome(kind, d, after)
 	switch {
 	case !ran:
 	case err == nil:
@@ -171,12 +172,24 @@ func (r *run) settle(d *delivery, err error, ran bool) (next *delivery) {
 	return nil
 }
 
+// throttleOutcome tells the back pressure of a handler's outcome once its
+// message's fate is decided (after: the visibility it is released for).
+func (r *run) throttleOutcome(kind outcomeKind, d *delivery, after time.Duration) {
+	switch {
+	case kind == outcomeThrottled:
+		r.bp.outcome(kind, d.workStarted(), 0, after)
+	case kind == outcomeSuccess && r.bp.adaptive:
+		r.bp.outcome(kind, d.workStarted(), r.fl.runningNow(), 0)
+	}
+}
+
 // logFailure logs a handler's failure and what becomes of its message, at
 // Warn, at most failureLogBurst lines at once and failureLogRate a second
 // after that (the lines it holds back are counted in the next one), so that
 // a failing queue cannot flood the log. A message failed only because an
-// earlier one of its FIFO group failed is logged at Debug; a Permanent
-// failure is logged by its move to the dead-letter queue.
+// earlier one of its FIFO group failed, and a Throttled one, are logged
+// at Debug; a Permanent failure is logged by its move to the dead-letter
+// queue.
 func (r *run) logFailure(d *delivery, err error, act settleAction, after time.Duration) {
 	if r.s.logger == nil || act == actDeadLetter {
 		return
@@ -187,6 +200,10 @@ func (r *run) logFailure(d *delivery, err error, act settleAction, after time.Du
 		r.failLog.log(r.ev, "sqsconsumer: handler failed after its lease ended; SQS delivers the message again", args...)
 	case errors.Is(err, errEarlierFailed):
 		r.log(slog.LevelDebug, "sqsconsumer: message released unhandled to keep its FIFO group's order", args...)
+	case IsThrottled(err):
+		// Back pressure, expected under a downstream's limit: the pause
+		// (logged when it begins) or the adaptive limit answers it.
+		r.log(slog.LevelDebug, "sqsconsumer: handler throttled by the downstream; message released for a retry", append(args, "retry_after", after.String())...)
 	default:
 		r.failLog.log(r.ev, "sqsconsumer: handler failed; message released for a retry", append(args, "retry_after", after.String())...)
 	}
