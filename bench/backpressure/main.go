@@ -1,8 +1,8 @@
 // Command backpressure measures, in virtual time, how a Consumer meets a
 // downstream that admits R requests a second and answers 429 above it
-// (issue 36): with Throttled alone, and with Throttled and
-// WithAdaptiveConcurrency, against the same work on a downstream without a
-// limit. It prints the settling time of the success rate, the adaptive
+// (issue 36): with the 429 returned as a plain error, with Throttled
+// alone, and with Throttled and WithAdaptiveConcurrency, against the same
+// work on a downstream without a limit. It prints the settling time of the success rate, the adaptive
 // limit's range once settled, the messages moved to the dead-letter queue
 // (maxReceiveCount 5) and the receives per message.
 //
@@ -49,7 +49,7 @@ func table(t *testing.T) {
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	for _, r := range []float64{50, 200} {
 		for _, c := range []config{
-			{mode: unthrottled}, {mode: throttledOnly}, {mode: adaptive}, {mode: adaptive, initial: concurrency},
+			{mode: unthrottled}, {mode: plainError}, {mode: throttledOnly}, {mode: adaptive}, {mode: adaptive, initial: concurrency},
 		} {
 			c.rate, c.backlogFor = r, *backlogFor
 			fmt.Println(simulate(t, c).row(c))

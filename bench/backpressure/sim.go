@@ -38,12 +38,15 @@ type mode int
 
 const (
 	unthrottled   mode = iota // a downstream without a limit: the baseline
+	plainError                // the 429 returned as an ordinary error (DefaultBackoff)
 	throttledOnly             // Throttled(err, 1 s), no adaptive limit
 	adaptive                  // Throttled and WithAdaptiveConcurrency
 )
 
 func (m mode) String() string {
 	switch m {
+	case plainError:
+		return "plain error"
 	case throttledOnly:
 		return "Throttled only"
 	case adaptive:
@@ -188,6 +191,9 @@ func simulateIn(t *testing.T, cfg config) result {
 		if !down.allow(time.Now()) {
 			time.Sleep(refusalLatency)
 			throttled.Add(1)
+			if cfg.mode == plainError {
+				return errTooMany
+			}
 			return sqsconsumer.Throttled(errTooMany, retryAfter)
 		}
 		time.Sleep(jitter(m.ID))
