@@ -52,9 +52,10 @@ var (
 // RetryAfter(nil, d) is not nil: it is how a handler asks to see the
 // message again after d without an error of its own ("not yet": a job
 // whose input is not ready). The message is not deleted, nothing failed
-// (the breaker does not count it; see outcomeOf's list), and its error
-// reads "retry requested". A RetryAfter around an error of the handler's
-// own is a failure for the breaker unless Neutral marks it.
+// (the breaker does not count it), and its error reads "retry
+// requested". A RetryAfter around an error of the handler's own is a
+// failure for the breaker unless Neutral marks it. The README's "Errors
+// and what they count as" lists every case.
 func RetryAfter(err error, d time.Duration) error {
 	if err == nil {
 		err = errRetryRequested
@@ -140,9 +141,11 @@ func (e *neutralError) Unwrap() error { return e.err }
 //
 // A Permanent error stays permanent inside Throttled, and a message whose
 // lease ended or that the shutdown cancelled is neither throttled nor
-// failed, whatever the handler returns (see outcomeOf's list). Throttled
-// says something of the whole downstream; for one message that must wait,
-// use RetryAfter. RetryAfterHeader reads an HTTP Retry-After header into d.
+// failed, whatever the handler returns (the README's "Errors and what
+// they count as" lists every case). Throttled says something of the whole
+// downstream; for one message that must wait, use RetryAfter. In Lambda
+// (package lambdasqs) a Throttled record is reported failed like any
+// other. RetryAfterHeader reads an HTTP Retry-After header into d.
 //
 // Throttled(nil, d) is not nil: its error reads "downstream throttled".
 // errors.Is and errors.As see through the wrapper; IsThrottled tells an
