@@ -133,9 +133,10 @@ func (e *neutralError) Unwrap() error { return e.err }
 //     any failure: WithBackoff), as RetryAfter would;
 //   - slows down before its next receive, not after five failures:
 //     without WithAdaptiveConcurrency it pauses, receiving nothing and
-//     starting none of the messages it holds until d has passed (the
-//     handlers running go on); with it, it lowers its concurrency limit
-//     at once (and pauses for d only when the limit is at its floor);
+//     starting none of the messages it holds until the message's delay
+//     (d, or its backoff) has passed (the handlers running go on); with
+//     it, it lowers its concurrency limit at once (and pauses for that
+//     delay only when the limit is at its floor);
 //   - does not count it as a failure for the circuit breaker, nor as a
 //     success.
 //
