@@ -69,7 +69,9 @@ const (
 //     that fall takes one more slot off (that many were in excess); the
 //     next fall waits for a message started after it. At the floor, a
 //     Throttled pauses the Consumer for its delay instead (nothing
-//     received or started until then), as without this option.
+//     received or started until then), as without this option, and the
+//     limit starts again from the floor as from Initial: a slot a success
+//     until the next Throttled.
 //   - A success while every slot the limit allows is taken raises it: by
 //     one slot per success from Initial until the first Throttled (the
 //     limit doubles with every round of handlers), then by half that
@@ -242,12 +244,14 @@ func (b *backPressure) grow(started time.Time, running int) bool {
 }
 
 // throttled takes a Throttled outcome: the limit falls, or, without the
-// adaptive limit or at its floor, the Consumer pauses for after.
+// adaptive limit or with its slots at the floor, the Consumer pauses for
+// after (and the limit, at its floor, starts slowly again when it ends:
+// a slot a success, as at the start, until the next Throttled).
 func (b *backPressure) throttled(started time.Time, after time.Duration) {
 	now := time.Now()
 	b.mu.Lock()
 	b.throttles++
-	if b.adaptive && b.limit > float64(b.floor) {
+	if b.adaptive && int(b.limit) > b.floor {
 		if started.Before(b.cutAt) {
 			b.setLimitLocked(b.limit - 1) // one more of the same excess
 		} else {
@@ -258,6 +262,10 @@ func (b *backPressure) throttled(started time.Time, after time.Duration) {
 		}
 		b.mu.Unlock()
 		return
+	}
+	if b.adaptive {
+		b.setLimitLocked(float64(b.floor))
+		b.gain, b.calmAt = 1, now
 	}
 	until := now.Add(after)
 	if after <= 0 || b.stopped || !until.After(b.until) {
