@@ -177,6 +177,10 @@ type batcher struct {
 	reg    *registry   // the run's registry: FIFO group order
 	ev     *eventSink  // the Consumer's events
 
+	// panicPolicy is the Consumer's WithPanicPolicy, nil for none; set by
+	// New.
+	panicPolicy func(context.Context, *Message, *PanicError) error
+
 	// mu guards the fields below, the batches (hbatch) and the members
 	// (member, and delivery.bm). Lock order: mu before the registry's
 	// and a Lease's locks.
@@ -227,6 +231,26 @@ type hbatch struct {
 	stopWatch func() bool
 	lastCause error
 	over      bool
+	// parent is the call's context's parent, set at the send: it answers
+	// Value(ctxKey{}) for Logger.
+	parent batchCtx
+}
+
+// batchCtx is the parent of a BatchHandler call's context: background,
+// answering Value(ctxKey{}) with itself, what Logger needs to log about
+// the call. It lives in the hbatch, so it costs no allocation.
+type batchCtx struct {
+	context.Context
+	ev   *eventSink // the Consumer's: its logger and queue URL
+	size int        // the messages of the call
+}
+
+// Value answers ctxKey with c, and asks the parent otherwise.
+func (c *batchCtx) Value(key any) any {
+	if _, ok := key.(ctxKey); ok {
+		return c
+	}
+	return c.Context.Value(key)
 }
 
 // member is one message's place in the batcher, from when it joins.
@@ -250,12 +274,12 @@ type member struct {
 
 // attach gives b to a Consumer; false if one already has it. direct: the
 // Consumer has no middleware, so messages join without a goroutine of
-// their own.
-func (b *batcher) attach(direct bool) bool {
+// their own; policy: its WithPanicPolicy, nil for none.
+func (b *batcher) attach(direct bool, policy func(context.Context, *Message, *PanicError) error) bool {
 	if !b.owned.CompareAndSwap(false, true) {
 		return false
 	}
-	b.direct = direct
+	b.direct, b.panicPolicy = direct, policy
 	return true
 }
 

@@ -52,7 +52,8 @@ func (b *batcher) sendLocked(bt *hbatch) (ctx context.Context, ok bool) {
 			mb.unwatch = nil
 		}
 	}
-	ctx, bt.cancel = context.WithCancelCause(context.Background())
+	bt.parent = batchCtx{Context: context.Background(), ev: b.ev, size: len(bt.members)}
+	ctx, bt.cancel = context.WithCancelCause(&bt.parent)
 	b.watchLocked(bt)
 	return ctx, true
 }
@@ -263,10 +264,14 @@ func (b *batcher) results(members []*member, err error) ([]error, error) {
 	return out, err
 }
 
-// call runs h, turning a panic into a *PanicError (protect).
+// call runs h, turning a panic into a *PanicError (protect), or into
+// the PanicPolicy's error (for the whole batch) when one is set.
 func (b *batcher) call(ctx context.Context, msgs []*Message) error {
 	err := protect(func() error { return b.h(ctx, msgs) })
 	if pe, ok := err.(*PanicError); ok && pe.recovered {
+		if b.panicPolicy != nil {
+			return police(ctx, nil, pe, b.panicPolicy, b.ev)
+		}
 		b.host.log(slog.LevelError, "sqsconsumer: batch handler panicked; the whole batch failed", "messages", len(msgs), "panic", fmt.Sprint(pe.Value), "at", pe.at)
 	}
 	return err

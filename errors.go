@@ -293,7 +293,7 @@ type PanicError struct {
 	Value any
 	Stack []byte
 
-	recovered bool   // made by protect (not a handler's own error value)
+	recovered bool   // made by protect (not a handler's own error value), not yet handed to a PanicPolicy (police)
 	at        string // where it panicked, for the log (panicSite)
 }
 

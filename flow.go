@@ -298,13 +298,15 @@ func (f *flow[T]) nextLocked(now time.Time) int {
 		f.armLocked(now, at)
 		return 0
 	}
-	n := receiveSize(f.countsLocked(now))
-	if n == 0 && f.ready.blocked > 0 {
+	c := f.countsLocked(now)
+	n := receiveSize(c)
+	if n == 0 && f.ready.blocked() > 0 {
 		// Free slots only other groups may take.
 		slots := f.slotsLocked()
 		free := f.running < slots && !f.ready.eligible()
 		var at time.Time
-		n, at = probeSize(free, f.asked, slots+f.maxAhead-f.running-f.waiting-f.asked, f.size, f.hold, f.rtt, f.sentAt, now)
+		n, at = probeSize(free, f.asked, slots+f.maxAhead-f.running-f.waiting-f.asked, c.conc-c.running+c.ahead-c.waiting-c.asked,
+			f.size, f.ready.probeGap(f.hold, f.rtt), f.sentAt, now)
 		if !at.IsZero() {
 			f.armLocked(now, at)
 		}

@@ -169,6 +169,9 @@ func (r *run) setup(ctx context.Context) error {
 	if r.dlq, err = deadLetterFor(r.client, r.queueURL, fifo, r.s.deadLetterURL, out.Attributes, attrErr); err != nil {
 		return err
 	}
+	if err := requireDeadLetter(r.s, r.queueURL, r.dlq, out.Attributes, attrErr); err != nil {
+		return err
+	}
 	if err := r.checkDeadLetter(ctx); err != nil {
 		return err
 	}
@@ -207,13 +210,7 @@ func (r *run) setup(ctx context.Context) error {
 	if r.batch != nil {
 		r.batch.bind(r, r.reg, r.ev)
 	}
-	r.pollWait = r.s.waitTime
-	if r.pollWait > 0 {
-		// A receive in flight at shutdown is never cancelled, so it must
-		// return within the shutdown timeout (at least a second: the SDK
-		// cannot send a wait of 0).
-		r.pollWait = max(min(r.pollWait, r.s.shutdownTimeout.Truncate(time.Second)), time.Second)
-	}
+	r.pollWait = r.s.pollWait()
 	return nil
 }
 
