@@ -256,24 +256,25 @@ func TestAdaptiveLimitFindsTheDownstream(t *testing.T) {
 		fifo   bool
 		batch  int
 		target int // the limit the downstream needs; 0: the limit is not what binds
+		n      int // messages: a backlog of about 15 s
 	}{
-		{name: "single", target: 4},
-		{name: "Batch", batch: 5, target: 20},
+		{name: "single", target: 4, n: 600},
+		{name: "Batch", batch: 5, target: 20, n: 2400},
 		// FIFO: a receive brings few groups' messages, which run one at a
 		// time: the groups keep the downstream at its 4 or below, and the
 		// limit, not what holds the Consumer back, does not grow.
-		{name: "FIFO", fifo: true},
+		{name: "FIFO", fifo: true, n: 600},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := setupDLQ(t, tt.fifo, 5, map[string]string{"VisibilityTimeout": "30"})
-				const n = 600
-				for i := range n {
+				n := int64(tt.n)
+				for i := range tt.n {
 					var opts []sqstest.SendOption
 					if tt.fifo {
 						opts = append(opts, sqstest.WithGroupID("g"+strconv.Itoa(i%40)))
 					}
-					_, err := b.srv.Send(b.url, fmt.Sprintf("%03d", i), opts...)
+					_, err := b.srv.Send(b.url, fmt.Sprintf("%05d", i), opts...)
 					require.NoError(t, err)
 				}
 				down := &downstream{cap: 4}
@@ -304,8 +305,10 @@ func TestAdaptiveLimitFindsTheDownstream(t *testing.T) {
 					}, tt.batch, 10*time.Millisecond)
 					require.NoError(t, err)
 				}
-				rl := &receiveLog{Client: b.client}
-				c, err := New(rl, b.url, h, WithConcurrency(50), WithAdaptiveConcurrency(AdaptiveConcurrency{}),
+				// Receives take 10 ms, as over a network: in virtual time
+				// without it every round trip is 0, and the read-ahead
+				// follows the long polls' times instead.
+				c, err := New(slowReceives{b.client}, b.url, h, WithConcurrency(50), WithAdaptiveConcurrency(AdaptiveConcurrency{}),
 					WithBreaker(Breaker{Failures: 1}), WithScaling(ScalingPolicy{Target: time.Minute, Interval: 5 * time.Second}))
 				require.NoError(t, err)
 				stop := running(t, c)
@@ -329,7 +332,7 @@ func TestAdaptiveLimitFindsTheDownstream(t *testing.T) {
 						// follows long polls that wait for the last messages.
 						mostHeld = max(mostHeld, st.Running+st.Waiting+st.Asked-slices.Max(recent))
 					}
-					if time.Since(start) > 2*time.Second {
+					if time.Since(start) > 5*time.Second { // settled
 						limitSum += st.ConcurrencyLimit
 						samples++
 					}
@@ -348,21 +351,29 @@ func TestAdaptiveLimitFindsTheDownstream(t *testing.T) {
 					receives += len(m.Receives)
 				}
 				t.Logf("%s: limit %.1f on average (the downstream takes %d), %d held beyond it at most, %d refused of %d calls, %.3f receives a message, capacity %.0f/s, done in %v",
-					tt.name, meanLimit, tt.target, mostHeld, down.refused, st.Started, float64(receives)/n, fig.CapacityPerReplica, took)
+					tt.name, meanLimit, tt.target, mostHeld, down.refused, st.Started, float64(receives)/float64(n), fig.CapacityPerReplica, took)
 				require.Equal(t, int64(n), st.Deleted)
 				require.Empty(t, b.srv.Messages(b.dlq))
 				require.Zero(t, outOfOrder.Load())
 				_, _, opens := c.runOf().br.status()
 				require.Zero(t, opens, "Throttled never opens the breaker")
 				if tt.target > 0 {
-					require.InDelta(t, tt.target, meanLimit, float64(tt.target)*0.35) // a Batch's partial batches need fewer slots
+					lo := 0.65 * float64(tt.target)
+					if tt.batch > 0 {
+						// The downstream counts calls, the limit messages: four
+						// partial batches fill it with fewer slots, and five
+						// overflow it with as many.
+						lo = 0.5 * float64(tt.target)
+					}
+					require.GreaterOrEqual(t, meanLimit, lo)
+					require.LessOrEqual(t, meanLimit, 1.35*float64(tt.target))
 				} else {
 					require.LessOrEqual(t, meanLimit, 10.0, "no growth while the limit holds nothing back")
 				}
 				// Without the limit the Consumer would hold WithConcurrency
 				// (50) and its read-ahead.
 				require.LessOrEqual(t, mostHeld, 10+2*max(tt.batch, 1)+2, "what is asked for stays within the limit and one receive's read-ahead")
-				require.LessOrEqual(t, float64(receives)/n, 1.1)
+				require.LessOrEqual(t, float64(receives)/float64(n), 1.1)
 				// Capacity: WithConcurrency (50) over the slot time, about
 				// 100 ms: the limit (4 or 20) would make it 40 or 200.
 				require.Greater(t, fig.CapacityPerReplica, 300.0, "the scaling signal's capacity is WithConcurrency's")
@@ -370,6 +381,16 @@ func TestAdaptiveLimitFindsTheDownstream(t *testing.T) {
 			})
 		})
 	}
+}
+
+// slowReceives makes each receive take 10 ms more, after the server's
+// answer.
+type slowReceives struct{ Client }
+
+func (c slowReceives) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, optFns ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	out, err := c.Client.ReceiveMessage(ctx, in, optFns...)
+	time.Sleep(10 * time.Millisecond)
+	return out, err
 }
 
 // In a fleet the flow claims only its limit from the shared budget.
