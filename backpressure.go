@@ -83,12 +83,13 @@ const (
 //   - Failures, and neutral outcomes, leave it.
 //
 // Measured in virtual time against a downstream that admits R requests a
-// second and answers 429 above it (bench/backpressure): see the README's
-// "Back pressure" section.
+// second and answers 429 above it (bench/backpressure): see the README,
+// "When things go wrong".
 //
 // How it combines: the limit counts handler slots, so with a Batch
-// handler each message of a batch counts one and batches shrink to the
-// limit (they go when their window runs out); WithRateLimit's token bucket
+// handler each message of a batch counts one, batches shrink to the limit
+// (they go when their window runs out), and a refused batch call takes as
+// many slots off as it had members; WithRateLimit's token bucket
 // still bounds receives on its own; the breaker (WithBreaker) never counts
 // Throttled, and its gate bounds receives on its own; on a FIFO queue a
 // throttled message's group waits for it, as after any failure; in a
@@ -97,7 +98,8 @@ const (
 // the limit. The scaling signal's capacity (WithScaling) stays
 // WithConcurrency over the time a message holds a slot: a downstream's
 // limit is no reason for more replicas, which would only share it.
-// Stats.ConcurrencyLimit is the limit now. a.Floor must be below
+// Pause, the breaker's opening and the shutdown hand back what waits, as
+// without it. Stats.ConcurrencyLimit is the limit now. a.Floor must be below
 // WithConcurrency and a.Initial within [a.Floor, WithConcurrency]: New
 // refuses them otherwise, naming both options.
 func WithAdaptiveConcurrency(a AdaptiveConcurrency) Option {
