@@ -72,6 +72,7 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 		_, err := s.leaseConfig(s.visibility)
 		errs = append(errs, err)
 	}
+	errs = append(errs, s.adaptiveConflicts()...)
 	if s.adaptiveMax > 0 && s.heartbeat > 0 {
 		errs = append(errs, fmt.Errorf("%w: WithAdaptiveVisibility and WithHeartbeatInterval cannot be combined: the interval follows the adaptive lease", ErrInvalidOption))
 	}
@@ -149,7 +150,13 @@ func (c *Consumer) Stats() Stats {
 		st.TopGroups, st.NoisyGroups, st.OtherGroups, st.OtherGroupsSlotTime = g.top, g.noisy, g.others, g.otherSlots
 	}
 	st.MaxCallsInFlight, st.IdleConnsPerHost, st.LimitedByPool = c.s.pollers, c.pool.idle, c.pool.limited.Load()
-	st.Concurrency = c.s.concurrency
+	st.Concurrency, st.ConcurrencyLimit = c.s.concurrency, c.s.concurrency
+	if c.s.adaptive {
+		st.ConcurrencyLimit = c.s.adaptiveInitial
+	}
+	if r := c.runOf(); r != nil {
+		r.bp.stats(&st)
+	}
 	if p := c.s.protector; p != nil {
 		st.ScaleInProtection = p.Stats()
 	}

@@ -39,7 +39,8 @@
 // panics, the message's visibility is set to a backoff for its receive
 // count ([DefaultBackoff], [WithBackoff]) — never 0 — or to the delay
 // given with [RetryAfter]; [Permanent] marks an error that retrying cannot
-// fix. If SQS redelivers a message this process is still handling, the
+// fix, [Throttled] a downstream that refuses work for a while (back
+// pressure), [Neutral] an error that says nothing of the downstream. If SQS redelivers a message this process is still handling, the
 // running lease adopts the newer receipt handle instead of starting a
 // second handler. On FIFO queues the messages of a group are handled one
 // at a time, in order.
@@ -78,7 +79,11 @@
 // the opposite case: every message fails through no fault of its own.
 // [WithBreaker] stops receiving after a run of failures, or while renewals
 // and deletes fail, so that no receive count is spent on the outage, and
-// probes until the downstream is back. [Consumer.Health] and
+// probes until the downstream is back; it counts only failures of the
+// downstream (see [Neutral] for the list). A downstream that refuses part
+// of the load (HTTP 429) is a third case: [Throttled] pauses receiving,
+// or, with [WithAdaptiveConcurrency], lowers a concurrency limit that
+// bounds what is received. [Consumer.Health] and
 // [Consumer.HealthHandler] report whether the Consumer makes progress, for
 // an orchestrator's health checks.
 //

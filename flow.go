@@ -135,6 +135,13 @@ type flow[T ticketed] struct {
 	// receive may ask for, or -1 for no bound. Called with mu held.
 	gate func(held int) int
 
+	// limit, when set, is the back pressure of Throttled
+	// (backpressure.go): the slots it lets the flow fill
+	// (WithAdaptiveConcurrency's limit: slotsLocked) and the pause in
+	// which nothing is received or started (throttledLocked). Asked with
+	// mu held.
+	limit flowLimit
+
 	// settling counts the succeeded messages whose slot was given back
 	// before their delete was confirmed (takeSettling): atomic, not
 	// guarded by mu, since every success takes it.
@@ -149,6 +156,7 @@ type flowConfig struct {
 	atLimit                          func()           // the flow wanted another poller beyond maxPollers (with mu held)
 	burst                            int              // slots freed at once (a Batch handler's size), 0 for one
 	gate                             func(held int) int
+	limit                            flowLimit    // Throttled's pause and limit; nil for none
 	limiter                          *tokenBucket // WithRateLimit; nil for none
 	member                           *share.Member
 	fair                             bool // groups share the slots fairly (see fairReady)
@@ -158,7 +166,7 @@ type flowConfig struct {
 
 func newFlow[T ticketed](c flowConfig) *flow[T] {
 	f := &flow[T]{conc: c.conc, size: c.size, maxAhead: c.maxAhead, maxPollers: c.maxPollers, spawn: c.spawn, overflow: c.overflow, atLimit: c.atLimit,
-		burst: c.burst, gate: c.gate, limiter: c.limiter, member: c.member, paused: c.paused,
+		burst: c.burst, gate: c.gate, limit: c.limit, limiter: c.limiter, member: c.member, paused: c.paused,
 		kick: make(chan struct{}, 1), quiet: true, full: true, ready: newFairReady[T](c.fair, c.groupLimit, c.conc)}
 	f.epoch = time.Now()
 	f.rate.start = f.epoch
@@ -169,7 +177,7 @@ func newFlow[T ticketed](c flowConfig) *flow[T] {
 }
 
 func (f *flow[T]) countsLocked(now time.Time) flowCounts {
-	conc := f.conc
+	conc := f.slotsLocked() // a downstream's limit bounds the receives too
 	if f.member != nil {
 		// In a fleet, receive for the slots the flow is entitled to.
 		share := f.member.Share()
@@ -230,6 +238,14 @@ type ticket struct {
 	slot  slot // while place is placeSlot
 }
 
+// flowLimit bounds the slots a flow fills and pauses it: the back
+// pressure of Throttled (backpressure.go). Its methods are called with the
+// flow's mu held and take no lock.
+type flowLimit interface {
+	slots(conc int) int     // how many of conc slots may be filled now
+	pausedUntil() time.Time // when a pause ends (zero or past: none)
+}
+
 // ticketed is what the flow hands out: a message with its ticket.
 type ticketed interface {
 	comparable
@@ -273,9 +289,10 @@ func (f *flow[T]) giveSlotLocked(s slot, now time.Time) time.Duration {
 
 // nextLocked is the size of the receive due now, 0 if none. When only
 // time stands in the way (a backoff, an idle pause, the rate limit) it
-// arms the timer for when it will not.
+// arms the timer for when it will not (a Throttled's pause wakes it
+// itself).
 func (f *flow[T]) nextLocked(now time.Time) int {
-	if f.stopped || f.paused {
+	if f.stopped || f.paused || f.throttledLocked(now) {
 		return 0
 	}
 	if at := later(f.retryAt, f.idleUntil); now.Before(at) {
@@ -286,9 +303,10 @@ func (f *flow[T]) nextLocked(now time.Time) int {
 	n := receiveSize(c)
 	if n == 0 && f.ready.blocked() > 0 {
 		// Free slots only other groups may take.
-		free := f.running < f.conc && !f.ready.eligible()
+		slots := f.slotsLocked()
+		free := f.running < slots && !f.ready.eligible()
 		var at time.Time
-		n, at = probeSize(free, f.asked, f.conc+f.maxAhead-f.running-f.waiting-f.asked, c.conc-c.running+c.ahead-c.waiting-c.asked,
+		n, at = probeSize(free, f.asked, slots+f.maxAhead-f.running-f.waiting-f.asked, c.conc-c.running+c.ahead-c.waiting-c.asked,
 			f.size, f.ready.probeGap(f.hold, f.rtt), f.sentAt, now)
 		if !at.IsZero() {
 			f.armLocked(now, at)
@@ -367,13 +385,12 @@ func (f *flow[T]) armLocked(now, at time.Time) {
 }
 
 // demandLocked is how many slots of a fleet's budget the flow could use
-// now: none while paused, stopped or held by the gate (an open breaker); one (for the receive that watches
-// the queue) while nothing is held and the queue looks empty or drained
-// (the latest receive got nothing, or less than it asked for); all its
-// own otherwise.
+// now: none while paused, stopped, held by the gate (an open breaker) or
+// by a Throttled's pause, or while the queue looks idle (see below); all
+// its own otherwise (under WithAdaptiveConcurrency, its limit).
 func (f *flow[T]) demandLocked() int {
 	switch {
-	case f.stopped || f.paused, f.gate != nil && f.gate(0) == 0:
+	case f.stopped || f.paused, f.gate != nil && f.gate(0) == 0, f.throttledLocked(time.Now()):
 		return 0
 	case f.idleLocked():
 		// An idle queue claims no share of the budget: its one long poll
@@ -382,7 +399,7 @@ func (f *flow[T]) demandLocked() int {
 		// with work for as long as it stays idle.
 		return 0
 	}
-	return f.conc
+	return f.slotsLocked()
 }
 
 // idleLocked reports whether the flow holds no message. A full last
@@ -473,16 +490,17 @@ const (
 func (f *flow[T]) enqueue(d T) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	now := time.Now()
 	switch {
 	case f.stopped || f.paused:
 		return notStarting
-	case f.running < f.conc && !f.ready.eligible() && f.ready.mayStart(f.ready.keyOf(d)) && (f.member == nil || f.member.Acquire()):
+	case f.mayStartLocked(now) && !f.ready.eligible() && f.ready.mayStart(f.ready.keyOf(d)) && (f.member == nil || f.member.Acquire()):
 		// In a fleet a slot of the shared budget too; without one, the
 		// member now waits for one (Acquire), granted through granted.
 		// (A free slot with ready messages left means they are all of
 		// groups at their limit: d goes first.)
 		f.waiting--
-		f.seatLocked(d, time.Now())
+		f.seatLocked(d, now)
 		return startNow
 	}
 	f.ready.push(d)
@@ -496,14 +514,14 @@ func (f *flow[T]) enqueue(d T) int {
 func (f *flow[T]) granted() (next T, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.stopped || f.paused || !f.ready.eligible() || f.running >= f.conc {
+	now := time.Now()
+	if f.stopped || f.paused || !f.ready.eligible() || !f.mayStartLocked(now) {
 		f.member.SetWant(false)
 		return next, false
 	}
-	now := time.Now()
 	next = f.popReadyLocked()
 	f.seatLocked(next, now)
-	if !f.ready.eligible() || f.running >= f.conc {
+	if !f.ready.eligible() || !f.mayStartLocked(now) {
 		f.member.SetWant(false)
 	}
 	f.wakeLocked(now)
@@ -619,7 +637,7 @@ func (f *flow[T]) slotDoneLocked(s slot, done bool) (next T, ok bool) {
 		}
 	}
 	switch {
-	case !f.ready.eligible() || f.stopped || f.paused:
+	case !f.ready.eligible() || f.stopped || f.paused || !f.mayStartLocked(now):
 	case f.member != nil:
 		f.member.SetWant(true) // Release follows
 	default:
@@ -686,4 +704,61 @@ func (f *flow[T]) groups() groupFigures {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.ready.slots.figures(time.Now())
+}
+
+// slotsLocked is how many handler slots the flow may fill now: all of
+// them, or WithAdaptiveConcurrency's limit.
+func (f *flow[T]) slotsLocked() int {
+	if f.limit == nil {
+		return f.conc
+	}
+	return f.limit.slots(f.conc)
+}
+
+// throttledLocked reports whether a Throttled's pause holds at now: no
+// receive is due and no message starts.
+func (f *flow[T]) throttledLocked(now time.Time) bool {
+	return f.limit != nil && now.Before(f.limit.pausedUntil())
+}
+
+// mayStartLocked reports whether a ready message may take a slot now: one
+// is free under the limit, and no pause holds.
+func (f *flow[T]) mayStartLocked(now time.Time) bool {
+	return f.running < f.slotsLocked() && !f.throttledLocked(now)
+}
+
+// fill seats ready messages in the slots the limit gives back
+// (the limit rose, a pause ended) and returns them to start; in a fleet
+// the budget's grants start them instead. It wakes a poller if a receive
+// is due.
+func (f *flow[T]) fill() []T {
+	f.mu.Lock()
+	now := time.Now()
+	var out []T
+	if !f.stopped && !f.paused {
+		if f.member != nil {
+			if f.ready.eligible() && f.mayStartLocked(now) {
+				f.member.SetWant(true) // Dispatch follows
+			}
+		} else {
+			for f.ready.eligible() && f.mayStartLocked(now) {
+				next := f.popReadyLocked()
+				f.seatLocked(next, now)
+				out = append(out, next)
+			}
+		}
+	}
+	f.wakeLocked(now)
+	f.mu.Unlock()
+	if f.member != nil {
+		f.member.Dispatch()
+	}
+	return out
+}
+
+// runningNow is the handler slots in use now.
+func (f *flow[T]) runningNow() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.running
 }

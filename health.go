@@ -25,7 +25,8 @@ import (
 //     until the first answer, then "running");
 //   - no ReceiveMessage, visibility change or delete call was answered by
 //     SQS for longer than the stall limit (while the breaker is closed:
-//     an open breaker pauses receiving on purpose);
+//     an open breaker pauses receiving on purpose, and so does a
+//     Throttled, whose pause counts from its end);
 //   - a handler has run longer than the handler limit;
 //   - a running handler's lease is within its ceiling grace of the
 //     maximum lease duration (its context is cancelled with

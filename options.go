@@ -79,6 +79,10 @@ type settings struct {
 	stallLimit    time.Duration // Health: 0 = default
 	startupLimit  time.Duration // Health: 0 = DefaultStartupLimit
 	handlerLimit  time.Duration // Health: 0 = default
+	// WithAdaptiveConcurrency: on, its floor and initial limit (0 until
+	// New fills in the default).
+	adaptive                       bool
+	adaptiveFloor, adaptiveInitial int
 
 	scaling *ScalingPolicy // WithScaling; nil = off
 
@@ -636,7 +640,8 @@ func WithScalingTarget(wait time.Duration) Option {
 // The figure is ceil((arrival + backlog/Target) / (capacity ×
 // Utilization)), where capacity is what this replica's handler slots
 // finish a second when never starved (WithConcurrency over the mean time a
-// message holds a slot), backlog the visible count (followed at once when
+// message holds a slot; not WithAdaptiveConcurrency's limit, which is a
+// downstream's, and more replicas would only share it), backlog the visible count (followed at once when
 // it rises, halfway toward each lower reading), and arrival
 // the whole queue's arrival rate, inferred from each reading's raw counts:
 // its departures (messages in flight over their mean time in flight,

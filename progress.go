@@ -23,7 +23,7 @@ type progress struct {
 	receive  atomic.Int64
 	renewal  atomic.Int64
 	delete   atomic.Int64
-	resumed  atomic.Int64 // Run began running, or the breaker closed
+	resumed  atomic.Int64 // Run began running, the breaker closed, or (ahead of time) when a Throttled's pause ends
 	recvErr  atomic.Pointer[string]
 }
 

@@ -39,15 +39,16 @@ import (
 //
 // Lock order. Every lock of the run is a leaf, taken alone, except:
 //   - flow.mu is held while the flow asks the breaker's mu (its gate) and
-//     the fleet member's (its share);
+//     the fleet member's (its share); the back pressure's limit and pause
+//     it reads without a lock;
 //   - batcher.mu is held while the batcher asks registry.mu and a
 //     Lease's mu;
 //   - registry.mu is held while it tells the scale-in Protector
 //     (WithScaleInProtection) that it starts or stops holding anything;
 //     the Protector's lock is a leaf.
 //
-// Lease.mu, failureLog.mu, pollSet.mu, run.mu and the coalescers' locks
-// take no other lock. (Consumer.mu is held while Run
+// Lease.mu, failureLog.mu, pollSet.mu, run.mu, backPressure.mu and the
+// coalescers' locks take no other lock. (Consumer.mu is held while Run
 // publishes the run, which binds the fleet member under the fleet pool's
 // lock: see Consumer.Run.)
 //
@@ -93,6 +94,7 @@ type run struct {
 	pollWait time.Duration    // WaitTimeSeconds of every receive
 	dlq      deadLetter       // where Permanent errors' messages go
 	br       *breaker         // WithBreaker; nil when off
+	bp       *backPressure    // Throttled's pause, WithAdaptiveConcurrency's limit
 
 	dlqWarned atomic.Bool // the missing dead-letter queue was logged
 	failLog   failureLog  // the rate of failure lines
@@ -208,6 +210,7 @@ func (r *run) setup(ctx context.Context) error {
 	if r.s.breaker != nil {
 		r.br = r.newBreaker(*r.s.breaker)
 	}
+	r.bp = r.newBackPressure()
 	r.work = make(chan *delivery)
 	r.runs = make(chan *hbatch)
 	r.quit = make(chan struct{})
@@ -241,6 +244,7 @@ func (r *run) makeFlow(paused bool) {
 	if r.br != nil {
 		fc.gate = r.br.limit
 	}
+	fc.limit = r.bp
 	if r.s.rateLimit > 0 {
 		fc.limiter = newTokenBucket(r.s.rateLimit, r.s.rateBurst)
 	}
@@ -313,6 +317,7 @@ func (r *run) shutdown() {
 	if r.br != nil {
 		r.br.stop() // no more releases, probes or wakes of its own
 	}
+	r.bp.stop() // no more wakes at a pause's end
 	r.cancelProbe()
 	r.stopping.Store(true)
 	r.beginDrain() // Draining: running handlers may hand their messages back early
@@ -439,6 +444,32 @@ func (r *run) newBreaker(cfg Breaker) *breaker {
 		go r.probe()
 	}
 	return b
+}
+
+// newBackPressure makes the run's back pressure, wired to the flow (made
+// after it) and to Health's progress.
+func (r *run) newBackPressure() *backPressure {
+	b := newBackPressure(r.s)
+	b.wake = r.unthrottled
+	b.paused = r.throttlePaused
+	return b
+}
+
+// unthrottled starts the ready messages the back pressure lets start now.
+func (r *run) unthrottled() {
+	for _, d := range r.fl.fill() {
+		r.start(d)
+	}
+}
+
+// throttlePaused records a pause for Throttled until until: Health does
+// not count it as a stall (it is on purpose), and the log says so when it
+// begins.
+func (r *run) throttlePaused(until time.Time, extended bool, d time.Duration) {
+	r.prog.resumed.Store(until.UnixNano()) // receiving resumes then
+	if !extended {
+		r.log(slog.LevelInfo, "sqsconsumer: a handler returned Throttled: receiving and starting paused", "for", d.String(), "until", until)
+	}
 }
 
 // breakerOpened hands back what the Consumer holds but has not started

@@ -77,12 +77,14 @@ type Settings struct {
 	// Handling (WithHandlerTimeout, 0: none; WithBackoff, "default" for
 	// DefaultBackoff or "set"; WithMiddleware, how many; WithPanicPolicy,
 	// "set" or "unset"; WithBreaker, nil when off, its defaults filled
-	// in, Probe rendered "set" or "unset").
-	HandlerTimeout time.Duration `json:"handler_timeout"`
-	Backoff        string        `json:"backoff"`
-	Middleware     int           `json:"middleware"`
-	PanicPolicy    string        `json:"panic_policy"`
-	Breaker        *Breaker      `json:"breaker"`
+	// in, Probe rendered "set" or "unset"; WithAdaptiveConcurrency, nil
+	// when off, its defaults filled in).
+	HandlerTimeout      time.Duration        `json:"handler_timeout"`
+	Backoff             string               `json:"backoff"`
+	Middleware          int                  `json:"middleware"`
+	PanicPolicy         string               `json:"panic_policy"`
+	Breaker             *Breaker             `json:"breaker"`
+	AdaptiveConcurrency *AdaptiveConcurrency `json:"adaptive_concurrency"`
 
 	// Shutdown (WithShutdownTimeout, WithCancelIdlePollsAtShutdown).
 	ShutdownTimeout           time.Duration `json:"shutdown_timeout"`
@@ -157,6 +159,9 @@ func settingsView(s *settings, queueURL string, poolCapped bool, member *share.M
 	if s.breaker != nil {
 		b := *s.breaker
 		v.Breaker = &b
+	}
+	if s.adaptive {
+		v.AdaptiveConcurrency = &AdaptiveConcurrency{Floor: s.adaptiveFloor, Initial: s.adaptiveInitial}
 	}
 	if s.scaling != nil {
 		p := *s.scaling

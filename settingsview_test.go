@@ -134,7 +134,7 @@ func TestSettingsJSONGolden(t *testing.T) {
 		`"ceiling_grace":null,"adaptive_visibility_min":"0s","adaptive_visibility_max":"0s",` +
 		`"concurrency":10,"batch_size":10,"wait_time":"20s","pollers":102,"pollers_capped_by_pool":false,"max_read_ahead":1000,` +
 		`"rate_limit":0,"rate_burst":0,"fair_dispatch":true,"group_limit":0,` +
-		`"handler_timeout":"0s","backoff":"default","middleware":0,"panic_policy":"unset","breaker":null,` +
+		`"handler_timeout":"0s","backoff":"default","middleware":0,"panic_policy":"unset","breaker":null,"adaptive_concurrency":null,` +
 		`"shutdown_timeout":"20s","cancel_idle_polls_at_shutdown":false,` +
 		`"dead_letter_queue":null,"dead_letter_source":null,"require_dead_letter_queue":false,` +
 		`"logger":"unset","observer":"unset","stall_limit":null,"handler_limit":"0s","startup_limit":"30s",` +
@@ -146,7 +146,8 @@ func TestSettingsJSONGolden(t *testing.T) {
 		WithVisibilityTimeout(2*time.Minute), WithBreaker(Breaker{Probe: func(context.Context) error { return nil }}),
 		WithScaling(ScalingPolicy{Target: time.Minute, EMFNamespace: "Jobs"}), WithDeadLetterQueue(testQueueURL+"-dlq.fifo"),
 		WithRateLimit(50, 10), WithHealthLimits(0, time.Hour), WithPanicPolicy(func(context.Context, *Message, *PanicError) error { return nil }),
-		WithBackoff(func(int) time.Duration { return time.Minute }), WithWaitTime(10*time.Second), WithShutdownTimeout(5*time.Second))
+		WithBackoff(func(int) time.Duration { return time.Minute }), WithWaitTime(10*time.Second), WithShutdownTimeout(5*time.Second),
+		WithAdaptiveConcurrency(AdaptiveConcurrency{Floor: 2}))
 	require.NoError(t, err)
 	raw, err = json.Marshal(c.Settings())
 	require.NoError(t, err)
@@ -157,6 +158,7 @@ func TestSettingsJSONGolden(t *testing.T) {
 		`"rate_limit":50,"rate_burst":10,"fair_dispatch":true,"group_limit":0,` +
 		`"handler_timeout":"0s","backoff":"set","middleware":0,"panic_policy":"set",` +
 		`"breaker":{"failures":5,"ratio":0,"window":20,"call_failures":3,"pause":"30s","max_pause":"5m0s","probe":"set"},` +
+		`"adaptive_concurrency":{"floor":2,"initial":10},` +
 		`"shutdown_timeout":"5s","cancel_idle_polls_at_shutdown":false,` +
 		`"dead_letter_queue":"https://sqs.us-east-1.amazonaws.com/123456789012/jobs-dlq.fifo","dead_letter_source":"option","require_dead_letter_queue":false,` +
 		`"logger":"unset","observer":"unset","stall_limit":"2m0s","handler_limit":"1h0m0s","startup_limit":"30s",` +
@@ -267,6 +269,9 @@ var settingsShown = map[string]string{
 	"errs":            "-: the options' errors, which New returns",
 	"deadLetterURL":   "dead_letter_queue",
 	"breaker":         "breaker",
+	"adaptive":        "adaptive_concurrency",
+	"adaptiveFloor":   "adaptive_concurrency",
+	"adaptiveInitial": "adaptive_concurrency",
 	"stallLimit":      "stall_limit",
 	"startupLimit":    "startup_limit",
 	"handlerLimit":    "handler_limit",
@@ -328,6 +333,7 @@ func optionShown() map[string]struct {
 		"WithMiddleware":                {WithMiddleware(func(h Handler) Handler { return h }), "middleware"},
 		"WithAdaptiveVisibility":        {WithAdaptiveVisibility(10*time.Second, time.Minute), "adaptive_visibility_max"},
 		"WithBreaker":                   {WithBreaker(Breaker{}), "breaker"},
+		"WithAdaptiveConcurrency":       {WithAdaptiveConcurrency(AdaptiveConcurrency{}), "adaptive_concurrency"},
 		"WithScalingTarget":             {WithScalingTarget(time.Minute), "scaling"},
 		"WithScaling":                   {WithScaling(ScalingPolicy{Target: time.Minute}), "scaling"},
 		"WithScaleInProtection":         {WithScaleInProtection(nil), "scale_in_protection"},

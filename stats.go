@@ -309,6 +309,18 @@ type Stats struct {
 
 	// Concurrency is WithConcurrency: the handlers that may run at once.
 	Concurrency int
+	// ConcurrencyLimit is the handler slots the Consumer fills now, and
+	// receives for: WithAdaptiveConcurrency's limit (from its Floor to
+	// Concurrency), else Concurrency.
+	ConcurrencyLimit int
+	// Throttled counts the handler results marked Throttled (each is
+	// also counted in Failed); LimitFalls how many times they lowered
+	// the adaptive limit (a fall, then the further throttles of the
+	// messages already running when it fell, count once). ThrottledUntil
+	// is when the pause a Throttled began ends, while it holds (nothing
+	// is received or started until then); zero otherwise.
+	Throttled, LimitFalls int64
+	ThrottledUntil        time.Time
 
 	// The message groups holding the most handler slot time in this
 	// Consumer (a fair queue's tenants, or a FIFO queue's groups), over
