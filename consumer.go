@@ -79,15 +79,11 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 		return nil, err
 	}
 	pool, poolKnown := idleConnsPerHost(c)
-	poolCapped := false
 	if s.pollers == 0 {
-		// Enough receives in flight to ask for every slot and the whole
-		// read-ahead in full receives, unless the HTTP client's pool
-		// keeps fewer connections (see lanesPerIdleConn).
-		s.pollers = (s.concurrency+s.maxAhead+s.receiveSize-1)/s.receiveSize + 1
-		if bound := max(lanesPerIdleConn*pool, 2); poolKnown && bound < s.pollers {
-			s.pollers, poolCapped = bound, true
-		}
+		// At most enough receives in flight to ask for every slot and
+		// the whole read-ahead in full receives; within that, what the
+		// HTTP client sustains (see inflight.go).
+		s.pollers, s.adaptPollers = (s.concurrency+s.maxAhead+s.receiveSize-1)/s.receiveSize+1, true
 	}
 	bt, _ := h.(*batcher)
 	if bt != nil && bt.maxSize() > s.concurrency {
@@ -116,7 +112,7 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 		stats:    stats,
 		ev:       eventSink{observer: s.observer, logger: s.logger, stats: stats, queueURL: queueURL},
 		batch:    bt,
-		pool:     poolInfo{idle: pool, known: poolKnown, capped: poolCapped},
+		pool:     poolInfo{idle: pool, known: poolKnown},
 	}
 	if s.scaling != nil {
 		c2.scaler = &scaler{p: *s.scaling, sig: scaling.NewSignal(s.scaling.internal()), fig: s.scaling.figure(),
@@ -144,6 +140,9 @@ func (c *Consumer) Stats() Stats {
 		st.TopGroups, st.NoisyGroups, st.OtherGroups, st.OtherGroupsSlotTime = g.top, g.noisy, g.others, g.otherSlots
 	}
 	st.MaxCallsInFlight, st.IdleConnsPerHost, st.LimitedByPool = c.s.pollers, c.pool.idle, c.pool.limited.Load()
+	if r := c.runOf(); r != nil {
+		st.MaxCallsInFlight, st.Conns = r.fl.callLimitNow(), r.conns.counts()
+	}
 	st.Concurrency = c.s.concurrency
 	if p := c.s.protector; p != nil {
 		st.ScaleInProtection = p.Stats()

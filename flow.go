@@ -27,16 +27,24 @@ import (
 // finds a message waiting, while slow handlers (a low completion rate) hold
 // almost nothing beyond their slots and leave the queue to other processes.
 //
-// Pollers are started on demand, up to maxPollers, and park on kick when
-// there is nothing to ask for; the flow wakes one when a receive is due.
-// All fields but settling are guarded by mu.
+// Pollers are started on demand, up to the limit on calls in flight
+// (calls, see inflight.go; maxPollers when fixed), and park on kick when
+// there is nothing to ask for or more of them are busy than the limit
+// allows; the flow wakes one when a receive is due. All fields but
+// settling are guarded by mu.
 type flow[T ticketed] struct {
 	mu sync.Mutex
 
 	conc       int // handler slots
 	size       int // MaxNumberOfMessages of a full receive (WithBatchSize)
 	maxAhead   int // hard bound on waiting + asked beyond the slots
-	maxPollers int
+	maxPollers int // the most pollers: the limit when calls is nil
+	// calls is the limit on calls in flight that follows what the HTTP
+	// client sustains (inflight.go); nil when it is fixed at maxPollers
+	// (WithPollers). steady is set when the receive nextLocked last found
+	// due only keeps a poller's call going (steadyLocked).
+	calls  *callLimit
+	steady bool
 
 	running int             // handler slots in use
 	epoch   time.Time       // when the flow was made: slot times count from it
@@ -145,7 +153,8 @@ type flowConfig struct {
 	conc, size, maxAhead, maxPollers int
 	spawn                            func()           // starts one more poller; called with the flow's mu held
 	overflow                         func(job func()) // runs a job no poller took in time
-	atLimit                          func()           // the flow wanted another poller beyond maxPollers (with mu held)
+	atLimit                          func()           // the flow wanted another poller beyond a limit the HTTP client's pool set (with mu held)
+	calls                            *callLimit       // nil: the limit is fixed at maxPollers
 	burst                            int              // slots freed at once (a Batch handler's size), 0 for one
 	gate                             func(held int) int
 	limiter                          *tokenBucket // WithRateLimit; nil for none
@@ -156,7 +165,7 @@ type flowConfig struct {
 }
 
 func newFlow[T ticketed](c flowConfig) *flow[T] {
-	f := &flow[T]{conc: c.conc, size: c.size, maxAhead: c.maxAhead, maxPollers: c.maxPollers, spawn: c.spawn, overflow: c.overflow, atLimit: c.atLimit,
+	f := &flow[T]{conc: c.conc, size: c.size, maxAhead: c.maxAhead, maxPollers: c.maxPollers, calls: c.calls, spawn: c.spawn, overflow: c.overflow, atLimit: c.atLimit,
 		burst: c.burst, gate: c.gate, limiter: c.limiter, member: c.member, paused: c.paused,
 		kick: make(chan struct{}, 1), quiet: true, full: true, ready: newFairReady[T](c.fair, c.groupLimit, c.conc)}
 	f.epoch = time.Now()
@@ -281,7 +290,13 @@ func (f *flow[T]) nextLocked(now time.Time) int {
 		f.armLocked(now, at)
 		return 0
 	}
-	n := receiveSize(f.countsLocked(now))
+	c := f.countsLocked(now)
+	n := receiveSize(c)
+	f.steady = false
+	if n == 0 {
+		n = f.steadyLocked(now, c)
+		f.steady = n > 0
+	}
 	if n == 0 && f.ready.blocked > 0 {
 		// Free slots only other groups may take.
 		free := f.running < f.conc && !f.ready.eligible()
@@ -418,13 +433,16 @@ func (f *flow[T]) wakeLocked(now time.Time) {
 	if len(f.jobs) == 0 && f.nextLocked(now) == 0 {
 		return
 	}
-	if f.idle == 0 && f.pollers < f.maxPollers {
+	if f.pollers-f.idle >= f.limitLocked() {
+		if len(f.jobs) > 0 || !f.steady {
+			f.wantedLocked(now) // every poller the limit allows is busy
+		}
+		return
+	}
+	if f.idle == 0 {
 		f.pollers++
 		f.spawn()
 		return
-	}
-	if f.idle == 0 && f.atLimit != nil {
-		f.atLimit()
 	}
 	select {
 	case f.kick <- struct{}{}:
@@ -684,3 +702,56 @@ func (f *flow[T]) groups() groupFigures {
 	defer f.mu.Unlock()
 	return f.ready.slots.figures(time.Now())
 }
+
+// limitLocked is how many pollers may be busy at once: the calls in
+// flight the HTTP client sustains (callLimit), or maxPollers when fixed.
+func (f *flow[T]) limitLocked() int {
+	if f.calls == nil {
+		return f.maxPollers
+	}
+	return f.calls.current()
+}
+
+// wantedLocked records that the flow wanted one more call in flight than
+// the limit allows, and tells atLimit when the limit is below what the
+// read-ahead needs because of the HTTP client's pool.
+func (f *flow[T]) wantedLocked(now time.Time) {
+	if f.calls == nil {
+		return
+	}
+	f.calls.want(now)
+	if f.atLimit != nil && f.calls.poolBound() {
+		f.atLimit()
+	}
+}
+
+// steadyLocked is the size of a receive due only to keep the calls in
+// flight steady, given the flow's counts c (receiveSize found none due):
+// a full receive while the limit on calls in flight has bound within the
+// last jobWait, the queue has a backlog (the latest receive was full) and
+// the handlers keep up (no more waiting than the free slots and a round
+// trip's completions); 0 otherwise, and always for a Consumer in a fleet
+// or whose limit is fixed (WithPollers) or cannot be traced.
+//
+// While the limit binds, the read-ahead wants about as many calls as the
+// limit allows, and its wants rise and fall by a few receives at a time:
+// pollers park and their connections go back to the client's idle pool,
+// which closes those beyond its MaxIdleConnsPerHost; a moment later the
+// pollers are busy again and dial new ones. A bare receive-and-delete
+// loop, whose pollers never park, keeps its connections. So, while the
+// limit binds, a poller with nothing due receives anyway, within the
+// read-ahead's bound (WithMaxReadAhead): as a bare loop does.
+func (f *flow[T]) steadyLocked(now time.Time, c flowCounts) int {
+	if f.calls == nil || f.member != nil || c.quiet || !f.full || !f.calls.binding(now, f.jobWait()) {
+		return 0
+	}
+	if c.conc+f.maxAhead-c.running-c.waiting-c.asked < c.size {
+		return 0
+	}
+	return c.size
+}
+
+// jobWait is how long a job may wait for a poller to be free before it
+// runs on a goroutine of its own: about a round trip, the time a busy
+// poller takes to finish its call.
+func (f *flow[T]) jobWait() time.Duration { return max(2*f.rtt, 20*time.Millisecond) }

@@ -53,8 +53,9 @@ type settings struct {
 	concurrency     int
 	receiveSize     int // MaxNumberOfMessages of a full receive (WithBatchSize)
 	waitTime        time.Duration
-	pollers         int // 0 = derived from concurrency and maxAhead
-	maxAhead        int // read-ahead bound
+	pollers         int  // 0 = derived from concurrency and maxAhead (New sets it)
+	adaptPollers    bool // pollers was derived: the calls in flight follow the HTTP client (inflight.go)
+	maxAhead        int  // read-ahead bound
 	shutdownTimeout time.Duration
 	cancelIdlePolls bool          // WithCancelIdlePollsAtShutdown
 	handlerTimeout  time.Duration // 0 = none
@@ -383,10 +384,26 @@ func WithWaitTime(d time.Duration) Option {
 	})
 }
 
-// WithPollers sets the most ReceiveMessage calls a Consumer has in flight
-// at once, 1 to 1000. Default: enough to ask for every handler slot and
-// the whole read-ahead in full receives, (concurrency + max read-ahead) /
-// receive size (WithBatchSize) + 1. Pollers start as the flow needs them.
+// WithPollers fixes the most calls a Consumer has in flight at once
+// (receives, and the deletes and visibility changes its pollers make
+// between them), 1 to 1000. Pollers start as the flow needs them.
+//
+// Default: the calls in flight follow what the HTTP client sustains
+// without closing connections and dialling new ones, up to enough to ask
+// for every handler slot and the whole read-ahead in full receives,
+// (concurrency + max read-ahead) / receive size (WithBatchSize) + 1. The
+// Consumer traces its calls' connections (net/http/httptrace, through
+// each call's context) and starts at the client's idle pool
+// (MaxIdleConnsPerHost, when it can read it: 10 for the SDK's default
+// client), where none can be lost; it rises while the pool keeps its
+// connections and the work wants more calls, and falls when the pool
+// closes them (Stats.MaxCallsInFlight, Stats.Conns). While the limit is
+// what holds it back, a poller with nothing due receives anyway, within
+// the read-ahead's bound, as a bare receive loop does: so the calls in
+// flight stay steady and the pool keeps their connections. A client whose
+// calls do not reach a net/http Transport with their context cannot be
+// traced: its calls in flight stay within twice its idle pool when the
+// Consumer can read the pool, and at the default's bound otherwise.
 func WithPollers(n int) Option {
 	return option(func(s *settings) {
 		if n < 1 || n > 1000 {

@@ -86,6 +86,7 @@ type run struct {
 
 	// Set up by setup and makeFlow, read-only afterwards.
 	cfg      leaseConfig
+	conns    *connWatch // what the HTTP client's pool does for the calls
 	calls    *coalescedCalls
 	fl       *flow[*delivery] // when to receive, how much; the handler slots
 	reg      *registry        // what the run holds
@@ -184,10 +185,13 @@ func (r *run) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	settleCtx, cancelSettle := context.WithCancel(context.Background())
+	// Every receive and coalesced call carries the trace that tells the
+	// calls in flight what the HTTP client's pool does (inflight.go).
+	r.conns = newConnWatch()
+	settleCtx, cancelSettle := context.WithCancel(r.conns.attach(context.Background()))
 	r.calls = newCoalescedCalls(r.client, r.queueURL, max(r.s.pollers, minDeleteCalls), settleCtx)
 	r.calls.report = r.callDone
-	pollCtx, cancelPolls := context.WithCancel(context.Background())
+	pollCtx, cancelPolls := context.WithCancel(r.conns.attach(context.Background()))
 	r.settleCtx, r.pollCtx = settleCtx, pollCtx
 	r.hardStop = func() { cancelPolls(); cancelSettle() }
 	cfg.calls, cfg.events.queueURL, cfg.settleCtx = r.calls, r.queueURL, settleCtx
@@ -219,6 +223,7 @@ func (r *run) setup(ctx context.Context) error {
 // either came before (paused) or finds the run.
 func (r *run) makeFlow(paused bool) {
 	fc := flowConfig{conc: r.s.concurrency, size: r.s.receiveSize, maxAhead: r.s.maxAhead, maxPollers: r.s.pollers,
+		calls: r.callLimit(),
 		spawn: func() {
 			r.pollers.Add(1)
 			go r.poll()
@@ -465,15 +470,25 @@ func (r *run) callDone(deleting bool, err error) {
 	}
 }
 
+// callLimit is the limit on calls in flight that follows what the HTTP
+// client sustains, nil when WithPollers fixes it.
+func (r *run) callLimit() *callLimit {
+	if !r.s.adaptPollers {
+		return nil
+	}
+	return newCallLimit(r.conns, r.s.pollers, r.pool.idle, r.pool.known)
+}
+
 // atCallLimit is called (under the flow's lock, each time) when the
-// Consumer wanted one more call in flight than its bound allows. When the
-// bound is the HTTP client's pool it says so, once, and Stats shows it:
-// a larger pool would let the Consumer go faster.
+// Consumer wanted one more call in flight than its limit allows while the
+// HTTP client's pool holds that limit below what the read-ahead needs. It
+// says so, once, and Stats shows it: a larger pool would let the Consumer
+// go faster.
 func (r *run) atCallLimit() {
-	if !r.pool.capped || r.pool.limited.Load() || r.pool.limited.Swap(true) {
+	if r.pool.limited.Load() || r.pool.limited.Swap(true) {
 		return
 	}
-	r.log(slog.LevelWarn, "sqsconsumer: the HTTP client's connection pool bounds this Consumer: it wanted more calls in flight than twice the idle connections the client keeps; a larger pool lets it go faster without a new connection (a TLS handshake) per call (sqsclient.HTTPOptions{MaxIdleConnsPerHost: n})",
+	r.log(slog.LevelWarn, "sqsconsumer: the HTTP client's connection pool bounds this Consumer: it wanted more calls in flight than the client sustains without closing connections and dialling new ones (a TLS handshake each); a larger pool lets it go faster (sqsclient.HTTPOptions{MaxIdleConnsPerHost: n})",
 		"max_idle_conns_per_host", r.pool.idle, "max_calls_in_flight", r.s.pollers)
 }
 
