@@ -140,8 +140,9 @@ func (c *Consumer) Stats() Stats {
 		st.TopGroups, st.NoisyGroups, st.OtherGroups, st.OtherGroupsSlotTime = g.top, g.noisy, g.others, g.otherSlots
 	}
 	st.MaxCallsInFlight, st.IdleConnsPerHost, st.LimitedByPool = c.s.pollers, c.pool.idle, c.pool.limited.Load()
+	st.Bytes.Max = c.s.maxBytes
 	if r := c.runOf(); r != nil {
-		st.MaxCallsInFlight, st.Conns = r.fl.callLimitNow(), r.conns.counts()
+		st.MaxCallsInFlight, st.Conns, st.Bytes = r.fl.callLimitNow(), r.conns.counts(), r.fl.bytesNow()
 	}
 	st.Concurrency = c.s.concurrency
 	if p := c.s.protector; p != nil {

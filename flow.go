@@ -146,6 +146,10 @@ type flow[T ticketed] struct {
 	// before their delete was confirmed (takeSettling): atomic, not
 	// guarded by mu, since every success takes it.
 	settling atomic.Int64
+
+	// bytes is the byte bound (WithMaxBytes, bytebound.go): what the
+	// messages held weigh, and how many the next receive may ask for.
+	bytes byteBudget
 }
 
 // flowConfig is what a flow is made with.
@@ -162,12 +166,16 @@ type flowConfig struct {
 	fair                             bool // groups share the slots fairly (see fairReady)
 	groupLimit                       int  // WithGroupLimit; 0 for none
 	paused                           bool // Pause came before Run
+	// maxBytes bounds the bytes of the messages held (0: no bound);
+	// messageSize is the size of a message to expect before any arrives.
+	maxBytes, messageSize int64
 }
 
 func newFlow[T ticketed](c flowConfig) *flow[T] {
 	f := &flow[T]{conc: c.conc, size: c.size, maxAhead: c.maxAhead, maxPollers: c.maxPollers, calls: c.calls, spawn: c.spawn, overflow: c.overflow, atLimit: c.atLimit,
 		burst: c.burst, gate: c.gate, limiter: c.limiter, member: c.member, paused: c.paused,
 		kick: make(chan struct{}, 1), quiet: true, full: true, ready: newFairReady[T](c.fair, c.groupLimit, c.conc)}
+	f.bytes.max, f.bytes.est = c.maxBytes, c.messageSize
 	f.epoch = time.Now()
 	f.rate.start = f.epoch
 	if c.member != nil {
@@ -243,6 +251,7 @@ type ticketed interface {
 	comparable
 	flowTicket() *ticket
 	flowGroup() string // its MessageGroupId, "" for none
+	flowBytes() int64  // the bytes it holds (messageBytes), for the byte bound
 }
 
 // place is where a message stands in the flow's counts.
@@ -314,6 +323,11 @@ func (f *flow[T]) nextLocked(now time.Time) int {
 		if at, ok := f.nextDueLocked(now); ok {
 			f.armLocked(now, at)
 		}
+	}
+	if n > 0 {
+		// Within the byte bound: a message that leaves wakes the flow
+		// when it gave none room.
+		n = f.bytes.capLocked(n, f.asked)
 	}
 	if n > 0 && f.gate != nil {
 		// The gate (the breaker) wakes the flow when it lets receives
@@ -464,12 +478,14 @@ func (f *flow[T]) coverRTTLocked() time.Duration {
 // rttWindowLength is the length of rttMin's windows.
 const rttWindowLength = 10 * time.Second
 
-// drop takes n waiting messages out that never became deliveries (adopted
-// by a running lease, invalid, handed back raw).
-func (f *flow[T]) drop(n int) {
+// drop takes n waiting messages of bytes bytes out: messages that never
+// became deliveries (adopted by a running lease, invalid, handed back raw)
+// or a waiting delivery that leaves.
+func (f *flow[T]) drop(n int, bytes int64) {
 	if n == 0 {
 		return
 	}
+	f.bytes.release(bytes)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.waiting -= n
@@ -580,11 +596,15 @@ func (f *flow[T]) leave(d T, ran bool) (next T, ok bool) {
 	t := d.flowTicket()
 	switch t.place {
 	case placeWaiting:
-		f.drop(1)
+		f.drop(1, d.flowBytes())
 	case placeSlot:
+		f.bytes.release(d.flowBytes()) // before slotDone looks for a receive due
 		next, ok = f.slotDone(t.slot, ran)
 	case placeSettling:
 		f.settling.Add(-1)
+		if f.bytes.release(d.flowBytes()) {
+			f.wake() // a receive waited for these bytes
+		}
 	}
 	t.place = placeOut
 	return next, ok
@@ -755,3 +775,10 @@ func (f *flow[T]) steadyLocked(now time.Time, c flowCounts) int {
 // runs on a goroutine of its own: about a round trip, the time a busy
 // poller takes to finish its call.
 func (f *flow[T]) jobWait() time.Duration { return max(2*f.rtt, 20*time.Millisecond) }
+
+// bytesNow is the byte bound's figures, for Stats.
+func (f *flow[T]) bytesNow() ByteCounts {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.bytes.countsLocked()
+}

@@ -231,15 +231,17 @@ func (f *flow[T]) abandoned(asked int, sent time.Time) {
 	f.endReceiveLocked(sent)
 }
 
-// received records a receive that asked for asked messages and got got
-// after took; the got messages are waiting until dispatched.
-func (f *flow[T]) received(asked, got int, sent time.Time, took time.Duration) {
+// received records a receive that asked for asked messages and got got,
+// of bytes bytes (the largest of them largest), after took; the got
+// messages are waiting until dispatched.
+func (f *flow[T]) received(asked, got int, bytes, largest int64, sent time.Time, took time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now()
 	f.failures, f.same, f.lastErr = 0, 0, ""
 	f.asked -= asked
 	f.endReceiveLocked(sent)
+	f.bytes.receivedLocked(got, bytes, largest)
 	if f.calls != nil {
 		f.calls.answered()
 	}

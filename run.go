@@ -91,8 +91,11 @@ type run struct {
 	fl       *flow[*delivery] // when to receive, how much; the handler slots
 	reg      *registry        // what the run holds
 	pollWait time.Duration    // WaitTimeSeconds of every receive
-	dlq      deadLetter       // where Permanent errors' messages go
-	br       *breaker         // WithBreaker; nil when off
+	// messageSize is the queue's MaximumMessageSize (maxMessageBytes
+	// when unknown): the byte bound's first estimate of a message.
+	messageSize int64
+	dlq         deadLetter // where Permanent errors' messages go
+	br          *breaker   // WithBreaker; nil when off
 
 	dlqWarned atomic.Bool // the missing dead-letter queue was logged
 	failLog   failureLog  // the rate of failure lines
@@ -143,6 +146,7 @@ func (r *run) setup(ctx context.Context) error {
 		AttributeNames: []types.QueueAttributeName{
 			types.QueueAttributeNameVisibilityTimeout, types.QueueAttributeNameFifoQueue,
 			types.QueueAttributeNameRedrivePolicy, types.QueueAttributeNameQueueArn, // for the poison path
+			types.QueueAttributeNameMaximumMessageSize, // the byte bound's first estimate
 		},
 	})
 	if err != nil && lease == 0 {
@@ -165,6 +169,10 @@ func (r *run) setup(ctx context.Context) error {
 		r.prog.answer()
 	}
 	fifo := strings.HasSuffix(r.queueURL, ".fifo") || out.Attributes[string(types.QueueAttributeNameFifoQueue)] == "true"
+	r.messageSize = maxMessageBytes
+	if n, err := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameMaximumMessageSize)]); err == nil && n > 0 {
+		r.messageSize = int64(n)
+	}
 	if r.dlq, err = deadLetterFor(r.client, r.queueURL, fifo, r.s.deadLetterURL, out.Attributes, attrErr); err != nil {
 		return err
 	}
@@ -223,7 +231,7 @@ func (r *run) setup(ctx context.Context) error {
 // either came before (paused) or finds the run.
 func (r *run) makeFlow(paused bool) {
 	fc := flowConfig{conc: r.s.concurrency, size: r.s.receiveSize, maxAhead: r.s.maxAhead, maxPollers: r.s.pollers,
-		calls: r.callLimit(),
+		calls: r.callLimit(), maxBytes: r.s.maxBytes, messageSize: r.messageSize,
 		spawn: func() {
 			r.pollers.Add(1)
 			go r.poll()

@@ -343,6 +343,11 @@ type Stats struct {
 	LimitedByPool    bool
 	Conns            ConnCounts
 
+	// Bytes is what the byte bound (WithMaxBytes) sees: the bytes of the
+	// messages held now and at most, and whether the bound held a receive
+	// back. Only Max before Run.
+	Bytes ByteCounts
+
 	// ScaleInProtection is the ECS task scale-in protection's state and
 	// calls (WithScaleInProtection): whether the task is protected now,
 	// the agent calls made and failed, the latest error. Zero when off.
