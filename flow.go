@@ -447,7 +447,7 @@ func (f *flow[T]) wakeLocked(now time.Time) {
 	if len(f.jobs) == 0 && f.nextLocked(now) == 0 {
 		return
 	}
-	if f.pollers-f.idle >= f.limitLocked() {
+	if f.pollers-f.idle >= f.limitLocked(now) {
 		if len(f.jobs) > 0 || !f.steady {
 			f.wantedLocked(now) // every poller the limit allows is busy
 		}
@@ -725,11 +725,11 @@ func (f *flow[T]) groups() groupFigures {
 
 // limitLocked is how many pollers may be busy at once: the calls in
 // flight the HTTP client sustains (callLimit), or maxPollers when fixed.
-func (f *flow[T]) limitLocked() int {
+func (f *flow[T]) limitLocked(now time.Time) int {
 	if f.calls == nil {
 		return f.maxPollers
 	}
-	return f.calls.current()
+	return f.calls.current(now)
 }
 
 // wantedLocked records that the flow wanted one more call in flight than
@@ -765,7 +765,7 @@ func (f *flow[T]) steadyLocked(now time.Time, c flowCounts) int {
 	if f.calls == nil || f.member != nil || c.quiet || !f.full || !f.calls.binding(now, f.jobWait()) {
 		return 0
 	}
-	if c.conc+f.maxAhead-c.running-c.waiting-c.asked < c.size {
+	if free := c.conc - c.running; c.waiting > free+c.cover || c.conc+f.maxAhead-c.running-c.waiting-c.asked < c.size {
 		return 0
 	}
 	return c.size

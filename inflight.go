@@ -42,8 +42,12 @@ type connWatch struct {
 	trace *httptrace.ClientTrace
 	// got counts the connections handed out to requests, fresh those of
 	// them never used before (dialled for the request), lost those the
-	// pool closed after a request instead of keeping them idle.
-	got, fresh, lost atomic.Int64
+	// pool closed after a request instead of keeping them idle, dials the
+	// connections dialled for a request (the dial carries the request's
+	// trace, even when another connection freed first and the request
+	// took that one: the dialled one then goes idle unused, or is closed
+	// at once when the pool is full).
+	got, fresh, lost, dials atomic.Int64
 }
 
 func newConnWatch() *connWatch {
@@ -65,6 +69,11 @@ func newConnWatch() *connWatch {
 				w.lost.Add(1)
 			}
 		},
+		ConnectDone: func(_, _ string, err error) {
+			if err == nil {
+				w.dials.Add(1)
+			}
+		},
 	}
 	return w
 }
@@ -72,7 +81,14 @@ func newConnWatch() *connWatch {
 // counts is what Stats reports of the client's connections.
 func (w *connWatch) counts() ConnCounts {
 	got := w.got.Load()
-	return ConnCounts{Traced: got > 0, Got: got, New: w.fresh.Load(), Lost: w.lost.Load()}
+	return ConnCounts{Traced: got > 0, Got: got, New: max(w.dials.Load(), w.fresh.Load()), Lost: w.lost.Load()}
+}
+
+// cost is the connections the calls cost so far: those dialled, or, when
+// the trace sees no dial (a transport that dials its own way, bypassing
+// the dialer's trace), those handed out fresh.
+func (w *connWatch) cost() int64 {
+	return max(w.dials.Load(), w.fresh.Load())
 }
 
 // attach returns ctx carrying w's trace: every call made with it (or a
@@ -93,11 +109,12 @@ type ConnCounts struct {
 	// net/http Transport.
 	Traced bool
 	// Got counts the connections the client's pool handed to the calls
-	// (each attempt of a call gets one); New those of them that were
-	// dialled for it (over TLS, a handshake each); Lost those the pool
-	// closed after a call instead of keeping them for the next, because
-	// its idle connections were at MaxIdleConnsPerHost already (or the
-	// connection was broken): each means a new connection later.
+	// (each attempt of a call gets one); New the connections dialled for
+	// them (over TLS, a handshake each; a call may dial one and take
+	// another that freed first); Lost those the pool closed after a call
+	// instead of keeping them for the next, because its idle connections
+	// were at MaxIdleConnsPerHost already (or the connection was broken):
+	// each means a new connection later.
 	Got, New, Lost int64
 }
 
@@ -126,14 +143,13 @@ type callLimit struct {
 	fallback int        // the limit for a client that cannot be traced
 	traced   traceState // whether the client's calls are traced
 	rule     callRule
-	// The window: the counts at its start (lost0 moved on by the losses
-	// credit took).
-	got0, lost0 int64
-	// credit is how many of the losses to come a lowering caused: when
-	// the limit falls from l to l', the connections of up to l - l' calls
-	// become idle beyond the pool and are closed as those calls end.
-	// lostSeen is the losses counted so far.
-	credit, lostSeen int64
+	// The window: the counts at its start (cost0 moved on by what credit
+	// took).
+	got0, cost0 int64
+	// credit is how many of the new connections to come a rise of the
+	// limit caused: when it rises by k, k more calls dial connections.
+	// costSeen is the cost (connWatch.cost) counted so far.
+	credit, costSeen int64
 	wantedAt         time.Time // when the flow last wanted more calls than the limit
 }
 
@@ -190,7 +206,10 @@ func (c *callLimit) answered() {
 	}
 	if c.w.got.Load() > 0 {
 		c.traced = traceOn
-		c.got0, c.lost0 = c.w.got.Load(), c.w.lost.Load()
+		c.got0, c.cost0 = c.w.got.Load(), c.w.cost()
+		// The connections of the calls up to the limit are dialled
+		// once: that is the start, not a cost of the limit.
+		c.costSeen, c.credit = c.cost0, int64(c.rule.limit)
 		return
 	}
 	c.traced, c.rule.limit = traceOff, c.fallback
@@ -211,30 +230,34 @@ func (c *callLimit) binding(now time.Time, while time.Duration) bool {
 
 // current is the limit now, having moved it if the window's counts say
 // so (see nextCallLimit).
-func (c *callLimit) current() int {
+func (c *callLimit) current(now time.Time) int {
 	if c.traced != traceOn {
 		return c.rule.limit
 	}
-	got, lost := c.w.got.Load(), c.w.lost.Load()
-	if d := lost - c.lostSeen; d > 0 && c.credit > 0 {
-		// Losses a lowering caused (see credit) are not held against
-		// the new limit: the window starts after them.
+	got, cost := c.w.got.Load(), c.w.cost()
+	if d := cost - c.costSeen; d > 0 && c.credit > 0 {
+		// New connections a rise of the limit caused (see credit) are
+		// not held against it: the window starts after them.
 		own := min(d, c.credit)
 		c.credit -= own
-		c.lost0 += own
+		c.cost0 += own
 	}
-	c.lostSeen = lost
+	c.costSeen = cost
 	r := c.rule
-	r.calls, r.lost = got-c.got0, lost-c.lost0
+	r.calls, r.lost = got-c.got0, cost-c.cost0
+	// The flow wanted more calls within the last second: the calls in
+	// flight dip and rise with its wants, and connections lost in a dip
+	// count against the limit that made the peak.
+	r.recent = !c.wantedAt.IsZero() && now.Sub(c.wantedAt) < time.Second
 	if r.calls < callWindowFor(r.limit) && r.lost < 2 {
 		return r.limit // nothing to decide yet
 	}
 	next := nextCallLimit(r)
 	if next.calls == 0 { // the window ended
-		c.got0, c.lost0 = got, lost
+		c.got0, c.cost0 = got, cost
 	}
-	if next.limit < r.limit {
-		c.credit += int64(r.limit - next.limit)
+	if d := next.limit - r.limit; d > 0 {
+		c.credit += int64(d)
 	}
 	c.rule = next
 	return next.limit
@@ -258,11 +281,14 @@ type callRule struct {
 	// Beyond it, or once lowered, it rises by one.
 	fast    int
 	lowered bool // the limit has been lowered at least once
-	// The window: calls (connections handed out) and lost connections
-	// since it began, and whether the flow wanted more calls in flight
-	// than the limit meanwhile.
+	// The window: calls (connections handed out) and losses (new
+	// connections beyond those a rise made) since it began, and whether
+	// the flow wanted more calls in flight than the limit meanwhile.
 	calls, lost int64
 	wanted      bool
+	// recent is set when the flow wanted more calls than the limit within
+	// the last second (the window's losses count; only wanted raises).
+	recent bool
 	// lossRate is the share of the calls that lost their connection,
 	// smoothed over about eight windows in which the flow wanted more
 	// calls.
@@ -278,34 +304,38 @@ type callRule struct {
 	probing                bool
 }
 
-// nextCallLimit is the rule's state after the window's counts in r: a
-// window ends with it (calls and lost back to 0, wanted false) once
-// callWindowFor(limit) calls have got a connection, or early when two
-// connections were lost in it while the flow wanted more calls than the
-// limit (a burst). At the end of a window in which the flow wanted more:
+// nextCallLimit is the rule's state after the window's counts in r. Its
+// "losses" are the new connections the calls dialled beyond those a rise
+// of the limit made (callLimit's credit): each replaces one the pool
+// closed. A window ends (calls and lost back to 0, wanted and recent
+// false) once callWindowFor(limit) calls have got a connection, or early
+// on a burst: two losses in it while the flow wants more calls than the
+// limit, or did within the last second (recent). At the end of a window
+// in which the flow wanted more or did recently:
 //   - its losses go into the smoothed loss rate; on a burst or a loss
-//     rate above lossBudget the limit goes down (not below lo): by one
-//     when it was trying its ceiling, otherwise by a quarter on a burst,
-//     an eighth on the rate (at least one), and the limit it had becomes
-//     the ceiling;
-//   - otherwise it stays while the loss rate is above half the budget,
-//     and goes up (not above hi): by a quarter up to fast until it is
-//     first lowered, by one below the ceiling, and to the ceiling
-//     (trying it) once the hold has passed; a try that held makes the
-//     next level the ceiling.
+//     rate above lossBudget the limit goes down (not below lo): by an
+//     eighth (at least one) on a burst unless it was trying its ceiling,
+//     by one otherwise, and the limit it had becomes the ceiling; a try
+//     that lost holds backoff windows and doubles it;
+//   - otherwise, if the flow wanted more in this window and the loss rate
+//     is below half the budget, it goes up (not above hi): by a quarter
+//     up to fast until it is first lowered, by one below the ceiling, and
+//     to the ceiling (a try) once the hold has passed; a try that held
+//     makes the next level the ceiling, after as long a hold.
 //
-// A window in which the flow did not want more moves nothing: the calls
-// fell with the work, and connections lost then say nothing of the limit.
-// It is pure, for table tests.
+// A window in which the flow neither wanted more nor did within the last
+// second moves nothing: the calls fell with the work, and connections
+// lost then say nothing of the limit. It is pure, for table tests.
 func nextCallLimit(r callRule) callRule {
 	ended := r.calls >= callWindowFor(r.limit)
-	burst := r.wanted && r.lost >= 2
+	busy := r.wanted || r.recent
+	burst := busy && r.lost >= 2
 	if !ended && !burst {
 		return r
 	}
 	n := r
-	n.calls, n.lost, n.wanted = 0, 0, false
-	if !r.wanted {
+	n.calls, n.lost, n.wanted, n.recent = 0, 0, false, false
+	if !busy {
 		return n // a try of the ceiling stays a try until judged
 	}
 	n.probing = false
@@ -313,13 +343,13 @@ func nextCallLimit(r callRule) callRule {
 		n.lossRate += (float64(r.lost)/float64(r.calls) - n.lossRate) / 8
 	}
 	if burst || n.lossRate > lossBudget {
-		cut := max(1, r.limit/8)
+		cut := 1 // the rate: one step at a time
 		switch {
 		case r.probing:
-			cut = 1 // below the ceiling it held
+			// Below the ceiling it held, for longer each time.
 			n.hold, n.backoff = r.backoff, min(2*r.backoff, maxCallHold)
 		case burst:
-			cut = max(1, r.limit/4)
+			cut = max(1, r.limit/8)
 		}
 		n.limit = max(r.lo, r.limit-cut)
 		n.ceiling, n.lowered = r.limit, true
@@ -334,12 +364,11 @@ func nextCallLimit(r callRule) callRule {
 	}
 	if r.probing {
 		// The ceiling held: the next level up is the next to try, after
-		// a hold half as long.
-		n.backoff = max(2, r.backoff/2)
-		n.ceiling, n.hold = r.limit+1, n.backoff
+		// as long a hold.
+		n.ceiling, n.hold = r.limit+1, r.backoff
 	}
 	switch {
-	case n.lossRate > lossBudget/2 || r.limit >= r.hi:
+	case !r.wanted || n.lossRate > lossBudget/2 || r.limit >= r.hi:
 	case !r.lowered && r.limit < r.fast:
 		n.limit = min(r.fast, r.limit+max(1, r.limit/4))
 	case n.ceiling == 0 || r.limit+1 < n.ceiling:

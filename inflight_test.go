@@ -33,9 +33,9 @@ func TestNextCallLimit(t *testing.T) {
 		{"mid-window, one loss: nothing yet",
 			with(func(r *callRule) { r.calls, r.lost, r.wanted = 20, 1, true }),
 			with(func(r *callRule) { r.calls, r.lost, r.wanted = 20, 1, true })},
-		{"mid-window, two losses while wanted: down a quarter at once, the old limit the ceiling",
+		{"mid-window, two new connections while wanted: down an eighth at once, the old limit the ceiling",
 			with(func(r *callRule) { r.limit, r.calls, r.lost, r.wanted = 40, 20, 2, true }),
-			with(func(r *callRule) { r.limit, r.ceiling, r.lowered, r.lossRate = 30, 40, true, lossBudget/2 })},
+			with(func(r *callRule) { r.limit, r.ceiling, r.lowered, r.lossRate = 35, 40, true, lossBudget/2 })},
 		{"mid-window, two losses, not wanted: nothing yet",
 			with(func(r *callRule) { r.calls, r.lost = 20, 2 }),
 			with(func(r *callRule) { r.calls, r.lost = 20, 2 })},
@@ -60,11 +60,11 @@ func TestNextCallLimit(t *testing.T) {
 		{"just below the ceiling, the hold passed: try it",
 			with(func(r *callRule) { r.calls, r.wanted, r.lowered, r.ceiling = w, true, true, 21 }),
 			with(func(r *callRule) { r.limit, r.lowered, r.ceiling, r.probing = 21, true, 21, true })},
-		{"a try that held: the next level the ceiling, backoff halved, held",
+		{"a try that held: the next level the ceiling, held as long",
 			with(func(r *callRule) {
 				r.calls, r.wanted, r.lowered, r.ceiling, r.probing, r.backoff = w, true, true, 20, true, 8
 			}),
-			with(func(r *callRule) { r.lowered, r.ceiling, r.backoff, r.hold = true, 21, 4, 4 })},
+			with(func(r *callRule) { r.lowered, r.ceiling, r.backoff, r.hold = true, 21, 8, 8 })},
 		{"a try that lost: down one, held, backoff doubled",
 			with(func(r *callRule) {
 				r.calls, r.lost, r.wanted, r.lowered, r.ceiling, r.probing, r.backoff = 10, 2, true, true, 20, true, 8
@@ -83,14 +83,22 @@ func TestNextCallLimit(t *testing.T) {
 		{"the rate above half the budget: the limit stays",
 			with(func(r *callRule) { r.calls, r.wanted, r.lossRate = w, true, 0.8*lossBudget }),
 			with(func(r *callRule) { r.lossRate = 0.7 * lossBudget })},
-		{"the rate above the budget: down an eighth",
+		{"the rate above the budget: down one",
 			with(func(r *callRule) {
 				r.limit, r.calls, r.lost, r.wanted, r.lossRate = 40, callWindowFor(40), 1, true, lossBudget
 			}),
-			with(func(r *callRule) { r.limit, r.ceiling, r.lowered, r.lossRate = 35, 40, true, lossBudget/2 })},
+			with(func(r *callRule) { r.limit, r.ceiling, r.lowered, r.lossRate = 39, 40, true, lossBudget/2 })},
 		{"the cut is at least one, never below lo",
 			with(func(r *callRule) { r.limit, r.calls, r.lost, r.wanted = 10, w, 3, true }),
 			with(func(r *callRule) { r.limit, r.ceiling, r.lowered, r.lossRate = 10, 10, true, lossBudget/2 })},
+		{"wanted only within the last second, losses: they count, down one",
+			with(func(r *callRule) {
+				r.limit, r.calls, r.lost, r.recent, r.lowered = 40, callWindowFor(40), 1, true, true
+			}),
+			with(func(r *callRule) { r.limit, r.ceiling, r.lowered, r.lossRate = 39, 40, true, lossBudget/2 })},
+		{"wanted only within the last second, clean: no rise",
+			with(func(r *callRule) { r.calls, r.recent = w, true }),
+			base},
 		{"not wanted, losses: the work fell, nothing moves, a try stays a try",
 			with(func(r *callRule) { r.limit, r.calls, r.lost, r.hold, r.probing = 40, callWindowFor(40), 5, 2, true }),
 			with(func(r *callRule) { r.limit, r.hold, r.probing = 40, 2, true })},

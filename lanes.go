@@ -32,7 +32,7 @@ func (f *flow[T]) take() (job func(), n int, sent time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now()
-	if f.pollers-f.idle > f.limitLocked() {
+	if f.pollers-f.idle > f.limitLocked(now) {
 		// The limit was lowered: this poller waits until it is needed,
 		// and a job waiting goes to the busy ones (within jobWait).
 		f.idle++
@@ -80,7 +80,7 @@ func (f *flow[T]) endReceiveLocked(sent time.Time) {
 // in a receive sent jobWait ago or more: long polls, which may go on for
 // their whole wait, so a job must not wait for them.
 func (f *flow[T]) stuckLocked(now time.Time) bool {
-	if busy := f.pollers - f.idle; busy < f.limitLocked() || len(f.recvSince) < busy {
+	if busy := f.pollers - f.idle; busy < f.limitLocked(now) || len(f.recvSince) < busy {
 		return false
 	}
 	cut := now.Sub(f.epoch) - f.jobWait()
@@ -104,17 +104,18 @@ func (f *flow[T]) submit(job func()) bool {
 		return false
 	}
 	f.jobs = append(f.jobs, job)
-	busy := f.pollers - f.idle
+	now := time.Now()
+	busy, limit := f.pollers-f.idle, f.limitLocked(now)
 	switch {
-	case busy < f.limitLocked() && f.idle > 0:
+	case busy < limit && f.idle > 0:
 		select {
 		case f.kick <- struct{}{}:
 		default:
 		}
-	case busy < f.limitLocked():
+	case busy < limit:
 		f.pollers++
 		f.spawn()
-	case f.stuckLocked(time.Now()):
+	case f.stuckLocked(now):
 		// Every poller waits in a long poll: run it now, on its own.
 		f.jobs = f.jobs[:len(f.jobs)-1]
 		f.overflow(job)
