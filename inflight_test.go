@@ -93,7 +93,7 @@ func TestNextCallLimit(t *testing.T) {
 			with(func(r *callRule) { r.limit, r.ceiling, r.lowered, r.lossRate = 10, 10, true, lossBudget/2 })},
 		{"wanted only within the last second, losses: they count, down one",
 			with(func(r *callRule) {
-				r.limit, r.calls, r.lost, r.recent, r.lowered = 40, callWindowFor(40), 1, true, true
+				r.limit, r.calls, r.lost, r.recent, r.lowered, r.lossRate = 40, callWindowFor(40), 1, true, true, lossBudget
 			}),
 			with(func(r *callRule) { r.limit, r.ceiling, r.lowered, r.lossRate = 39, 40, true, lossBudget/2 })},
 		{"wanted only within the last second, clean: no rise",
