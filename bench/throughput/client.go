@@ -44,7 +44,7 @@ func parsePool(s string) (clientSpec, error) {
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 1 || n > 10_000 {
-		return clientSpec{}, fmt.Errorf("-pool %q: want default or a number of idle connections per host from 1 to 10000, either prefixed sqsclient:", s)
+		return clientSpec{}, fmt.Errorf("-pool %q: want default or a number of idle connections per host from 1 to 10000, either prefixed with sqsclient: (e.g. sqsclient:64)", s)
 	}
 	c.pool = n
 	return c, nil
