@@ -92,6 +92,10 @@ func (b *byteBudget) capLocked(want, asked int) int {
 	if b.max <= 0 {
 		return want
 	}
+	// Starved first, then the bytes held: a message that lets go of its
+	// bytes meanwhile (release, without the flow's lock) either is seen
+	// here or sees starved and wakes the flow.
+	b.starved.Store(true)
 	held := b.held.Load()
 	est := max(b.est, 1)
 	fit := want
