@@ -140,6 +140,9 @@ func (c *Consumer) Stats() Stats {
 		st.TopGroups, st.NoisyGroups, st.OtherGroups, st.OtherGroupsSlotTime = g.top, g.noisy, g.others, g.otherSlots
 	}
 	st.MaxCallsInFlight, st.IdleConnsPerHost, st.LimitedByPool = c.s.pollers, c.pool.idle, c.pool.limited.Load()
+	if c.s.adaptPollers {
+		st.MaxCallsInFlight = startCallLimit(c.s.pollers, c.pool.idle, c.pool.known)
+	}
 	st.Bytes.Max = c.s.maxBytes
 	if r := c.runOf(); r != nil {
 		st.MaxCallsInFlight, st.Conns, st.Bytes = r.fl.callLimitNow(), r.conns.counts(), r.fl.bytesNow()

@@ -182,6 +182,13 @@ func newCallLimit(w *connWatch, need, pool int, known bool) *callLimit {
 	return c
 }
 
+// startCallLimit is the limit a Consumer whose read-ahead needs up to need
+// calls in flight starts at, over a client whose idle pool keeps pool
+// connections per host (known: known).
+func startCallLimit(need, pool int, known bool) int {
+	return newCallLimit(nil, need, pool, known).rule.limit
+}
+
 // defaultIdleConns is the SDK's default idle pool per host
 // (awshttp.DefaultHTTPTransportMaxIdleConnsPerHost): where a traced
 // client of an unknown pool starts.

@@ -331,7 +331,7 @@ type Stats struct {
 	// How the Consumer reaches SQS: MaxCallsInFlight is the most calls
 	// (receives, deletes, visibility changes) it makes at once now:
 	// WithPollers, or the limit that follows what the HTTP client
-	// sustains (see WithPollers; before Run, the most it may reach);
+	// sustains (see WithPollers; before Run, where it starts);
 	// IdleConnsPerHost the idle connections its HTTP client keeps for
 	// reuse (0 when the Consumer cannot tell); LimitedByPool is set once
 	// the Consumer wanted more calls in flight than that client sustains
