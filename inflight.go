@@ -22,12 +22,15 @@ import (
 // keeps. So the Consumer measures it: every receive and coalesced call
 // carries a net/http/httptrace.ClientTrace (on the run's base contexts,
 // so no call pays for one of its own) that counts the connections the
-// pool hands out and those it closes after a call because its idle pool
-// was full (PutIdleConn fails): a lost connection. The limit on calls in
+// pool hands out, those dialled for the calls, and those it closes after
+// a call because its idle pool was full (PutIdleConn fails: a lost
+// connection, which a later call dials again). The limit on calls in
 // flight (the pollers busy at once, see lanes.go) then moves within
 // [lo, hi] (see nextCallLimit): up while the Consumer wants more calls
-// than the limit and loses no connection, down when it loses them while
-// it wants more; hi is what WithConcurrency and the read-ahead need.
+// than the limit and its calls dial nothing beyond what a rise needs,
+// down when they do; hi is what WithConcurrency and the read-ahead need.
+// While the limit binds, the flow keeps its pollers busy as a bare loop's
+// (flow.steadyLocked), so that the calls in flight do not dip.
 //
 // A client whose calls never reach a net/http Transport with the run's
 // context (a test double, an HTTP client of another make) cannot be
