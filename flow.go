@@ -127,9 +127,9 @@ type flow[T ticketed] struct {
 	lastTake    time.Time // a poller last took work: they make progress
 	overflow    func(job func())
 	lanesClosed bool
-	atLimit     func() // see flowConfig
-	spawn       func() // starts one more poller; called with mu held
-	peakAhead   int    // most messages waiting + asked beyond the free slots
+	atLimit     func(limit int) // see flowConfig
+	spawn       func()          // starts one more poller; called with mu held
+	peakAhead   int             // most messages waiting + asked beyond the free slots
 
 	// burst is how many slots handlers free at once, when more than one:
 	// a Batch handler's size. The read-ahead covers at least that many, so
@@ -157,7 +157,7 @@ type flowConfig struct {
 	conc, size, maxAhead, maxPollers int
 	spawn                            func()           // starts one more poller; called with the flow's mu held
 	overflow                         func(job func()) // runs a job no poller took in time
-	atLimit                          func()           // the flow wanted another poller beyond a limit the HTTP client's pool set (with mu held)
+	atLimit                          func(limit int)  // the flow wanted another poller beyond the limit the HTTP client's pool set (with mu held)
 	calls                            *callLimit       // nil: the limit is fixed at maxPollers
 	burst                            int              // slots freed at once (a Batch handler's size), 0 for one
 	gate                             func(held int) int
@@ -741,7 +741,7 @@ func (f *flow[T]) wantedLocked(now time.Time) {
 	}
 	f.calls.want(now)
 	if f.atLimit != nil && f.calls.poolBound() {
-		f.atLimit()
+		f.atLimit(f.calls.limitNow())
 	}
 }
 

@@ -492,12 +492,12 @@ func (r *run) callLimit() *callLimit {
 // HTTP client's pool holds that limit below what the read-ahead needs. It
 // says so, once, and Stats shows it: a larger pool would let the Consumer
 // go faster.
-func (r *run) atCallLimit() {
+func (r *run) atCallLimit(limit int) {
 	if r.pool.limited.Load() || r.pool.limited.Swap(true) {
 		return
 	}
 	r.log(slog.LevelWarn, "sqsconsumer: the HTTP client's connection pool bounds this Consumer: it wanted more calls in flight than the client sustains without closing connections and dialling new ones (a TLS handshake each); a larger pool lets it go faster (sqsclient.HTTPOptions{MaxIdleConnsPerHost: n})",
-		"max_idle_conns_per_host", r.pool.idle, "max_calls_in_flight", r.s.pollers)
+		"max_idle_conns_per_host", r.pool.idle, "max_calls_in_flight", limit, "calls_the_work_wants_at_most", r.s.pollers)
 }
 
 // checkDeadLetter makes sure, at Run's start, that the dead-letter queue
