@@ -80,15 +80,11 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 		return nil, err
 	}
 	pool, poolKnown := idleConnsPerHost(c)
-	poolCapped := false
 	if s.pollers == 0 {
-		// Enough receives in flight to ask for every slot and the whole
-		// read-ahead in full receives, unless the HTTP client's pool
-		// keeps fewer connections (see lanesPerIdleConn).
-		s.pollers = (s.concurrency+s.maxAhead+s.receiveSize-1)/s.receiveSize + 1
-		if bound := max(lanesPerIdleConn*pool, 2); poolKnown && bound < s.pollers {
-			s.pollers, poolCapped = bound, true
-		}
+		// At most enough receives in flight to ask for every slot and
+		// the whole read-ahead in full receives; within that, what the
+		// HTTP client sustains (see inflight.go).
+		s.pollers, s.adaptPollers = (s.concurrency+s.maxAhead+s.receiveSize-1)/s.receiveSize+1, true
 	}
 	bt, _ := h.(*batcher)
 	if bt != nil && bt.maxSize() > s.concurrency {
@@ -122,7 +118,7 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 		stats:    stats,
 		ev:       eventSink{observer: s.observer, logger: s.logger, stats: stats, queueURL: queueURL},
 		batch:    bt,
-		pool:     poolInfo{idle: pool, known: poolKnown, capped: poolCapped},
+		pool:     poolInfo{idle: pool, known: poolKnown},
 	}
 	if s.scaling != nil {
 		c2.scaler = &scaler{p: *s.scaling, sig: scaling.NewSignal(s.scaling.internal()), fig: s.scaling.figure(),
@@ -150,11 +146,16 @@ func (c *Consumer) Stats() Stats {
 		st.TopGroups, st.NoisyGroups, st.OtherGroups, st.OtherGroupsSlotTime = g.top, g.noisy, g.others, g.otherSlots
 	}
 	st.MaxCallsInFlight, st.IdleConnsPerHost, st.LimitedByPool = c.s.pollers, c.pool.idle, c.pool.limited.Load()
+	if c.s.adaptPollers {
+		st.MaxCallsInFlight = startCallLimit(c.s.pollers, c.pool.idle, c.pool.known)
+	}
+	st.Bytes.Max = c.s.maxBytes
 	st.Concurrency, st.ConcurrencyLimit = c.s.concurrency, c.s.concurrency
 	if c.s.adaptive {
 		st.ConcurrencyLimit = c.s.adaptiveInitial
 	}
 	if r := c.runOf(); r != nil {
+		st.MaxCallsInFlight, st.Conns, st.Bytes = r.fl.callLimitNow(), r.conns.counts(), r.fl.bytesNow()
 		r.bp.stats(&st)
 	}
 	if p := c.s.protector; p != nil {
@@ -173,7 +174,7 @@ func (c *Consumer) Settings() Settings {
 	c.mu.Lock()
 	r, member := c.run, c.member
 	c.mu.Unlock()
-	return settingsView(&c.s, c.queueURL, c.pool.capped, member, r)
+	return settingsView(&c.s, c.queueURL, member, r)
 }
 
 // runOf returns the run once Run has set it up, nil before.

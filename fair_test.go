@@ -18,7 +18,7 @@ func fairFlow(conc int, fair bool, limit int) (*flow[*delivery], func(group stri
 	n := 0
 	return f, func(group string) *delivery {
 		n++
-		f.received(0, 1, time.Now(), time.Millisecond)
+		f.received(0, 1, 0, 0, time.Now(), time.Millisecond)
 		return &delivery{msg: Message{ID: fmt.Sprint(n), GroupID: group}}
 	}
 }

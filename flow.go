@@ -27,16 +27,24 @@ import (
 // finds a message waiting, while slow handlers (a low completion rate) hold
 // almost nothing beyond their slots and leave the queue to other processes.
 //
-// Pollers are started on demand, up to maxPollers, and park on kick when
-// there is nothing to ask for; the flow wakes one when a receive is due.
-// All fields but settling are guarded by mu.
+// Pollers are started on demand, up to the limit on calls in flight
+// (calls, see inflight.go; maxPollers when fixed), and park on kick when
+// there is nothing to ask for or more of them are busy than the limit
+// allows; the flow wakes one when a receive is due. All fields but
+// settling are guarded by mu.
 type flow[T ticketed] struct {
 	mu sync.Mutex
 
 	conc       int // handler slots
 	size       int // MaxNumberOfMessages of a full receive (WithBatchSize)
 	maxAhead   int // hard bound on waiting + asked beyond the slots
-	maxPollers int
+	maxPollers int // the most pollers: the limit when calls is nil
+	// calls is the limit on calls in flight that follows what the HTTP
+	// client sustains (inflight.go); nil when it is fixed at maxPollers
+	// (WithPollers). steady is set when the receive nextLocked last found
+	// due only keeps a poller's call going (steadyLocked).
+	calls  *callLimit
+	steady bool
 
 	running int             // handler slots in use
 	epoch   time.Time       // when the flow was made: slot times count from it
@@ -120,9 +128,9 @@ type flow[T ticketed] struct {
 	lastTake    time.Time // a poller last took work: they make progress
 	overflow    func(job func())
 	lanesClosed bool
-	atLimit     func() // see flowConfig
-	spawn       func() // starts one more poller; called with mu held
-	peakAhead   int    // most messages waiting + asked beyond the free slots
+	atLimit     func(limit int) // see flowConfig
+	spawn       func()          // starts one more poller; called with mu held
+	peakAhead   int             // most messages waiting + asked beyond the free slots
 
 	// burst is how many slots handlers free at once, when more than one:
 	// a Batch handler's size. The read-ahead covers at least that many, so
@@ -146,6 +154,10 @@ type flow[T ticketed] struct {
 	// before their delete was confirmed (takeSettling): atomic, not
 	// guarded by mu, since every success takes it.
 	settling atomic.Int64
+
+	// bytes is the byte bound (WithMaxBytes, bytebound.go): what the
+	// messages held weigh, and how many the next receive may ask for.
+	bytes byteBudget
 }
 
 // flowConfig is what a flow is made with.
@@ -153,7 +165,8 @@ type flowConfig struct {
 	conc, size, maxAhead, maxPollers int
 	spawn                            func()           // starts one more poller; called with the flow's mu held
 	overflow                         func(job func()) // runs a job no poller took in time
-	atLimit                          func()           // the flow wanted another poller beyond maxPollers (with mu held)
+	atLimit                          func(limit int)  // the flow wanted another poller beyond the limit the HTTP client's pool set (with mu held)
+	calls                            *callLimit       // nil: the limit is fixed at maxPollers
 	burst                            int              // slots freed at once (a Batch handler's size), 0 for one
 	gate                             func(held int) int
 	limit                            flowLimit    // Throttled's pause and limit; nil for none
@@ -162,12 +175,16 @@ type flowConfig struct {
 	fair                             bool // groups share the slots fairly (see fairReady)
 	groupLimit                       int  // WithGroupLimit; 0 for none
 	paused                           bool // Pause came before Run
+	// maxBytes bounds the bytes of the messages held (0: no bound);
+	// messageSize is the size of a message to expect before any arrives.
+	maxBytes, messageSize int64
 }
 
 func newFlow[T ticketed](c flowConfig) *flow[T] {
-	f := &flow[T]{conc: c.conc, size: c.size, maxAhead: c.maxAhead, maxPollers: c.maxPollers, spawn: c.spawn, overflow: c.overflow, atLimit: c.atLimit,
+	f := &flow[T]{conc: c.conc, size: c.size, maxAhead: c.maxAhead, maxPollers: c.maxPollers, calls: c.calls, spawn: c.spawn, overflow: c.overflow, atLimit: c.atLimit,
 		burst: c.burst, gate: c.gate, limit: c.limit, limiter: c.limiter, member: c.member, paused: c.paused,
 		kick: make(chan struct{}, 1), quiet: true, full: true, ready: newFairReady[T](c.fair, c.groupLimit, c.conc)}
+	f.bytes.max, f.bytes.est = c.maxBytes, c.messageSize
 	f.epoch = time.Now()
 	f.rate.start = f.epoch
 	if c.member != nil {
@@ -251,6 +268,7 @@ type ticketed interface {
 	comparable
 	flowTicket() *ticket
 	flowGroup() string // its MessageGroupId, "" for none
+	flowBytes() int64  // the bytes it holds (messageBytes), for the byte bound
 }
 
 // place is where a message stands in the flow's counts.
@@ -301,6 +319,11 @@ func (f *flow[T]) nextLocked(now time.Time) int {
 	}
 	c := f.countsLocked(now)
 	n := receiveSize(c)
+	f.steady = false
+	if n == 0 {
+		n = f.steadyLocked(now, c)
+		f.steady = n > 0
+	}
 	if n == 0 && f.ready.blocked() > 0 {
 		// Free slots only other groups may take.
 		slots := f.slotsLocked()
@@ -320,6 +343,11 @@ func (f *flow[T]) nextLocked(now time.Time) int {
 		if at, ok := f.nextDueLocked(now); ok {
 			f.armLocked(now, at)
 		}
+	}
+	if n > 0 {
+		// Within the byte bound: a message that leaves wakes the flow
+		// when it gave none room.
+		n = f.bytes.capLocked(n, f.asked)
 	}
 	if n > 0 && f.gate != nil {
 		// The gate (the breaker) wakes the flow when it lets receives
@@ -438,13 +466,16 @@ func (f *flow[T]) wakeLocked(now time.Time) {
 	if len(f.jobs) == 0 && f.nextLocked(now) == 0 {
 		return
 	}
-	if f.idle == 0 && f.pollers < f.maxPollers {
+	if f.pollers-f.idle >= f.limitLocked(now) {
+		if len(f.jobs) > 0 || !f.steady {
+			f.wantedLocked(now) // every poller the limit allows is busy
+		}
+		return
+	}
+	if f.idle == 0 {
 		f.pollers++
 		f.spawn()
 		return
-	}
-	if f.idle == 0 && f.atLimit != nil {
-		f.atLimit()
 	}
 	select {
 	case f.kick <- struct{}{}:
@@ -466,12 +497,14 @@ func (f *flow[T]) coverRTTLocked() time.Duration {
 // rttWindowLength is the length of rttMin's windows.
 const rttWindowLength = 10 * time.Second
 
-// drop takes n waiting messages out that never became deliveries (adopted
-// by a running lease, invalid, handed back raw).
-func (f *flow[T]) drop(n int) {
+// drop takes n waiting messages of bytes bytes out: messages that never
+// became deliveries (adopted by a running lease, invalid, handed back raw)
+// or a waiting delivery that leaves.
+func (f *flow[T]) drop(n int, bytes int64) {
 	if n == 0 {
 		return
 	}
+	f.bytes.release(bytes)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.waiting -= n
@@ -583,11 +616,15 @@ func (f *flow[T]) leave(d T, ran bool) (next T, ok bool) {
 	t := d.flowTicket()
 	switch t.place {
 	case placeWaiting:
-		f.drop(1)
+		f.drop(1, d.flowBytes())
 	case placeSlot:
+		f.bytes.release(d.flowBytes()) // before slotDone looks for a receive due
 		next, ok = f.slotDone(t.slot, ran)
 	case placeSettling:
 		f.settling.Add(-1)
+		if f.bytes.release(d.flowBytes()) {
+			f.wake() // a receive waited for these bytes
+		}
 	}
 	t.place = placeOut
 	return next, ok
@@ -761,4 +798,64 @@ func (f *flow[T]) runningNow() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.running
+}
+
+// limitLocked is how many pollers may be busy at once: the calls in
+// flight the HTTP client sustains (callLimit), or maxPollers when fixed.
+func (f *flow[T]) limitLocked(now time.Time) int {
+	if f.calls == nil {
+		return f.maxPollers
+	}
+	return f.calls.current(now)
+}
+
+// wantedLocked records that the flow wanted one more call in flight than
+// the limit allows, and tells atLimit when the limit is below what the
+// read-ahead needs because of the HTTP client's pool.
+func (f *flow[T]) wantedLocked(now time.Time) {
+	if f.calls == nil {
+		return
+	}
+	f.calls.want(now)
+	if f.atLimit != nil && f.calls.poolBound() {
+		f.atLimit(f.calls.limitNow())
+	}
+}
+
+// steadyLocked is the size of a receive due only to keep the calls in
+// flight steady, given the flow's counts c (receiveSize found none due):
+// a full receive while the limit on calls in flight has bound within the
+// last jobWait, the queue has a backlog (the latest receive was full) and
+// the handlers keep up (no more waiting than the free slots and a round
+// trip's completions); 0 otherwise, and always for a Consumer in a fleet
+// or whose limit is fixed (WithPollers) or cannot be traced.
+//
+// While the limit binds, the read-ahead wants about as many calls as the
+// limit allows, and its wants rise and fall by a few receives at a time:
+// pollers park and their connections go back to the client's idle pool,
+// which closes those beyond its MaxIdleConnsPerHost; a moment later the
+// pollers are busy again and dial new ones. A bare receive-and-delete
+// loop, whose pollers never park, keeps its connections. So, while the
+// limit binds, a poller with nothing due receives anyway, within the
+// read-ahead's bound (WithMaxReadAhead): as a bare loop does.
+func (f *flow[T]) steadyLocked(now time.Time, c flowCounts) int {
+	if f.calls == nil || f.member != nil || c.quiet || !f.full || !f.calls.binding(now, f.jobWait()) {
+		return 0
+	}
+	if free := c.conc - c.running; c.waiting > free+c.cover || c.conc+f.maxAhead-c.running-c.waiting-c.asked < c.size {
+		return 0
+	}
+	return c.size
+}
+
+// jobWait is how long a job may wait for a poller to be free before it
+// runs on a goroutine of its own: about a round trip, the time a busy
+// poller takes to finish its call.
+func (f *flow[T]) jobWait() time.Duration { return max(2*f.rtt, 20*time.Millisecond) }
+
+// bytesNow is the byte bound's figures, for Stats.
+func (f *flow[T]) bytesNow() ByteCounts {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.bytes.countsLocked()
 }

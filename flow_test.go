@@ -98,7 +98,7 @@ func TestFlowCounts(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		f := newFlow[*delivery](flowConfig{conc: 2, size: 10, maxAhead: 1, maxPollers: 1, spawn: func() {}})
-		f.received(0, 4, time.Now(), time.Millisecond)
+		f.received(0, 4, 0, 0, time.Now(), time.Millisecond)
 		ds := []*delivery{{}, {}, {}, {}}
 		for i, d := range ds {
 			v := f.enqueue(d)
@@ -136,7 +136,7 @@ func TestFlowCounts(t *testing.T) {
 		require.True(t, f.takeSettling(), "a settling message that leaves makes room")
 
 		waitingOne := &delivery{}
-		f.received(0, 1, time.Now(), time.Millisecond)
+		f.received(0, 1, 0, 0, time.Now(), time.Millisecond)
 		require.Equal(t, enqueued, f.enqueue(waitingOne), "both slots are busy (ds[2], ds[3])")
 		require.Equal(t, []*delivery{waitingOne}, f.pause(), "a pause takes the ready messages out")
 		_, waiting, _, _ = f.snapshot()

@@ -125,7 +125,12 @@ func (r *run) receive(n int, sent time.Time) error {
 		msgs = msgs[:n]
 	}
 	msgs = r.dropCorrupt(msgs)
-	r.fl.received(n, len(msgs), sent, arrived.Sub(sent))
+	var bytes, largest int64
+	for _, m := range msgs {
+		b := messageBytes(m)
+		bytes, largest = bytes+b, max(largest, b)
+	}
+	r.fl.received(n, len(msgs), bytes, largest, sent, arrived.Sub(sent))
 	r.dispatch(msgs, HandoverTime(sent, arrived), arrived, cfg)
 	r.fl.handOut()
 	return nil
@@ -281,7 +286,7 @@ func (r *run) deliver(raw types.Message, handedOver, arrived time.Time, cfg *lea
 	id, handle := aws.ToString(raw.MessageId), aws.ToString(raw.ReceiptHandle)
 	if id == "" || handle == "" {
 		r.log(slog.LevelError, "sqsconsumer: ReceiveMessage returned a message without MessageId or ReceiptHandle; skipping it", "message_id", id)
-		r.fl.drop(1)
+		r.fl.drop(1, messageBytes(raw))
 		return nil, v
 	}
 	d = newDelivery(raw, handedOver, arrived, cfg)
@@ -318,7 +323,7 @@ func (r *run) deliver(raw types.Message, handedOver, arrived time.Time, cfg *lea
 // lease, or hands it back when that lease is gone but its handler has not
 // returned yet (the two must not run at once).
 func (r *run) adopt(d *delivery, raw types.Message, handedOver time.Time, cfg *leaseConfig) {
-	r.fl.drop(1)
+	r.fl.drop(1, messageBytes(raw))
 	count, _ := strconv.Atoi(raw.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
 	if d.lease.adopt(aws.ToString(raw.ReceiptHandle), handedOver, count, cfg.lease) {
 		r.log(slog.LevelInfo, "sqsconsumer: message redelivered while still being handled here; the running lease adopted the new receipt handle", "message_id", d.msg.ID, "receive_count", count)

@@ -88,13 +88,17 @@ type run struct {
 
 	// Set up by setup and makeFlow, read-only afterwards.
 	cfg      leaseConfig
+	conns    *connWatch // what the HTTP client's pool does for the calls
 	calls    *coalescedCalls
 	fl       *flow[*delivery] // when to receive, how much; the handler slots
 	reg      *registry        // what the run holds
 	pollWait time.Duration    // WaitTimeSeconds of every receive
-	dlq      deadLetter       // where Permanent errors' messages go
-	br       *breaker         // WithBreaker; nil when off
-	bp       *backPressure    // Throttled's pause, WithAdaptiveConcurrency's limit
+	// messageSize is the queue's MaximumMessageSize (maxMessageBytes
+	// when unknown): the byte bound's first estimate of a message.
+	messageSize int64
+	dlq         deadLetter    // where Permanent errors' messages go
+	br          *breaker      // WithBreaker; nil when off
+	bp          *backPressure // Throttled's pause, WithAdaptiveConcurrency's limit
 
 	dlqWarned atomic.Bool // the missing dead-letter queue was logged
 	failLog   failureLog  // the rate of failure lines
@@ -151,6 +155,7 @@ func (r *run) setup(ctx context.Context) error {
 		AttributeNames: []types.QueueAttributeName{
 			types.QueueAttributeNameVisibilityTimeout, types.QueueAttributeNameFifoQueue,
 			types.QueueAttributeNameRedrivePolicy, types.QueueAttributeNameQueueArn, // for the poison path
+			types.QueueAttributeNameMaximumMessageSize, // the byte bound's first estimate
 		},
 	})
 	if err != nil && lease == 0 {
@@ -173,6 +178,10 @@ func (r *run) setup(ctx context.Context) error {
 		r.prog.answer()
 	}
 	fifo := strings.HasSuffix(r.queueURL, ".fifo") || out.Attributes[string(types.QueueAttributeNameFifoQueue)] == "true"
+	r.messageSize = maxMessageBytes
+	if n, err := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameMaximumMessageSize)]); err == nil && n > 0 {
+		r.messageSize = int64(n)
+	}
 	if r.dlq, err = deadLetterFor(r.client, r.queueURL, fifo, r.s.deadLetterURL, out.Attributes, attrErr); err != nil {
 		return err
 	}
@@ -196,10 +205,13 @@ func (r *run) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	settleCtx, cancelSettle := context.WithCancel(context.Background())
+	// Every receive and coalesced call carries the trace that tells the
+	// calls in flight what the HTTP client's pool does (inflight.go).
+	r.conns = newConnWatch()
+	settleCtx, cancelSettle := context.WithCancel(r.conns.attach(context.Background()))
 	r.calls = newCoalescedCalls(r.client, r.queueURL, max(r.s.pollers, minDeleteCalls), settleCtx)
 	r.calls.report = r.callDone
-	pollCtx, cancelPolls := context.WithCancel(context.Background())
+	pollCtx, cancelPolls := context.WithCancel(r.conns.attach(context.Background()))
 	r.settleCtx, r.pollCtx = settleCtx, pollCtx
 	r.hardStop = func() { cancelPolls(); cancelSettle() }
 	cfg.calls, cfg.events.queueURL, cfg.settleCtx = r.calls, r.queueURL, settleCtx
@@ -227,6 +239,7 @@ func (r *run) setup(ctx context.Context) error {
 // either came before (paused) or finds the run.
 func (r *run) makeFlow(paused bool) {
 	fc := flowConfig{conc: r.s.concurrency, size: r.s.receiveSize, maxAhead: r.s.maxAhead, maxPollers: r.s.pollers,
+		calls: r.callLimit(), maxBytes: r.s.maxBytes, messageSize: r.messageSize,
 		spawn: func() {
 			r.pollers.Add(1)
 			go r.poll()
@@ -530,16 +543,26 @@ func (r *run) callDone(deleting bool, err error) {
 	}
 }
 
+// callLimit is the limit on calls in flight that follows what the HTTP
+// client sustains, nil when WithPollers fixes it.
+func (r *run) callLimit() *callLimit {
+	if !r.s.adaptPollers {
+		return nil
+	}
+	return newCallLimit(r.conns, r.s.pollers, r.pool.idle, r.pool.known)
+}
+
 // atCallLimit is called (under the flow's lock, each time) when the
-// Consumer wanted one more call in flight than its bound allows. When the
-// bound is the HTTP client's pool it says so, once, and Stats shows it:
-// a larger pool would let the Consumer go faster.
-func (r *run) atCallLimit() {
-	if !r.pool.capped || r.pool.limited.Load() || r.pool.limited.Swap(true) {
+// Consumer wanted one more call in flight than its limit allows while the
+// HTTP client's pool holds that limit below what the read-ahead needs. It
+// says so, once, and Stats shows it: a larger pool would let the Consumer
+// go faster.
+func (r *run) atCallLimit(limit int) {
+	if r.pool.limited.Load() || r.pool.limited.Swap(true) {
 		return
 	}
-	r.log(slog.LevelWarn, "sqsconsumer: the HTTP client's connection pool bounds this Consumer: it wanted more calls in flight than twice the idle connections the client keeps; a larger pool lets it go faster without a new connection (a TLS handshake) per call (sqsclient.HTTPOptions{MaxIdleConnsPerHost: n})",
-		"max_idle_conns_per_host", r.pool.idle, "max_calls_in_flight", r.s.pollers)
+	r.log(slog.LevelWarn, "sqsconsumer: the HTTP client's connection pool bounds this Consumer: it wanted more calls in flight than the client sustains without closing connections and dialling new ones (a TLS handshake each); a larger pool lets it go faster (sqsclient.HTTPOptions{MaxIdleConnsPerHost: n})",
+		"max_idle_conns_per_host", r.pool.idle, "max_calls_in_flight", limit, "calls_the_work_wants_at_most", r.s.pollers)
 }
 
 // checkDeadLetter makes sure, at Run's start, that the dead-letter queue

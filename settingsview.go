@@ -56,23 +56,25 @@ type Settings struct {
 	AdaptiveVisibilityMax time.Duration `json:"adaptive_visibility_max"`
 
 	// Receiving (WithConcurrency, WithBatchSize, WithWaitTime,
-	// WithPollers, WithMaxReadAhead, WithRateLimit, WithFairDispatch,
-	// WithGroupLimit). WaitTime is the long-poll wait every receive
-	// sends: WithWaitTime's, capped by the shutdown timeout (0: the
-	// queue's ReceiveMessageWaitTimeSeconds). PollersCappedByPool: the
-	// default pollers were lowered to the HTTP client's idle pool.
-	// RateLimit is in messages a second, 0 for none; GroupLimit 0 for
-	// none.
-	Concurrency         int           `json:"concurrency"`
-	BatchSize           int           `json:"batch_size"`
-	WaitTime            time.Duration `json:"wait_time"`
-	Pollers             int           `json:"pollers"`
-	PollersCappedByPool bool          `json:"pollers_capped_by_pool"`
-	MaxReadAhead        int           `json:"max_read_ahead"`
-	RateLimit           float64       `json:"rate_limit"`
-	RateBurst           int           `json:"rate_burst"`
-	FairDispatch        bool          `json:"fair_dispatch"`
-	GroupLimit          int           `json:"group_limit"`
+	// WithPollers, WithMaxReadAhead, WithMaxBytes, WithRateLimit,
+	// WithFairDispatch, WithGroupLimit). WaitTime is the long-poll wait
+	// every receive sends: WithWaitTime's, capped by the shutdown timeout
+	// (0: the queue's ReceiveMessageWaitTimeSeconds). PollersAdaptive:
+	// Pollers is the upper bound, and the calls in flight follow what the
+	// HTTP client sustains (Stats.MaxCallsInFlight); false when
+	// WithPollers fixed them. MaxBytes is in bytes. RateLimit is in
+	// messages a second, 0 for none; GroupLimit 0 for none.
+	Concurrency     int           `json:"concurrency"`
+	BatchSize       int           `json:"batch_size"`
+	WaitTime        time.Duration `json:"wait_time"`
+	Pollers         int           `json:"pollers"`
+	PollersAdaptive bool          `json:"pollers_adaptive"`
+	MaxReadAhead    int           `json:"max_read_ahead"`
+	MaxBytes        int64         `json:"max_bytes"`
+	RateLimit       float64       `json:"rate_limit"`
+	RateBurst       int           `json:"rate_burst"`
+	FairDispatch    bool          `json:"fair_dispatch"`
+	GroupLimit      int           `json:"group_limit"`
 
 	// Handling (WithHandlerTimeout, 0: none; WithBackoff, "default" for
 	// DefaultBackoff or "set"; WithMiddleware, how many; WithPanicPolicy,
@@ -116,8 +118,7 @@ type Settings struct {
 
 // settingsView is Consumer.Settings: s as New resolved it, completed by
 // r (nil before Run read the queue), member (the fleet's, nil if none)
-// and poolCapped (New lowered the default pollers to the pool).
-func settingsView(s *settings, queueURL string, poolCapped bool, member *share.Member, r *run) Settings {
+func settingsView(s *settings, queueURL string, member *share.Member, r *run) Settings {
 	v := Settings{
 		QueueURL:                  queueURL,
 		Pending:                   []string{},
@@ -131,8 +132,9 @@ func settingsView(s *settings, queueURL string, poolCapped bool, member *share.M
 		BatchSize:                 s.receiveSize,
 		WaitTime:                  s.pollWait(),
 		Pollers:                   s.pollers,
-		PollersCappedByPool:       poolCapped,
+		PollersAdaptive:           s.adaptPollers,
 		MaxReadAhead:              s.maxAhead,
+		MaxBytes:                  s.maxBytes,
 		RateLimit:                 s.rateLimit,
 		RateBurst:                 s.rateBurst,
 		FairDispatch:              !s.fifoDispatch,

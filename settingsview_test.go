@@ -132,7 +132,7 @@ func TestSettingsJSONGolden(t *testing.T) {
 		`"pending":["fifo","visibility_timeout","heartbeat_interval","ceiling_grace","dead_letter_queue","dead_letter_source","stall_limit"],` +
 		`"fifo":null,"visibility_timeout":null,"visibility_source":"queue","heartbeat_interval":null,"max_lease_duration":"12h0m0s",` +
 		`"ceiling_grace":null,"adaptive_visibility_min":"0s","adaptive_visibility_max":"0s",` +
-		`"concurrency":10,"batch_size":10,"wait_time":"20s","pollers":102,"pollers_capped_by_pool":false,"max_read_ahead":1000,` +
+		`"concurrency":10,"batch_size":10,"wait_time":"20s","pollers":102,"pollers_adaptive":true,"max_read_ahead":1000,"max_bytes":67108864,` +
 		`"rate_limit":0,"rate_burst":0,"fair_dispatch":true,"group_limit":0,` +
 		`"handler_timeout":"0s","backoff":"default","middleware":0,"panic_policy":"unset","breaker":null,"adaptive_concurrency":null,` +
 		`"shutdown_timeout":"20s","cancel_idle_polls_at_shutdown":false,` +
@@ -154,7 +154,7 @@ func TestSettingsJSONGolden(t *testing.T) {
 	const set = `{"queue_url":"https://sqs.us-east-1.amazonaws.com/123456789012/jobs.fifo","pending":[],` +
 		`"fifo":true,"visibility_timeout":"2m0s","visibility_source":"option","heartbeat_interval":"40s","max_lease_duration":"12h0m0s",` +
 		`"ceiling_grace":"40s","adaptive_visibility_min":"0s","adaptive_visibility_max":"0s",` +
-		`"concurrency":10,"batch_size":10,"wait_time":"5s","pollers":102,"pollers_capped_by_pool":false,"max_read_ahead":1000,` +
+		`"concurrency":10,"batch_size":10,"wait_time":"5s","pollers":102,"pollers_adaptive":true,"max_read_ahead":1000,"max_bytes":67108864,` +
 		`"rate_limit":50,"rate_burst":10,"fair_dispatch":true,"group_limit":0,` +
 		`"handler_timeout":"0s","backoff":"set","middleware":0,"panic_policy":"set",` +
 		`"breaker":{"failures":5,"ratio":0,"window":20,"call_failures":3,"pause":"30s","max_pause":"5m0s","probe":"set"},` +
@@ -250,6 +250,8 @@ var settingsShown = map[string]string{
 	"receiveSize":     "batch_size",
 	"waitTime":        "wait_time",
 	"pollers":         "pollers",
+	"adaptPollers":    "pollers_adaptive",
+	"maxBytes":        "max_bytes",
 	"maxAhead":        "max_read_ahead",
 	"shutdownTimeout": "shutdown_timeout",
 	"cancelIdlePolls": "cancel_idle_polls_at_shutdown",
@@ -326,6 +328,7 @@ func optionShown() map[string]struct {
 		"WithWaitTime":                  {WithWaitTime(5 * time.Second), "wait_time"},
 		"WithPollers":                   {WithPollers(3), "pollers"},
 		"WithMaxReadAhead":              {WithMaxReadAhead(9), "max_read_ahead"},
+		"WithMaxBytes":                  {WithMaxBytes(1 << 20), "max_bytes"},
 		"WithShutdownTimeout":           {WithShutdownTimeout(9 * time.Second), "shutdown_timeout"},
 		"WithCancelIdlePollsAtShutdown": {WithCancelIdlePollsAtShutdown(), "cancel_idle_polls_at_shutdown"},
 		"WithHandlerTimeout":            {WithHandlerTimeout(3 * time.Second), "handler_timeout"},

@@ -342,15 +342,24 @@ type Stats struct {
 	OtherGroupsSlotTime time.Duration
 
 	// How the Consumer reaches SQS: MaxCallsInFlight is the most calls
-	// (receives, deletes, visibility changes) it makes at once
-	// (WithPollers, or its default); IdleConnsPerHost the idle connections
-	// its HTTP client keeps for reuse (0 when the Consumer cannot tell);
-	// LimitedByPool is set once the Consumer wanted more calls in flight
-	// than that pool lets it make without opening new connections (see
-	// New): a larger pool would let it go faster.
+	// (receives, deletes, visibility changes) it makes at once now:
+	// WithPollers, or the limit that follows what the HTTP client
+	// sustains (see WithPollers; before Run, where it starts);
+	// IdleConnsPerHost the idle connections its HTTP client keeps for
+	// reuse (0 when the Consumer cannot tell); LimitedByPool is set once
+	// the Consumer wanted more calls in flight than that client sustains
+	// without closing connections and dialling new ones: a larger pool
+	// would let it go faster. Conns is what the client's pool did for
+	// those calls.
 	MaxCallsInFlight int
 	IdleConnsPerHost int
 	LimitedByPool    bool
+	Conns            ConnCounts
+
+	// Bytes is what the byte bound (WithMaxBytes) sees: the bytes of the
+	// messages held now and at most, and whether the bound held a receive
+	// back. Only Max before Run.
+	Bytes ByteCounts
 
 	// ScaleInProtection is the ECS task scale-in protection's state and
 	// calls (WithScaleInProtection): whether the task is protected now,
