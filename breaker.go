@@ -22,9 +22,12 @@ import (
 // set, without any message), and the first success closes it. A failed
 // probe opens it again for twice the pause, up to MaxPause.
 //
-// A failure is a handler error that is neither Permanent (the message's
-// fault, not the outage's) nor a consequence of the lease ending (lost,
-// expired, ceiling, shutdown). A handler timeout is a failure.
+// A failure is a handler error that says the downstream failed: not a
+// Permanent one (the message's fault, not the outage's), not a
+// consequence of the lease ending (lost, expired, ceiling, shutdown), not
+// an idempotency duplicate in progress elsewhere, not one marked Neutral
+// or Throttled (see Neutral for the whole list). A handler timeout and a
+// panic are failures.
 type Breaker struct {
 	// Failures is how many handler failures in a row open the breaker.
 	// Range 1 to 100,000; default 5.
@@ -94,13 +97,6 @@ func (s breakerState) String() string {
 	}
 	return "closed"
 }
-
-// outcome kinds a breaker is told of.
-const (
-	outcomeNeutral = iota // says nothing about the downstream
-	outcomeSuccess
-	outcomeFailure
-)
 
 // breaker is the state machine behind Breaker. Its methods are safe for
 // concurrent use. Of the Consumer's hooks it calls, onOpen and runProbe
@@ -178,27 +174,13 @@ func (b *breaker) status() (state breakerState, reason string, opens int) {
 	return b.state, b.reason, b.opens
 }
 
-// outcomeOf sorts a handler's result for the breaker, given why its lease
-// ended (nil while it lives) and whether the shutdown cancelled it. A
-// message failed without running because an earlier message of its FIFO
-// group failed says nothing of the downstream.
-func outcomeOf(err error, leaseErr error, shutdown bool) int {
-	switch {
-	case err == nil:
-		return outcomeSuccess
-	case IsPermanent(err), leaseErr != nil, shutdown, errors.Is(err, ErrShutdown), errors.Is(err, errEarlierFailed):
-		return outcomeNeutral
-	}
-	return outcomeFailure
-}
-
-// record takes one handler outcome.
-func (b *breaker) record(o int) {
-	b.mu.Lock()
-	if o == outcomeNeutral {
-		b.mu.Unlock()
+// record takes one handler outcome (outcomeOf): successes and failures
+// count; neutral and throttled outcomes do not.
+func (b *breaker) record(o outcomeKind) {
+	if o != outcomeSuccess && o != outcomeFailure {
 		return
 	}
+	b.mu.Lock()
 	failed := o == outcomeFailure
 	if failed {
 		b.streak++

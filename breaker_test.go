@@ -269,17 +269,17 @@ func TestBreakerStateMachine(t *testing.T) {
 	for _, tt := range []struct {
 		name     string
 		cfg      Breaker
-		outcomes []int
+		outcomes []outcomeKind
 		calls    []error
 		want     breakerState
 	}{
-		{"4 failures stay closed", Breaker{}, []int{F, F, F, F}, nil, breakerClosed},
-		{"5 in a row open", Breaker{}, []int{F, F, F, F, F}, nil, breakerOpen},
-		{"a success resets the run", Breaker{}, []int{F, F, F, F, S, F, F, F, F}, nil, breakerClosed},
-		{"neutral outcomes do not count", Breaker{}, []int{F, F, outcomeNeutral, F, F, outcomeNeutral}, nil, breakerClosed},
-		{"ratio over a full window", Breaker{Failures: 100, Ratio: 0.5, Window: 4}, []int{F, S, F, S}, nil, breakerOpen},
-		{"ratio waits for a full window", Breaker{Failures: 100, Ratio: 0.5, Window: 4}, []int{F, S, F}, nil, breakerClosed},
-		{"ratio below", Breaker{Failures: 100, Ratio: 0.75, Window: 4}, []int{F, S, F, S, F, S}, nil, breakerClosed},
+		{"4 failures stay closed", Breaker{}, []outcomeKind{F, F, F, F}, nil, breakerClosed},
+		{"5 in a row open", Breaker{}, []outcomeKind{F, F, F, F, F}, nil, breakerOpen},
+		{"a success resets the run", Breaker{}, []outcomeKind{F, F, F, F, S, F, F, F, F}, nil, breakerClosed},
+		{"neutral outcomes do not count", Breaker{}, []outcomeKind{F, F, outcomeNeutral, F, F, outcomeNeutral}, nil, breakerClosed},
+		{"ratio over a full window", Breaker{Failures: 100, Ratio: 0.5, Window: 4}, []outcomeKind{F, S, F, S}, nil, breakerOpen},
+		{"ratio waits for a full window", Breaker{Failures: 100, Ratio: 0.5, Window: 4}, []outcomeKind{F, S, F}, nil, breakerClosed},
+		{"ratio below", Breaker{Failures: 100, Ratio: 0.75, Window: 4}, []outcomeKind{F, S, F, S, F, S}, nil, breakerClosed},
 		{"3 failed calls open", Breaker{}, nil, []error{errors.New("throttled"), errors.New("throttled"), errors.New("throttled")}, breakerOpen},
 		{"a good call resets", Breaker{}, nil, []error{errors.New("x"), errors.New("x"), nil, errors.New("x")}, breakerClosed},
 		{"cancelled calls do not count", Breaker{}, nil, []error{context.Canceled, context.Canceled, context.Canceled}, breakerClosed},
@@ -450,6 +450,100 @@ func TestBreakerShutdownWhileOpen(t *testing.T) {
 				h := c.Health()
 				require.True(t, h.Healthy)
 				require.Equal(t, "stopped", h.Status)
+			})
+		})
+	}
+}
+
+// Issue 35, case 3: five duplicates of a message whose first delivery is
+// still running arrive together; NewIdempotent answers each with
+// RetryAfter(ErrInProgress, ...). They say nothing of the downstream: the
+// breaker stays closed and receiving goes on (before, they opened it and
+// paused receiving for 30 s).
+func TestBreakerIgnoresInProgressDuplicates(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		for range 6 {
+			_, err := b.srv.Send(b.url, "order-42") // a producer that retried: one key, six messages
+			require.NoError(t, err)
+		}
+		idem, err := NewIdempotent(NewMemoryStore(), WithIdempotencyKey(func(m *Message) (string, error) { return m.Body, nil }))
+		require.NoError(t, err)
+		var mu sync.Mutex
+		handledAt := map[string]time.Time{}
+		start := time.Now()
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			if m.Body == "order-42" {
+				time.Sleep(time.Minute) // the first delivery runs on; the others are in progress elsewhere
+			}
+			mu.Lock()
+			handledAt[m.Body] = time.Now()
+			mu.Unlock()
+			return nil
+		}), WithVisibilityTimeout(30*time.Second), WithConcurrency(10), WithMiddleware(idem), WithBreaker(Breaker{}))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(5 * time.Second)
+		_, err = b.srv.Send(b.url, "other")
+		require.NoError(t, err)
+		time.Sleep(10 * time.Second)
+		st, reason, opens := c.runOf().br.status()
+		failed := c.Stats().Failed
+		require.NoError(t, stop())
+		require.Equal(t, breakerClosed, st, "opened: %s", reason)
+		require.Zero(t, opens)
+		mu.Lock()
+		defer mu.Unlock()
+		at, ok := handledAt["other"]
+		require.True(t, ok, "a message sent at 5 s is handled at once, receiving was not paused")
+		require.Less(t, at.Sub(start), 6*time.Second)
+		require.GreaterOrEqual(t, failed, int64(5), "the five duplicates did fail (and come back later)")
+	})
+}
+
+// A Batch handler marks entries of its BatchFailures Neutral (or
+// Throttled): the breaker does not count them, however many fail at once;
+// an entry with a plain error still counts.
+func TestBreakerIgnoresNeutralBatchEntries(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name  string
+		wrap  func(error) error
+		opens bool
+	}{
+		{"Neutral", Neutral, false},
+		{"Throttled", func(err error) error { return Throttled(err, time.Second) }, false},
+		{"plain errors count", func(err error) error { return err }, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := setup(t, nil)
+				b.send(t, 10)
+				var mu sync.Mutex
+				calls := 0
+				h, err := Batch(func(ctx context.Context, msgs []*Message) error {
+					mu.Lock()
+					calls++
+					first := calls == 1
+					mu.Unlock()
+					if !first {
+						return nil
+					}
+					bf := BatchFailures{}
+					for _, m := range msgs {
+						bf[m.ID] = tt.wrap(errors.New("not this time"))
+					}
+					return bf
+				}, 10, time.Second)
+				require.NoError(t, err)
+				c, err := New(b.client, b.url, h, WithVisibilityTimeout(30*time.Second), WithBreaker(Breaker{}))
+				require.NoError(t, err)
+				stop := running(t, c)
+				time.Sleep(5 * time.Second)
+				_, _, opens := c.runOf().br.status()
+				require.NoError(t, stop())
+				require.Equal(t, tt.opens, opens > 0)
 			})
 		})
 	}

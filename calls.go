@@ -45,7 +45,7 @@ func (s singleCalls) changeVisibility(ctx context.Context, handle string, second
 		QueueUrl:          aws.String(s.queueURL),
 		ReceiptHandle:     aws.String(handle),
 		VisibilityTimeout: seconds,
-	})
+	}, guardOpts...)
 	return err
 }
 
@@ -53,7 +53,7 @@ func (s singleCalls) deleteMessage(ctx context.Context, handle string) error {
 	_, err := s.client.DeleteMessage(ctx, &sqs.DeleteMessageInput{
 		QueueUrl:      aws.String(s.queueURL),
 		ReceiptHandle: aws.String(handle),
-	})
+	}, guardOpts...)
 	return err
 }
 
@@ -115,7 +115,7 @@ func newCoalescedCalls(client Client, queueURL string, maxDeletes int, base cont
 			out, err := client.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{
 				QueueUrl: aws.String(queueURL),
 				Entries:  entries,
-			})
+			}, guardOpts...)
 			b.reported(false, err)
 			if err != nil {
 				return fill(len(es), err)
@@ -131,7 +131,7 @@ func newCoalescedCalls(client Client, queueURL string, maxDeletes int, base cont
 			out, err := client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{
 				QueueUrl: aws.String(queueURL),
 				Entries:  entries,
-			})
+			}, guardOpts...)
 			b.reported(true, err)
 			if err != nil {
 				return fill(len(es), err)
@@ -270,20 +270,22 @@ func transportIdle(tr *http.Transport) int {
 }
 
 // lanesPerIdleConn is how many calls a Consumer keeps in flight at most
-// for each idle connection its HTTP client keeps, unless WithPollers says
-// otherwise. Its calls in flight rise and fall with the work; calls beyond
-// the idle pool dial connections of their own that the pool closes again
-// when it is full, each a TLS handshake. Measured over HTTPS at a 10 ms
-// round trip with the SDK's default pool of 10 (bench/throughput), twice
-// the pool kept new connections near 2 per 1,000 messages, where the
-// Consumer's own bound (every slot and the whole read-ahead in full
-// receives: 103 by default) opened about 150.
+// for each idle connection of an HTTP client it cannot trace (see
+// inflight.go), and up to how many it rises quickly from the pool over
+// one it can. Calls beyond the idle pool dial connections of their own
+// that the pool closes again when it is full, each a TLS handshake.
+// Measured over HTTPS at a 10 ms round trip with the SDK's default pool of
+// 10 (bench/throughput), twice the pool kept new connections near 2 per
+// 1,000 messages, where the Consumer's own bound (every slot and the
+// whole read-ahead in full receives: 103 by default) opened about 150,
+// before the Consumer kept its calls in flight steady (lanes.go,
+// steadyLocked).
 const lanesPerIdleConn = 2
 
-// poolInfo is what New learnt of the HTTP client's connection pool.
+// poolInfo is what New learnt of the HTTP client's connection pool, and
+// whether it has bounded the calls in flight (limited: Stats.LimitedByPool).
 type poolInfo struct {
 	idle    int  // idle connections per host it keeps
 	known   bool // idle is known (idleConnsPerHost)
-	capped  bool // the pool, not the read-ahead, bounds the calls in flight
 	limited atomic.Bool
 }

@@ -45,6 +45,10 @@ type delivery struct {
 	// bm is its place in the batcher (Batch handlers), nil otherwise;
 	// guarded by the batcher's mu.
 	bm *member
+
+	// size is the bytes it holds (messageBytes of the raw message), set
+	// when it is made: what it weighs in the byte bound.
+	size int64
 }
 
 // flowTicket gives the flow d's ticket.
@@ -53,12 +57,15 @@ func (d *delivery) flowTicket() *ticket { return &d.ticket }
 // flowGroup gives the flow d's group, its tenant on a fair queue.
 func (d *delivery) flowGroup() string { return d.msg.GroupID }
 
+// flowBytes gives the flow d's size, for the byte bound.
+func (d *delivery) flowBytes() int64 { return d.size }
+
 // newDelivery makes the delivery of raw with its lease and message, in one
 // allocation: handedOver is the receive's conservative hand-over estimate
 // (the lease clock), arrived when its answer came; cfg is shared by the
 // leases of the receive and must not change.
 func newDelivery(raw types.Message, handedOver, arrived time.Time, cfg *leaseConfig) *delivery {
-	d := &delivery{}
+	d := &delivery{size: messageBytes(raw)}
 	initLease(&d.lease, &d.msg, raw, handedOver, arrived, cfg, d)
 	return d
 }

@@ -39,7 +39,8 @@
 // panics, the message's visibility is set to a backoff for its receive
 // count ([DefaultBackoff], [WithBackoff]) — never 0 — or to the delay
 // given with [RetryAfter]; [Permanent] marks an error that retrying cannot
-// fix. If SQS redelivers a message this process is still handling, the
+// fix, [Throttled] a downstream that refuses work for a while (back
+// pressure), [Neutral] an error that says nothing of the downstream. If SQS redelivers a message this process is still handling, the
 // running lease adopts the newer receipt handle instead of starting a
 // second handler. On FIFO queues the messages of a group are handled one
 // at a time, in order.
@@ -50,7 +51,10 @@
 // not started (visibility 0), lets running handlers finish within
 // [WithShutdownTimeout] while their leases stay renewed, then cancels them
 // with [ErrShutdown] and releases their messages. Run returns after every
-// goroutine it started has exited.
+// goroutine it started has exited. A handler learns the moment the drain
+// begins from [Draining] (its context stays live until the budget's end),
+// so that a long job can checkpoint and hand its message back at once with
+// [RetryAfter](err, 0).
 //
 // SQS delivers at least once whatever the timeout: a worker can crash after
 // the work and before the delete. Handlers whose effects must happen once
@@ -76,7 +80,11 @@
 // the opposite case: every message fails through no fault of its own.
 // [WithBreaker] stops receiving after a run of failures, or while renewals
 // and deletes fail, so that no receive count is spent on the outage, and
-// probes until the downstream is back. [Consumer.Health] and
+// probes until the downstream is back; it counts only failures of the
+// downstream (see [Neutral] for the list). A downstream that refuses part
+// of the load (HTTP 429) is a third case: [Throttled] pauses receiving,
+// or, with [WithAdaptiveConcurrency], lowers a concurrency limit that
+// bounds what is received. [Consumer.Health] and
 // [Consumer.HealthHandler] report whether the Consumer makes progress, for
 // an orchestrator's health checks.
 //

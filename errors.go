@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,18 +45,26 @@ var (
 // RetryAfter wraps a handler error to ask for the message to be delivered
 // again after d (the visibility timeout to set, 0 to 12 h, rounded up to
 // whole seconds) instead of after the configured backoff. A negative d is
-// taken as 0 (deliver again at once) and one over 12 h as 12 h.
+// taken as 0 (deliver again at once) and one over 12 h as 12 h. It
+// concerns this message only; for a downstream that refuses work, see
+// Throttled.
 //
 // RetryAfter(nil, d) is not nil: it is how a handler asks to see the
 // message again after d without an error of its own ("not yet": a job
-// whose input is not ready). The message is not deleted, counts as a
-// failure for the breaker, and its error reads "retry requested".
+// whose input is not ready). The message is not deleted, nothing failed
+// (the breaker does not count it), and its error reads "retry
+// requested". A RetryAfter around an error of the handler's own is a
+// failure for the breaker unless Neutral marks it. The README's "Errors
+// and what they count as" lists every case.
 func RetryAfter(err error, d time.Duration) error {
 	if err == nil {
-		err = errors.New("retry requested")
+		err = errRetryRequested
 	}
 	return &retryAfterError{err: err, after: min(max(d, 0), MaxVisibilityTimeout)}
 }
+
+// errRetryRequested is the error of RetryAfter(nil, d): no failure.
+var errRetryRequested = errors.New("retry requested")
 
 type retryAfterError struct {
 	err   error
@@ -68,13 +77,191 @@ func (e *retryAfterError) Error() string {
 
 func (e *retryAfterError) Unwrap() error { return e.err }
 
-// retryAfterOf reports the delay RetryAfter attached to err, if any.
+// RetryDelay reports the delay RetryAfter (or, when it said one, Throttled)
+// attached to err or to any error it wraps (0 to 12 h), and whether there
+// is one: for code that settles messages outside a Consumer (lambdasqs
+// releases a failed record for it).
+func RetryDelay(err error) (time.Duration, bool) { return retryAfterOf(err) }
+
+// retryAfterOf reports the delay RetryAfter (or, when it said one,
+// Throttled) attached to err, if any.
 func retryAfterOf(err error) (time.Duration, bool) {
 	var ra *retryAfterError
 	if errors.As(err, &ra) {
 		return ra.after, true
 	}
+	var th *throttledError
+	if errors.As(err, &th) && th.after > 0 {
+		return th.after, true
+	}
 	return 0, false
+}
+
+// Neutral wraps a handler error to say that it tells nothing about what
+// the handler depends on: the message is not handled (it is retried after
+// the backoff, or its RetryAfter delay), but the circuit breaker
+// (WithBreaker) does not count it as a failure and the adaptive limit
+// (WithAdaptiveConcurrency) does not react to it. Use it for a failure
+// that belongs to the message or to this worker, not to a downstream
+// (a lock another worker holds, an input that is not ready yet, a
+// precondition of this message), so that many of them at once cannot
+// open the breaker and pause receiving. errors.Is and errors.As see
+// through the wrapper. Neutral(nil) is nil.
+//
+// Every result a handler can give, and what the breaker and the adaptive
+// limit make of it, is listed in one place: see the README's "Errors and
+// what they count as".
+func Neutral(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &neutralError{err: err}
+}
+
+// IsNeutral reports whether err, or any error it wraps, was marked by
+// Neutral.
+func IsNeutral(err error) bool {
+	var n *neutralError
+	return errors.As(err, &n)
+}
+
+type neutralError struct{ err error }
+
+func (e *neutralError) Error() string { return e.err.Error() }
+func (e *neutralError) Unwrap() error { return e.err }
+
+// Throttled wraps a handler error to say that the downstream is refusing
+// work (an HTTP 429 or 503 with Retry-After, a throttling exception, a
+// quota) and will take more in d: back pressure. The Consumer then
+//
+//   - hands the message back for d (rounded up to whole seconds, at most
+//     12 h; for d <= 0, the downstream did not say, its backoff as after
+//     any failure: WithBackoff), as RetryAfter would;
+//   - slows down before its next receive, not after five failures:
+//     without WithAdaptiveConcurrency it pauses, receiving nothing and
+//     starting none of the messages it holds until the message's delay
+//     (d, or its backoff) has passed (the handlers running go on); with
+//     it, it lowers its concurrency limit at once (and pauses for that
+//     delay only when the limit is at its floor);
+//   - does not count it as a failure for the circuit breaker, nor as a
+//     success.
+//
+// A Permanent error stays permanent inside Throttled, and a message whose
+// lease ended or that the shutdown cancelled is neither throttled nor
+// failed, whatever the handler returns (the README's "Errors and what
+// they count as" lists every case). Throttled says something of the whole
+// downstream; for one message that must wait, use RetryAfter. In Lambda
+// (package lambdasqs) a Throttled record is reported failed like any
+// other. RetryAfterHeader reads an HTTP Retry-After header into d.
+//
+// Throttled(nil, d) is not nil: its error reads "downstream throttled".
+// errors.Is and errors.As see through the wrapper; IsThrottled tells an
+// Observer's EventFailed of a throttled message.
+func Throttled(err error, d time.Duration) error {
+	if err == nil {
+		err = errors.New("downstream throttled")
+	}
+	return &throttledError{err: err, after: min(max(d, 0), MaxVisibilityTimeout)}
+}
+
+// IsThrottled reports whether err, or any error it wraps, was marked by
+// Throttled.
+func IsThrottled(err error) bool {
+	var th *throttledError
+	return errors.As(err, &th)
+}
+
+type throttledError struct {
+	err   error
+	after time.Duration // 0: the downstream did not say
+}
+
+func (e *throttledError) Error() string {
+	if e.after <= 0 {
+		return fmt.Sprintf("%v (throttled)", e.err)
+	}
+	return fmt.Sprintf("%v (throttled, retry after %v)", e.err, e.after)
+}
+
+func (e *throttledError) Unwrap() error { return e.err }
+
+// RetryAfterHeader reads the value of an HTTP Retry-After header (RFC
+// 9110, section 10.2.3: https://www.rfc-editor.org/rfc/rfc9110#field.retry-after),
+// delay-seconds ("120") or an HTTP-date ("Fri, 31 Dec 1999 23:59:59
+// GMT", counted from now), into the d for Throttled. ok is false, and d
+// 0, for an empty or unreadable value; a date in the past gives 0 and
+// true. The result is at most 12 h.
+//
+//	if resp.StatusCode == http.StatusTooManyRequests {
+//		d, _ := sqsconsumer.RetryAfterHeader(resp.Header.Get("Retry-After"))
+//		return sqsconsumer.Throttled(errors.New(resp.Status), d)
+//	}
+func RetryAfterHeader(value string) (d time.Duration, ok bool) {
+	value = strings.TrimSpace(value)
+	if value == "" {
+		return 0, false
+	}
+	if secs, err := strconv.ParseUint(value, 10, 64); err == nil {
+		return time.Duration(min(secs, uint64(MaxVisibilityTimeout/time.Second))) * time.Second, true
+	}
+	at, err := http.ParseTime(value)
+	if err != nil {
+		return 0, false
+	}
+	return min(max(time.Until(at), 0), MaxVisibilityTimeout), true
+}
+
+// outcomeKind is what a handler's result says of the downstream the handler
+// depends on: what the circuit breaker and the adaptive limit hear.
+type outcomeKind int8
+
+const (
+	outcomeNeutral   outcomeKind = iota // says nothing about the downstream
+	outcomeSuccess                      // the downstream did its part
+	outcomeFailure                      // the downstream (or the handler) failed: the breaker counts it
+	outcomeThrottled                    // the downstream refused for now: back pressure (Throttled)
+)
+
+// outcomeOf is the one place that sorts a handler's result (err, for a
+// message whose handler ran, alone or in a batch) for the breaker and the
+// adaptive limit, given why its lease ended (leaseErr, nil while it lives)
+// and whether the shutdown cancelled its handler. In order, the first
+// that applies:
+//
+//   - nil: a success.
+//   - The lease ended (lost, expired, at its ceiling), the shutdown
+//     cancelled the handler, or err wraps ErrLeaseLost, ErrLeaseExpired,
+//     ErrLeaseCeiling or ErrShutdown: neutral. The Consumer ended it, not
+//     the downstream.
+//   - A message failed without running because an earlier message of its
+//     FIFO group failed (errEarlierFailed): neutral.
+//   - RetryAfter(nil, d), a retry the handler asked for without an error:
+//     neutral.
+//   - Permanent: neutral (the message's fault; it goes to the dead-letter
+//     queue).
+//   - Neutral: neutral, as the handler said; NewIdempotent's middleware
+//     marks so a duplicate it did not run because its key is in progress
+//     elsewhere (ErrInProgress).
+//   - Throttled: throttled. Not a failure: the adaptive limit lowers, or
+//     the Consumer pauses for its delay.
+//   - Anything else (an error, a panic, a handler timeout, a RetryAfter
+//     around an error): a failure.
+//
+// Messages handed back without running (a pause, a shutdown, an open
+// breaker, their lease ending while they waited) never reach it.
+func outcomeOf(err error, leaseErr error, shutdown bool) outcomeKind {
+	switch {
+	case err == nil:
+		return outcomeSuccess
+	case leaseErr != nil, shutdown,
+		errors.Is(err, ErrLeaseLost), errors.Is(err, ErrLeaseExpired), errors.Is(err, ErrLeaseCeiling), errors.Is(err, ErrShutdown),
+		errors.Is(err, errEarlierFailed), errors.Is(err, errRetryRequested),
+		IsPermanent(err), IsNeutral(err):
+		return outcomeNeutral
+	case IsThrottled(err):
+		return outcomeThrottled
+	}
+	return outcomeFailure
 }
 
 // Permanent wraps a handler error to say that handling the message again
@@ -112,7 +299,7 @@ type PanicError struct {
 	Value any
 	Stack []byte
 
-	recovered bool   // made by protect (not a handler's own error value)
+	recovered bool   // made by protect (not a handler's own error value), not yet handed to a PanicPolicy (police)
 	at        string // where it panicked, for the log (panicSite)
 }
 

@@ -3,6 +3,8 @@ package sqsconsumer
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -93,4 +95,101 @@ func TestPermanentMarksAndUnwraps(t *testing.T) {
 	require.False(t, IsPermanent(base))
 	require.False(t, IsPermanent(nil))
 	require.Contains(t, p.Error(), "bad body")
+}
+
+// outcomeOf is the one list of what a handler's result counts as for the
+// breaker and the adaptive limit.
+func TestOutcomeOf(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("boom")
+	tests := []struct {
+		name     string
+		err      error
+		leaseErr error
+		shutdown bool
+		want     outcomeKind
+	}{
+		{"success", nil, nil, false, outcomeSuccess},
+		{"a success after the lease ended is still a success (its delete is refused)", nil, ErrLeaseLost, false, outcomeSuccess},
+		{"an error", boom, nil, false, outcomeFailure},
+		{"a panic", &PanicError{Value: "x"}, nil, false, outcomeFailure},
+		{"a handler timeout", context.DeadlineExceeded, nil, false, outcomeFailure},
+		{"RetryAfter around an error", RetryAfter(boom, time.Minute), nil, false, outcomeFailure},
+		{"RetryAfter(nil): a retry asked for, nothing failed", RetryAfter(nil, time.Minute), nil, false, outcomeNeutral},
+		{"the lease ended", boom, ErrLeaseExpired, false, outcomeNeutral},
+		{"the shutdown cancelled it", boom, nil, true, outcomeNeutral},
+		{"returns ErrShutdown", ErrShutdown, nil, false, outcomeNeutral},
+		{"returns the lease's cause", ErrLeaseLost, nil, false, outcomeNeutral},
+		{"returns the ceiling", errors.Join(boom, ErrLeaseCeiling), nil, false, outcomeNeutral},
+		{"an earlier message of its FIFO group failed", earlierFailed, nil, false, outcomeNeutral},
+		{"an idempotency duplicate in progress (NewIdempotent marks it Neutral)", Neutral(RetryAfter(ErrInProgress, 30*time.Second)), nil, false, outcomeNeutral},
+		{"Permanent", Permanent(boom), nil, false, outcomeNeutral},
+		{"Neutral", Neutral(boom), nil, false, outcomeNeutral},
+		{"Neutral inside RetryAfter", RetryAfter(Neutral(boom), time.Second), nil, false, outcomeNeutral},
+		{"Throttled", Throttled(boom, time.Second), nil, false, outcomeThrottled},
+		{"Throttled(nil)", Throttled(nil, 0), nil, false, outcomeThrottled},
+		{"Throttled wrapped by the handler's own error", fmt.Errorf("calling the API: %w", Throttled(boom, 0)), nil, false, outcomeThrottled},
+		{"Permanent wins over Throttled", Throttled(Permanent(boom), time.Second), nil, false, outcomeNeutral},
+		{"Neutral wins over Throttled", Neutral(Throttled(boom, time.Second)), nil, false, outcomeNeutral},
+		{"Throttled when the lease ended", Throttled(boom, time.Second), ErrLeaseLost, false, outcomeNeutral},
+		{"Throttled at shutdown", Throttled(boom, time.Second), nil, true, outcomeNeutral},
+	}
+	for _, tt := range tests {
+		require.Equal(t, tt.want, outcomeOf(tt.err, tt.leaseErr, tt.shutdown), tt.name)
+	}
+}
+
+func TestNeutralAndThrottledWrap(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("boom")
+	require.NoError(t, Neutral(nil))
+	require.ErrorIs(t, Neutral(boom), boom)
+	require.Equal(t, "boom", Neutral(boom).Error())
+	require.True(t, IsNeutral(fmt.Errorf("x: %w", Neutral(boom))))
+	require.False(t, IsNeutral(boom))
+
+	th := Throttled(boom, 1500*time.Millisecond)
+	require.ErrorIs(t, th, boom)
+	require.True(t, IsThrottled(th))
+	require.False(t, IsThrottled(boom))
+	require.Equal(t, "boom (throttled, retry after 1.5s)", th.Error())
+	require.Equal(t, "downstream throttled (throttled)", Throttled(nil, -time.Second).Error())
+	d, ok := retryAfterOf(th)
+	require.True(t, ok)
+	require.Equal(t, 1500*time.Millisecond, d)
+	_, ok = retryAfterOf(Throttled(boom, 0))
+	require.False(t, ok, "no delay said: the backoff applies")
+	d, _ = retryAfterOf(Throttled(boom, 13*time.Hour))
+	require.Equal(t, MaxVisibilityTimeout, d)
+	d, _ = retryAfterOf(RetryAfter(Throttled(boom, time.Minute), 5*time.Second))
+	require.Equal(t, 5*time.Second, d, "an explicit RetryAfter outside wins")
+	require.Equal(t, "retry requested (retry after 1s)", RetryAfter(nil, time.Second).Error())
+}
+
+func TestRetryAfterHeader(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		now := time.Now()
+		for _, tt := range []struct {
+			in   string
+			want time.Duration
+			ok   bool
+		}{
+			{"", 0, false},
+			{"  ", 0, false},
+			{"120", 2 * time.Minute, true},
+			{" 0 ", 0, true},
+			{"99999999", MaxVisibilityTimeout, true},
+			{"-5", 0, false},
+			{"1.5", 0, false},
+			{"soon", 0, false},
+			{now.Add(90 * time.Second).UTC().Format(http.TimeFormat), 90 * time.Second, true},
+			{now.Add(-time.Hour).UTC().Format(http.TimeFormat), 0, true},
+			{now.Add(48 * time.Hour).UTC().Format(time.RFC850), MaxVisibilityTimeout, true},
+		} {
+			d, ok := RetryAfterHeader(tt.in)
+			require.Equal(t, tt.ok, ok, "%q", tt.in)
+			require.Equal(t, tt.want, d, "%q", tt.in)
+		}
+	})
 }

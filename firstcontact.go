@@ -101,10 +101,12 @@ func firstContactError(queueURL, why string, err error) error {
 
 // queueAttributes are the source queue's attributes Run reads at its
 // start: the lease (when WithVisibilityTimeout is not given), the type,
-// and the poison path's dead-letter queue.
+// the poison path's dead-letter queue, and the byte bound's first
+// estimate of a message's size.
 var queueAttributes = []types.QueueAttributeName{
 	types.QueueAttributeNameVisibilityTimeout, types.QueueAttributeNameFifoQueue,
 	types.QueueAttributeNameRedrivePolicy, types.QueueAttributeNameQueueArn,
+	types.QueueAttributeNameMaximumMessageSize,
 }
 
 // readQueue reads the attributes of the queue at queueURL at Run's start,

@@ -27,16 +27,24 @@ import (
 // finds a message waiting, while slow handlers (a low completion rate) hold
 // almost nothing beyond their slots and leave the queue to other processes.
 //
-// Pollers are started on demand, up to maxPollers, and park on kick when
-// there is nothing to ask for; the flow wakes one when a receive is due.
-// All fields but settling are guarded by mu.
+// Pollers are started on demand, up to the limit on calls in flight
+// (calls, see inflight.go; maxPollers when fixed), and park on kick when
+// there is nothing to ask for or more of them are busy than the limit
+// allows; the flow wakes one when a receive is due. All fields but
+// settling are guarded by mu.
 type flow[T ticketed] struct {
 	mu sync.Mutex
 
 	conc       int // handler slots
 	size       int // MaxNumberOfMessages of a full receive (WithBatchSize)
 	maxAhead   int // hard bound on waiting + asked beyond the slots
-	maxPollers int
+	maxPollers int // the most pollers: the limit when calls is nil
+	// calls is the limit on calls in flight that follows what the HTTP
+	// client sustains (inflight.go); nil when it is fixed at maxPollers
+	// (WithPollers). steady is set when the receive nextLocked last found
+	// due only keeps a poller's call going (steadyLocked).
+	calls  *callLimit
+	steady bool
 
 	running int             // handler slots in use
 	epoch   time.Time       // when the flow was made: slot times count from it
@@ -112,17 +120,18 @@ type flow[T ticketed] struct {
 	// theirs: a connection pool then keeps the connections they use
 	// instead of closing some and dialling others. A job waits for a
 	// poller at most jobWait (all of them may be in long polls); then it
-	// runs on a goroutine of its own (overflow). lanesClosed: the pollers
-	// have returned, and jobs run on goroutines of their own.
+	// runs on a goroutine of its own (overflow). lanesClosed: the
+	// shutdown has ended (the pollers are told to quit right after), and
+	// jobs run on goroutines of their own.
 	jobs        []func()
 	jobTimer    *time.Timer
 	jobArmed    bool
 	lastTake    time.Time // a poller last took work: they make progress
 	overflow    func(job func())
 	lanesClosed bool
-	atLimit     func() // see flowConfig
-	spawn       func() // starts one more poller; called with mu held
-	peakAhead   int    // most messages waiting + asked beyond the free slots
+	atLimit     func(limit int) // see flowConfig
+	spawn       func()          // starts one more poller; called with mu held
+	peakAhead   int             // most messages waiting + asked beyond the free slots
 
 	// burst is how many slots handlers free at once, when more than one:
 	// a Batch handler's size. The read-ahead covers at least that many, so
@@ -135,10 +144,21 @@ type flow[T ticketed] struct {
 	// receive may ask for, or -1 for no bound. Called with mu held.
 	gate func(held int) int
 
+	// limit, when set, is the back pressure of Throttled
+	// (backpressure.go): the slots it lets the flow fill
+	// (WithAdaptiveConcurrency's limit: slotsLocked) and the pause in
+	// which nothing is received or started (throttledLocked). Asked with
+	// mu held.
+	limit flowLimit
+
 	// settling counts the succeeded messages whose slot was given back
 	// before their delete was confirmed (takeSettling): atomic, not
 	// guarded by mu, since every success takes it.
 	settling atomic.Int64
+
+	// bytes is the byte bound (WithMaxBytes, bytebound.go): what the
+	// messages held weigh, and how many the next receive may ask for.
+	bytes byteBudget
 }
 
 // flowConfig is what a flow is made with.
@@ -146,23 +166,29 @@ type flowConfig struct {
 	conc, size, maxAhead, maxPollers int
 	spawn                            func()           // starts one more poller; called with the flow's mu held
 	overflow                         func(job func()) // runs a job no poller took in time
-	atLimit                          func()           // the flow wanted another poller beyond maxPollers (with mu held)
+	atLimit                          func(limit int)  // the flow wanted another poller beyond the limit the HTTP client's pool set (with mu held)
+	calls                            *callLimit       // nil: the limit is fixed at maxPollers
 	burst                            int              // slots freed at once (a Batch handler's size), 0 for one
 	gate                             func(held int) int
+	limit                            flowLimit    // Throttled's pause and limit; nil for none
 	limiter                          *tokenBucket // WithRateLimit; nil for none
 	member                           *share.Member
 	fair                             bool         // groups share the slots fairly (see fairReady)
 	groupLimit                       int          // WithGroupLimit; 0 for none
 	paused                           *atomic.Bool // the Consumer's paused state; nil: never paused
+	// maxBytes bounds the bytes of the messages held (0: no bound);
+	// messageSize is the size of a message to expect before any arrives.
+	maxBytes, messageSize int64
 }
 
 func newFlow[T ticketed](c flowConfig) *flow[T] {
-	f := &flow[T]{conc: c.conc, size: c.size, maxAhead: c.maxAhead, maxPollers: c.maxPollers, spawn: c.spawn, overflow: c.overflow, atLimit: c.atLimit,
-		burst: c.burst, gate: c.gate, limiter: c.limiter, member: c.member, paused: c.paused,
+	f := &flow[T]{conc: c.conc, size: c.size, maxAhead: c.maxAhead, maxPollers: c.maxPollers, calls: c.calls, spawn: c.spawn, overflow: c.overflow, atLimit: c.atLimit,
+		burst: c.burst, gate: c.gate, limit: c.limit, limiter: c.limiter, member: c.member, paused: c.paused,
 		kick: make(chan struct{}, 1), quiet: true, full: true, ready: newFairReady[T](c.fair, c.groupLimit, c.conc)}
 	if f.paused == nil {
 		f.paused = new(atomic.Bool)
 	}
+	f.bytes.max, f.bytes.est = c.maxBytes, c.messageSize
 	f.epoch = time.Now()
 	f.rate.start = f.epoch
 	if c.member != nil {
@@ -172,7 +198,7 @@ func newFlow[T ticketed](c flowConfig) *flow[T] {
 }
 
 func (f *flow[T]) countsLocked(now time.Time) flowCounts {
-	conc := f.conc
+	conc := f.slotsLocked() // a downstream's limit bounds the receives too
 	if f.member != nil {
 		// In a fleet, receive for the slots the flow is entitled to.
 		share := f.member.Share()
@@ -233,11 +259,20 @@ type ticket struct {
 	slot  slot // while place is placeSlot
 }
 
+// flowLimit bounds the slots a flow fills and pauses it: the back
+// pressure of Throttled (backpressure.go). Its methods are called with the
+// flow's mu held and take no lock.
+type flowLimit interface {
+	slots(conc int) int     // how many of conc slots may be filled now
+	pausedUntil() time.Time // when a pause ends (zero or past: none)
+}
+
 // ticketed is what the flow hands out: a message with its ticket.
 type ticketed interface {
 	comparable
 	flowTicket() *ticket
 	flowGroup() string // its MessageGroupId, "" for none
+	flowBytes() int64  // the bytes it holds (messageBytes), for the byte bound
 }
 
 // place is where a message stands in the flow's counts.
@@ -276,21 +311,30 @@ func (f *flow[T]) giveSlotLocked(s slot, now time.Time) time.Duration {
 
 // nextLocked is the size of the receive due now, 0 if none. When only
 // time stands in the way (a backoff, an idle pause, the rate limit) it
-// arms the timer for when it will not.
+// arms the timer for when it will not (a Throttled's pause wakes it
+// itself).
 func (f *flow[T]) nextLocked(now time.Time) int {
-	if f.stopped || f.paused.Load() {
+	if f.stopped || f.paused.Load() || f.throttledLocked(now) {
 		return 0
 	}
 	if at := later(f.retryAt, f.idleUntil); now.Before(at) {
 		f.armLocked(now, at)
 		return 0
 	}
-	n := receiveSize(f.countsLocked(now))
-	if n == 0 && f.ready.blocked > 0 {
+	c := f.countsLocked(now)
+	n := receiveSize(c)
+	f.steady = false
+	if n == 0 {
+		n = f.steadyLocked(now, c)
+		f.steady = n > 0
+	}
+	if n == 0 && f.ready.blocked() > 0 {
 		// Free slots only other groups may take.
-		free := f.running < f.conc && !f.ready.eligible()
+		slots := f.slotsLocked()
+		free := f.running < slots && !f.ready.eligible()
 		var at time.Time
-		n, at = probeSize(free, f.asked, f.conc+f.maxAhead-f.running-f.waiting-f.asked, f.size, f.hold, f.rtt, f.sentAt, now)
+		n, at = probeSize(free, f.asked, slots+f.maxAhead-f.running-f.waiting-f.asked, c.conc-c.running+c.ahead-c.waiting-c.asked,
+			f.size, f.ready.probeGap(f.hold, f.rtt), f.sentAt, now)
 		if !at.IsZero() {
 			f.armLocked(now, at)
 		}
@@ -303,6 +347,11 @@ func (f *flow[T]) nextLocked(now time.Time) int {
 		if at, ok := f.nextDueLocked(now); ok {
 			f.armLocked(now, at)
 		}
+	}
+	if n > 0 {
+		// Within the byte bound: a message that leaves wakes the flow
+		// when it gave none room.
+		n = f.bytes.capLocked(n, f.asked)
 	}
 	if n > 0 && f.gate != nil {
 		// The gate (the breaker) wakes the flow when it lets receives
@@ -370,13 +419,12 @@ func (f *flow[T]) armLocked(now, at time.Time) {
 }
 
 // demandLocked is how many slots of a fleet's budget the flow could use
-// now: none while paused, stopped or held by the gate (an open breaker); one (for the receive that watches
-// the queue) while nothing is held and the queue looks empty or drained
-// (the latest receive got nothing, or less than it asked for); all its
-// own otherwise.
+// now: none while paused, stopped, held by the gate (an open breaker) or
+// by a Throttled's pause, or while the queue looks idle (see below); all
+// its own otherwise (under WithAdaptiveConcurrency, its limit).
 func (f *flow[T]) demandLocked() int {
 	switch {
-	case f.stopped || f.paused.Load(), f.gate != nil && f.gate(0) == 0:
+	case f.stopped || f.paused.Load(), f.gate != nil && f.gate(0) == 0, f.throttledLocked(time.Now()):
 		return 0
 	case f.idleLocked():
 		// An idle queue claims no share of the budget: its one long poll
@@ -385,7 +433,7 @@ func (f *flow[T]) demandLocked() int {
 		// with work for as long as it stays idle.
 		return 0
 	}
-	return f.conc
+	return f.slotsLocked()
 }
 
 // idleLocked reports whether the flow holds no message. A full last
@@ -424,13 +472,16 @@ func (f *flow[T]) wakeLocked(now time.Time) {
 	if len(f.jobs) == 0 && f.nextLocked(now) == 0 {
 		return
 	}
-	if f.idle == 0 && f.pollers < f.maxPollers {
+	if f.pollers-f.idle >= f.limitLocked(now) {
+		if len(f.jobs) > 0 || !f.steady {
+			f.wantedLocked(now) // every poller the limit allows is busy
+		}
+		return
+	}
+	if f.idle == 0 {
 		f.pollers++
 		f.spawn()
 		return
-	}
-	if f.idle == 0 && f.atLimit != nil {
-		f.atLimit()
 	}
 	select {
 	case f.kick <- struct{}{}:
@@ -452,12 +503,14 @@ func (f *flow[T]) coverRTTLocked() time.Duration {
 // rttWindowLength is the length of rttMin's windows.
 const rttWindowLength = 10 * time.Second
 
-// drop takes n waiting messages out that never became deliveries (adopted
-// by a running lease, invalid, handed back raw).
-func (f *flow[T]) drop(n int) {
+// drop takes n waiting messages of bytes bytes out: messages that never
+// became deliveries (adopted by a running lease, invalid, handed back raw)
+// or a waiting delivery that leaves.
+func (f *flow[T]) drop(n int, bytes int64) {
 	if n == 0 {
 		return
 	}
+	f.bytes.release(bytes)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.waiting -= n
@@ -476,16 +529,17 @@ const (
 func (f *flow[T]) enqueue(d T) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	now := time.Now()
 	switch {
 	case f.stopped || f.paused.Load():
 		return notStarting
-	case f.running < f.conc && !f.ready.eligible() && f.ready.mayStart(f.ready.keyOf(d)) && (f.member == nil || f.member.Acquire()):
+	case f.mayStartLocked(now) && !f.ready.eligible() && f.ready.mayStart(f.ready.keyOf(d)) && (f.member == nil || f.member.Acquire()):
 		// In a fleet a slot of the shared budget too; without one, the
 		// member now waits for one (Acquire), granted through granted.
 		// (A free slot with ready messages left means they are all of
 		// groups at their limit: d goes first.)
 		f.waiting--
-		f.seatLocked(d, time.Now())
+		f.seatLocked(d, now)
 		return startNow
 	}
 	f.ready.push(d)
@@ -499,14 +553,14 @@ func (f *flow[T]) enqueue(d T) int {
 func (f *flow[T]) granted() (next T, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.stopped || f.paused.Load() || !f.ready.eligible() || f.running >= f.conc {
+	now := time.Now()
+	if f.stopped || f.paused.Load() || !f.ready.eligible() || !f.mayStartLocked(now) {
 		f.member.SetWant(false)
 		return next, false
 	}
-	now := time.Now()
 	next = f.popReadyLocked()
 	f.seatLocked(next, now)
-	if !f.ready.eligible() || f.running >= f.conc {
+	if !f.ready.eligible() || !f.mayStartLocked(now) {
 		f.member.SetWant(false)
 	}
 	f.wakeLocked(now)
@@ -568,11 +622,15 @@ func (f *flow[T]) leave(d T, ran bool) (next T, ok bool) {
 	t := d.flowTicket()
 	switch t.place {
 	case placeWaiting:
-		f.drop(1)
+		f.drop(1, d.flowBytes())
 	case placeSlot:
+		f.bytes.release(d.flowBytes()) // before slotDone looks for a receive due
 		next, ok = f.slotDone(t.slot, ran)
 	case placeSettling:
 		f.settling.Add(-1)
+		if f.bytes.release(d.flowBytes()) {
+			f.wake() // a receive waited for these bytes
+		}
 	}
 	t.place = placeOut
 	return next, ok
@@ -622,7 +680,7 @@ func (f *flow[T]) slotDoneLocked(s slot, done bool) (next T, ok bool) {
 		}
 	}
 	switch {
-	case !f.ready.eligible() || f.stopped || f.paused.Load():
+	case !f.ready.eligible() || f.stopped || f.paused.Load() || !f.mayStartLocked(now):
 	case f.member != nil:
 		f.member.SetWant(true) // Release follows
 	default:
@@ -671,4 +729,121 @@ func (f *flow[T]) groups() groupFigures {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.ready.slots.figures(time.Now())
+}
+
+// slotsLocked is how many handler slots the flow may fill now: all of
+// them, or WithAdaptiveConcurrency's limit.
+func (f *flow[T]) slotsLocked() int {
+	if f.limit == nil {
+		return f.conc
+	}
+	return f.limit.slots(f.conc)
+}
+
+// throttledLocked reports whether a Throttled's pause holds at now: no
+// receive is due and no message starts.
+func (f *flow[T]) throttledLocked(now time.Time) bool {
+	return f.limit != nil && now.Before(f.limit.pausedUntil())
+}
+
+// mayStartLocked reports whether a ready message may take a slot now: one
+// is free under the limit, and no pause holds.
+func (f *flow[T]) mayStartLocked(now time.Time) bool {
+	return f.running < f.slotsLocked() && !f.throttledLocked(now)
+}
+
+// fill seats ready messages in the slots the limit gives back
+// (the limit rose, a pause ended) and returns them to start; in a fleet
+// the budget's grants start them instead. It wakes a poller if a receive
+// is due.
+func (f *flow[T]) fill() []T {
+	f.mu.Lock()
+	now := time.Now()
+	var out []T
+	if !f.stopped && !f.paused.Load() {
+		if f.member != nil {
+			if f.ready.eligible() && f.mayStartLocked(now) {
+				f.member.SetWant(true) // Dispatch follows
+			}
+		} else {
+			for f.ready.eligible() && f.mayStartLocked(now) {
+				next := f.popReadyLocked()
+				f.seatLocked(next, now)
+				out = append(out, next)
+			}
+		}
+	}
+	f.wakeLocked(now)
+	f.mu.Unlock()
+	if f.member != nil {
+		f.member.Dispatch()
+	}
+	return out
+}
+
+// runningNow is the handler slots in use now.
+func (f *flow[T]) runningNow() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.running
+}
+
+// limitLocked is how many pollers may be busy at once: the calls in
+// flight the HTTP client sustains (callLimit), or maxPollers when fixed.
+func (f *flow[T]) limitLocked(now time.Time) int {
+	if f.calls == nil {
+		return f.maxPollers
+	}
+	return f.calls.current(now)
+}
+
+// wantedLocked records that the flow wanted one more call in flight than
+// the limit allows, and tells atLimit when the limit is below what the
+// read-ahead needs because of the HTTP client's pool.
+func (f *flow[T]) wantedLocked(now time.Time) {
+	if f.calls == nil {
+		return
+	}
+	f.calls.want(now)
+	if f.atLimit != nil && f.calls.poolBound() {
+		f.atLimit(f.calls.limitNow())
+	}
+}
+
+// steadyLocked is the size of a receive due only to keep the calls in
+// flight steady, given the flow's counts c (receiveSize found none due):
+// a full receive while the limit on calls in flight has bound within the
+// last jobWait, the queue has a backlog (the latest receive was full) and
+// the handlers keep up (no more waiting than the free slots and a round
+// trip's completions); 0 otherwise, and always for a Consumer in a fleet
+// or whose limit is fixed (WithPollers) or cannot be traced.
+//
+// While the limit binds, the read-ahead wants about as many calls as the
+// limit allows, and its wants rise and fall by a few receives at a time:
+// pollers park and their connections go back to the client's idle pool,
+// which closes those beyond its MaxIdleConnsPerHost; a moment later the
+// pollers are busy again and dial new ones. A bare receive-and-delete
+// loop, whose pollers never park, keeps its connections. So, while the
+// limit binds, a poller with nothing due receives anyway, within the
+// read-ahead's bound (WithMaxReadAhead): as a bare loop does.
+func (f *flow[T]) steadyLocked(now time.Time, c flowCounts) int {
+	if f.calls == nil || f.member != nil || c.quiet || !f.full || !f.calls.binding(now, f.jobWait()) {
+		return 0
+	}
+	if free := c.conc - c.running; c.waiting > free+c.cover || c.conc+f.maxAhead-c.running-c.waiting-c.asked < c.size {
+		return 0
+	}
+	return c.size
+}
+
+// jobWait is how long a job may wait for a poller to be free before it
+// runs on a goroutine of its own: about a round trip, the time a busy
+// poller takes to finish its call.
+func (f *flow[T]) jobWait() time.Duration { return max(2*f.rtt, 20*time.Millisecond) }
+
+// bytesNow is the byte bound's figures, for Stats.
+func (f *flow[T]) bytesNow() ByteCounts {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.bytes.countsLocked()
 }

@@ -100,7 +100,7 @@ func TestFlowCounts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		paused := new(atomic.Bool)
 		f := newFlow[*delivery](flowConfig{conc: 2, size: 10, maxAhead: 1, maxPollers: 1, spawn: func() {}, paused: paused})
-		f.received(0, 4, time.Now(), time.Millisecond)
+		f.received(0, 4, 0, 0, time.Now(), time.Millisecond)
 		ds := []*delivery{{}, {}, {}, {}}
 		for i, d := range ds {
 			v := f.enqueue(d)
@@ -138,7 +138,7 @@ func TestFlowCounts(t *testing.T) {
 		require.True(t, f.takeSettling(), "a settling message that leaves makes room")
 
 		waitingOne := &delivery{}
-		f.received(0, 1, time.Now(), time.Millisecond)
+		f.received(0, 1, 0, 0, time.Now(), time.Millisecond)
 		require.Equal(t, enqueued, f.enqueue(waitingOne), "both slots are busy (ds[2], ds[3])")
 		paused.Store(true) // Pause
 		require.Equal(t, []*delivery{waitingOne}, f.takeReady(), "a pause takes the ready messages out")

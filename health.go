@@ -25,7 +25,8 @@ import (
 //     until the first answer, then "running"), unless it is paused;
 //   - no ReceiveMessage, visibility change or delete call was answered by
 //     SQS for longer than the stall limit (while the breaker is closed:
-//     an open breaker pauses receiving on purpose; and while not paused,
+//     an open breaker pauses receiving on purpose, and so does a
+//     Throttled, whose pause counts from its end; and while not paused,
 //     or paused with handlers running, whose leases must be renewed: a
 //     Pause sends nothing else, on purpose, however long it lasts);
 //   - a handler has run longer than the handler limit;

@@ -45,8 +45,9 @@ var (
 	// the handler's context with it (as the cause) when an extension fails
 	// this way, and returns it when a completion does.
 	ErrClaimLost = errors.New("sqsconsumer: idempotency claim lost: the key is no longer held with this token")
-	// ErrInProgress is the error (wrapped in RetryAfter) a message gets when
-	// another worker holds its idempotency key in progress.
+	// ErrInProgress is the error (wrapped in RetryAfter and Neutral) a
+	// message gets when another worker holds its idempotency key in
+	// progress.
 	ErrInProgress = errors.New("sqsconsumer: idempotency key is in progress elsewhere")
 	// ErrPayloadMismatch means the idempotency key is already recorded with
 	// a different payload hash: two different messages share the key. See
@@ -323,7 +324,8 @@ func messageIDKey(m *Message) (string, error) { return m.ID, nil }
 //     (if any) is, and the message is deleted (nil is returned);
 //   - key held by another worker: the handler is not called and the
 //     message is retried later: the error wraps ErrInProgress inside
-//     RetryAfter (see WithInProgressRetry), so the two never run at once;
+//     RetryAfter (see WithInProgressRetry), so the two never run at once,
+//     and is Neutral: the circuit breaker does not count it;
 //   - claim acquired: the handler runs. When it returns nil the claim
 //     becomes a completion, remembered for WithIdempotencyTTL (24 h by
 //     default) with the result from SetIdempotencyResult; when it fails
@@ -425,7 +427,9 @@ func (h *idempotentHandler) HandleMessage(ctx context.Context, m *Message) error
 		}
 		return nil
 	case ClaimInProgress:
-		return RetryAfter(fmt.Errorf("%w: key %q", ErrInProgress, key), h.inProgressDelay(now, res.Until))
+		// Neutral: a duplicate says nothing of the downstream (the breaker
+		// must not count it).
+		return Neutral(RetryAfter(fmt.Errorf("%w: key %q", ErrInProgress, key), h.inProgressDelay(now, res.Until)))
 	default:
 		return fmt.Errorf("sqsconsumer: idempotency store answered Claim of %q with %v", key, res.Status)
 	}

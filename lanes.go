@@ -32,6 +32,13 @@ func (f *flow[T]) take() (job func(), n int, sent time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now()
+	if f.pollers-f.idle > f.limitLocked(now) {
+		// The limit was lowered: this poller waits until it is needed,
+		// and a job waiting goes to the busy ones (within jobWait).
+		f.idle++
+		f.armJobsLocked()
+		return nil, 0, now
+	}
 	f.lastTake = now
 	if len(f.jobs) > 0 {
 		job = f.jobs[0]
@@ -69,11 +76,11 @@ func (f *flow[T]) endReceiveLocked(sent time.Time) {
 	}
 }
 
-// stuckLocked reports whether every poller is busy in a receive sent
-// jobWait ago or more: long polls, which may go on for their whole wait,
-// so a job must not wait for them.
+// stuckLocked reports whether every poller that may make a call is busy
+// in a receive sent jobWait ago or more: long polls, which may go on for
+// their whole wait, so a job must not wait for them.
 func (f *flow[T]) stuckLocked(now time.Time) bool {
-	if f.idle > 0 || len(f.recvSince) < f.pollers {
+	if busy := f.pollers - f.idle; busy < f.limitLocked(now) || len(f.recvSince) < busy {
 		return false
 	}
 	cut := now.Sub(f.epoch) - f.jobWait()
@@ -85,15 +92,11 @@ func (f *flow[T]) stuckLocked(now time.Time) bool {
 	return true
 }
 
-// jobWait is how long a job may wait for a poller to be free before it
-// runs on a goroutine of its own: about a round trip, the time a busy
-// poller takes to finish its call.
-func (f *flow[T]) jobWait() time.Duration { return max(2*f.rtt, 20*time.Millisecond) }
-
 // submit hands a job (a coalesced call) to the pollers: an idle one takes
-// it, or a new one if there is room, or the first to finish its call
-// (within jobWait, else it overflows). It returns false, having done
-// nothing, once the pollers are gone (closeLanes): the caller runs job.
+// it, or a new one, if the limit on calls in flight lets one more be
+// busy; otherwise the first to finish its call (within jobWait, else it
+// overflows). It returns false, having done
+// nothing, once the lanes are closed (closeLanes): the caller runs job.
 func (f *flow[T]) submit(job func()) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -101,28 +104,40 @@ func (f *flow[T]) submit(job func()) bool {
 		return false
 	}
 	f.jobs = append(f.jobs, job)
+	now := time.Now()
+	busy, limit := f.pollers-f.idle, f.limitLocked(now)
 	switch {
-	case f.idle > 0:
+	case busy < limit && f.idle > 0:
 		select {
 		case f.kick <- struct{}{}:
 		default:
 		}
-	case f.pollers < f.maxPollers:
+	case busy < limit:
 		f.pollers++
 		f.spawn()
-	case f.stuckLocked(time.Now()):
+	case f.stuckLocked(now):
 		// Every poller waits in a long poll: run it now, on its own.
 		f.jobs = f.jobs[:len(f.jobs)-1]
 		f.overflow(job)
-	case !f.jobArmed:
-		f.jobArmed = true
-		if f.jobTimer == nil {
-			f.jobTimer = time.AfterFunc(f.jobWait(), f.overflowJobs)
-		} else {
-			f.jobTimer.Reset(f.jobWait())
-		}
+	default:
+		f.armJobsLocked()
 	}
 	return true
+}
+
+// armJobsLocked makes the jobs waiting run on goroutines of their own if
+// no poller takes any work within jobWait (overflowJobs), unless that is
+// armed already.
+func (f *flow[T]) armJobsLocked() {
+	if len(f.jobs) == 0 || f.jobArmed {
+		return
+	}
+	f.jobArmed = true
+	if f.jobTimer == nil {
+		f.jobTimer = time.AfterFunc(f.jobWait(), f.overflowJobs)
+	} else {
+		f.jobTimer.Reset(f.jobWait())
+	}
 }
 
 // overflowJobs runs the jobs waiting on goroutines of their own when no
@@ -144,7 +159,8 @@ func (f *flow[T]) overflowJobs() {
 	f.overflowLocked()
 }
 
-// closeLanes records that the pollers have returned and runs the jobs
+// closeLanes records that the pollers take no more jobs (Run tells them
+// to quit next: the shutdown has ended), and runs the jobs
 // still waiting on goroutines of their own; from now on submit refuses.
 func (f *flow[T]) closeLanes() {
 	f.mu.Lock()
@@ -217,15 +233,20 @@ func (f *flow[T]) abandoned(asked int, sent time.Time) {
 	f.endReceiveLocked(sent)
 }
 
-// received records a receive that asked for asked messages and got got
-// after took; the got messages are waiting until dispatched.
-func (f *flow[T]) received(asked, got int, sent time.Time, took time.Duration) {
+// received records a receive that asked for asked messages and got got,
+// of bytes bytes (the largest of them largest), after took; the got
+// messages are waiting until dispatched.
+func (f *flow[T]) received(asked, got int, bytes, largest int64, sent time.Time, took time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now()
 	f.failures, f.same, f.lastErr = 0, 0, ""
 	f.asked -= asked
 	f.endReceiveLocked(sent)
+	f.bytes.receivedLocked(got, bytes, largest)
+	if f.calls != nil {
+		f.calls.answered()
+	}
 	f.waiting += got
 	f.quiet = got == 0
 	f.full = got == asked
@@ -270,4 +291,14 @@ func (f *flow[T]) sampleRTTLocked(now time.Time, took time.Duration) {
 func receiveBackoff(n int) time.Duration {
 	d := backoffDelay(n, 100*time.Millisecond, 10*time.Second)
 	return between(d/2, d)
+}
+
+// callLimitNow is the limit on calls in flight now, for Stats.
+func (f *flow[T]) callLimitNow() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.calls == nil {
+		return f.maxPollers
+	}
+	return f.calls.limitNow()
 }

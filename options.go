@@ -1,6 +1,7 @@
 package sqsconsumer
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -53,8 +54,10 @@ type settings struct {
 	concurrency     int
 	receiveSize     int // MaxNumberOfMessages of a full receive (WithBatchSize)
 	waitTime        time.Duration
-	pollers         int // 0 = derived from concurrency and maxAhead
-	maxAhead        int // read-ahead bound
+	pollers         int   // 0 = derived from concurrency and maxAhead (New sets it)
+	adaptPollers    bool  // pollers was derived: the calls in flight follow the HTTP client (inflight.go)
+	maxAhead        int   // read-ahead bound
+	maxBytes        int64 // WithMaxBytes: bytes of the messages held
 	shutdownTimeout time.Duration
 	cancelIdlePolls bool          // WithCancelIdlePollsAtShutdown
 	handlerTimeout  time.Duration // 0 = none
@@ -74,10 +77,15 @@ type settings struct {
 	errs            []error
 
 	deadLetterURL string        // "" = from the queue's RedrivePolicy
+	requireDLQ    bool          // WithRequireDeadLetterQueue
 	breaker       *Breaker      // nil = off
 	stallLimit    time.Duration // Health: 0 = default
 	startupLimit  time.Duration // Health: 0 = DefaultStartupLimit
 	handlerLimit  time.Duration // Health: 0 = default
+	// WithAdaptiveConcurrency: on, its floor and initial limit (0 until
+	// New fills in the default).
+	adaptive                       bool
+	adaptiveFloor, adaptiveInitial int
 
 	scaling   *ScalingPolicy // WithScaling; nil = off
 	scalingBy string         // the option that set scaling: "WithScaling" or "WithScalingTarget"
@@ -85,6 +93,8 @@ type settings struct {
 	protect    bool                  // WithScaleInProtection
 	protector  *ecsprotect.Protector // its Protector: the caller's, or the Consumer's own (made in New)
 	ownProtect bool                  // the Consumer made protector: Run starts and closes it
+
+	panicPolicy func(context.Context, *Message, *PanicError) error // WithPanicPolicy; nil = the default
 }
 
 func defaultSettings() settings {
@@ -94,6 +104,7 @@ func defaultSettings() settings {
 		receiveSize:     defaultReceiveSize,
 		waitTime:        defaultWaitTime,
 		maxAhead:        defaultMaxReadAhead,
+		maxBytes:        DefaultMaxBytes,
 		shutdownTimeout: defaultShutdownTimeout,
 		backoff:         DefaultBackoff,
 	}
@@ -231,6 +242,18 @@ func isAlnum(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
+// pollWait is the WaitTimeSeconds of every receive: WithWaitTime's, but
+// never longer than the shutdown timeout, since a receive in flight at
+// shutdown is never cancelled and must return within it (at least a
+// second: the SDK cannot send a wait of 0). 0 leaves the wait to the
+// queue's ReceiveMessageWaitTimeSeconds.
+func (s *settings) pollWait() time.Duration {
+	if s.waitTime == 0 {
+		return 0
+	}
+	return max(min(s.waitTime, s.shutdownTimeout.Truncate(time.Second)), time.Second)
+}
+
 func (s *settings) fail(format string, args ...any) {
 	s.errs = append(s.errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...))
 }
@@ -337,6 +360,7 @@ func WithObserver(o Observer) LeaseOption {
 
 // WithLogger makes the library log warnings and errors (lease lost, panics,
 // receive failures) and debug lines to l. Default: the library logs nothing.
+// Handlers log through it with their message's fields with Logger(ctx).
 func WithLogger(l *slog.Logger) LeaseOption {
 	return leaseOption(func(s *settings) {
 		if l == nil {
@@ -393,10 +417,26 @@ func WithWaitTime(d time.Duration) Option {
 	})
 }
 
-// WithPollers sets the most ReceiveMessage calls a Consumer has in flight
-// at once, 1 to 1000. Default: enough to ask for every handler slot and
-// the whole read-ahead in full receives, (concurrency + max read-ahead) /
-// receive size (WithBatchSize) + 1. Pollers start as the flow needs them.
+// WithPollers fixes the most calls a Consumer has in flight at once
+// (receives, and the deletes and visibility changes its pollers make
+// between them), 1 to 1000. Pollers start as the flow needs them.
+//
+// Default: the calls in flight follow what the HTTP client sustains
+// without closing connections and dialling new ones, up to enough to ask
+// for every handler slot and the whole read-ahead in full receives,
+// (concurrency + max read-ahead) / receive size (WithBatchSize) + 1. The
+// Consumer traces its calls' connections (net/http/httptrace, through
+// each call's context) and starts at the client's idle pool
+// (MaxIdleConnsPerHost, when it can read it: 10 for the SDK's default
+// client), where none can be lost; it rises while the pool keeps its
+// connections and the work wants more calls, and falls when the pool
+// closes them (Stats.MaxCallsInFlight, Stats.Conns). While the limit is
+// what holds it back, a poller with nothing due receives anyway, within
+// the read-ahead's bound, as a bare receive loop does: so the calls in
+// flight stay steady and the pool keeps their connections. A client whose
+// calls do not reach a net/http Transport with their context cannot be
+// traced: its calls in flight stay within twice its idle pool when the
+// Consumer can read the pool, and at the default's bound otherwise.
 func WithPollers(n int) Option {
 	return option(func(s *settings) {
 		if n < 1 || n > 1000 {
@@ -440,6 +480,49 @@ func WithMaxReadAhead(n int) Option {
 			return
 		}
 		s.maxAhead = n
+	})
+}
+
+// WithMaxBytes bounds the bytes of the messages a Consumer holds: from
+// the answer of the receive that brought a message until the Consumer lets
+// go of it, read ahead, waiting for a handler slot (or behind its FIFO
+// group), running, and settling (its handler succeeded, SQS has not yet
+// confirmed its delete). A message's bytes are its body, its message
+// attributes (names, types, values), its system attributes, its receipt
+// handle and ID: what the Consumer keeps of it. Range 1 to MaxBytesLimit
+// (1 TiB); default DefaultMaxBytes (64 MiB).
+//
+// SQS does not say how big a receive's messages will be before it
+// answers, so the bound acts before each receive: it asks for no more
+// messages than fit beside the bytes held and what the receives in flight
+// may bring, each message counted at an estimate of a message's size. The
+// estimate starts at the queue's MaximumMessageSize (read at Run; 1 MiB,
+// SQS's largest since August 2025, if it cannot be read), becomes the
+// largest message of the first answer with any, jumps to any larger
+// message received later, and otherwise comes down toward the mean size
+// of the messages received (by a 64th of the gap a message). So with
+// messages of one size the Consumer never holds more than n bytes; a
+// message larger than the estimate can take it past n by the difference,
+// for the receives in flight when it arrives, and the estimate then
+// follows. When nothing is held or asked for, one receive of one message
+// always goes out, however large: a message larger than n is handled,
+// alone, and never blocks the Consumer.
+//
+// The bound works with WithConcurrency and WithMaxReadAhead, which bound
+// messages by count: whichever is reached first holds the receives back.
+// With 1 MiB messages the default lets at most 64 of them be held, so
+// that many handlers at most run at once however high WithConcurrency is
+// (Stats.Bytes.Limited says when the bound held a receive back). Besides
+// the messages held, a process's heap carries the answers being decoded
+// (the SDK reads each whole) and the garbage collector's slack: the
+// README's "Measured" section gives the heap measured with 1 MiB messages.
+func WithMaxBytes(n int64) Option {
+	return option(func(s *settings) {
+		if n < 1 || n > MaxBytesLimit {
+			s.fail("WithMaxBytes(%d): must be from 1 to %d (1 TiB)", n, int64(MaxBytesLimit))
+			return
+		}
+		s.maxBytes = n
 	})
 }
 
@@ -637,7 +720,8 @@ func WithScalingTarget(wait time.Duration) Option {
 // The figure is ceil((arrival + backlog/Target) / (capacity ×
 // Utilization)), where capacity is what this replica's handler slots
 // finish a second when never starved (WithConcurrency over the mean time a
-// message holds a slot), backlog the visible count (followed at once when
+// message holds a slot; not WithAdaptiveConcurrency's limit, which is a
+// downstream's, and more replicas would only share it), backlog the visible count (followed at once when
 // it rises, halfway toward each lower reading), and arrival
 // the whole queue's arrival rate, inferred from each reading's raw counts:
 // its departures (messages in flight over their mean time in flight,

@@ -87,6 +87,17 @@ func (f *instantSQS) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessa
 	return out, nil
 }
 
+func (f *instantSQS) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	if err := f.wait(ctx); err != nil {
+		return nil, err
+	}
+	out := &sqs.ChangeMessageVisibilityBatchOutput{}
+	for _, e := range in.Entries {
+		out.Successful = append(out.Successful, types.ChangeMessageVisibilityBatchResultEntry{Id: e.Id})
+	}
+	return out, nil
+}
+
 // BenchmarkConsumerOverhead is the library's cost per message with a no-op
 // handler and an SQS that costs nothing: leases, goroutines, batching,
 // observers. At rtt=0 the SQS answers at once (4 pollers); at rtt=10ms

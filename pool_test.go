@@ -2,8 +2,10 @@ package sqsconsumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptrace"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,10 +25,21 @@ import (
 // call that ends gives its connection back to the pool, which closes it
 // when n are idle already. Every call takes rtt (half before the server
 // handles it, half after), as latencyClient.
+//
+// With traced set it also tells the httptrace.ClientTrace of each call's
+// context what it did, as net/http's Transport does: GotConn (Reused when
+// the call took an idle connection) when the call begins, PutIdleConn
+// (with an error when the connection was closed) when it ends. With
+// sustains above 0 it models a client that sustains that many calls in
+// flight, whatever its pool: a call that ends while more are in flight
+// loses its connection.
 type poolClient struct {
 	Client
-	n   int
-	rtt time.Duration
+	n        int
+	rtt      time.Duration
+	traced   bool
+	sustains int
+	jitter   bool // each round trip 0.7 to 1.3 rtt
 
 	mu       sync.Mutex // guards the fields below
 	idle     int
@@ -34,56 +47,88 @@ type poolClient struct {
 	peak     int
 	dials    int
 	calls    int
+	lost     int
 
 	deleted atomic.Int64
 }
 
-func (p *poolClient) begin() {
+var errPoolFull = errors.New("http: putIdleConn: too many idle connections for host")
+
+func (p *poolClient) begin(ctx context.Context) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.calls++
 	p.inFlight++
 	p.peak = max(p.peak, p.inFlight)
-	if p.idle > 0 {
+	reused := p.idle > 0
+	if reused {
 		p.idle--
-		return
+	} else {
+		p.dials++
 	}
-	p.dials++
+	p.mu.Unlock()
+	if tr := httptrace.ContextClientTrace(ctx); p.traced && tr != nil && tr.GotConn != nil {
+		tr.GotConn(httptrace.GotConnInfo{Reused: reused})
+	}
 }
 
-func (p *poolClient) end() {
+func (p *poolClient) end(ctx context.Context) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.inFlight--
-	if p.idle < p.n {
+	var err error
+	switch {
+	case p.sustains > 0 && p.inFlight > p.sustains:
+		err = errPoolFull
+	case p.idle < p.n:
 		p.idle++
+	default:
+		err = errPoolFull
+	}
+	if err != nil {
+		p.lost++
+	}
+	p.inFlight--
+	p.mu.Unlock()
+	if tr := httptrace.ContextClientTrace(ctx); p.traced && tr != nil && tr.PutIdleConn != nil {
+		tr.PutIdleConn(err)
 	}
 }
 
-// counts returns the dials and calls so far, and resets the peak.
-func (p *poolClient) counts() (dials, calls, peak int) {
+// counts returns the dials, calls and lost connections so far, and resets
+// the peak.
+func (p *poolClient) counts() (dials, calls, lost, peak int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	peak, p.peak = p.peak, p.inFlight
-	return p.dials, p.calls, peak
+	return p.dials, p.calls, p.lost, peak
 }
 
-func (p *poolClient) trip() func() {
-	p.begin()
-	time.Sleep(p.rtt / 2)
+func (p *poolClient) trip(ctx context.Context) func() {
+	p.begin(ctx)
+	rtt := p.rtt
+	if p.jitter {
+		// A round trip of 0.7 to 1.3 rtt, in 61 steps that follow each
+		// other from call to call (a golden-ratio sequence): calls that
+		// begin together do not all end together, as on a network.
+		p.mu.Lock()
+		k := p.calls
+		p.mu.Unlock()
+		frac := float64(k) * 0.6180339887
+		frac -= float64(int(frac))
+		rtt = time.Duration(float64(p.rtt) * (0.7 + 0.6*float64(int(frac*61))/60))
+	}
+	time.Sleep(rtt / 2)
 	return func() {
-		time.Sleep(p.rtt - p.rtt/2)
-		p.end()
+		time.Sleep(rtt - rtt/2)
+		p.end(ctx)
 	}
 }
 
 func (p *poolClient) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, optFns ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
-	defer p.trip()()
+	defer p.trip(ctx)()
 	return p.Client.ReceiveMessage(ctx, in, optFns...)
 }
 
 func (p *poolClient) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, optFns ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
-	defer p.trip()()
+	defer p.trip(ctx)()
 	out, err := p.Client.DeleteMessageBatch(ctx, in, optFns...)
 	if err == nil {
 		p.deleted.Add(int64(len(out.Successful)))
@@ -92,12 +137,12 @@ func (p *poolClient) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessa
 }
 
 func (p *poolClient) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
-	defer p.trip()()
+	defer p.trip(ctx)()
 	return p.Client.ChangeMessageVisibilityBatch(ctx, in, optFns...)
 }
 
 func (p *poolClient) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, optFns ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) {
-	defer p.trip()()
+	defer p.trip(ctx)()
 	return p.Client.GetQueueAttributes(ctx, in, optFns...)
 }
 
@@ -142,10 +187,10 @@ func measurePool(t *testing.T, n int, rtt, h time.Duration, conc int, warm, span
 		}
 		stop := running(t, c)
 		time.Sleep(warm)
-		d0, c0, _ := p.counts()
+		d0, c0, _, _ := p.counts()
 		m0 := p.deleted.Load()
 		time.Sleep(span)
-		d1, c1, peak := p.counts()
+		d1, c1, _, peak := p.counts()
 		m1 := p.deleted.Load()
 		st := c.Stats()
 		if err := stop(); err != nil {
@@ -174,12 +219,14 @@ func sendBodies(t *testing.T, b bundle, bodies []string) {
 // idleConnsPerHost reads it from an SDK client.
 func (p *poolClient) MaxIdleConnsPerHost() int { return p.n }
 
-// A Consumer keeps its calls in flight within what its HTTP client's pool
-// keeps alive (twice its idle connections), so that in steady state it
+// A Consumer whose HTTP client it cannot trace (this client tells its pool
+// but reports no connection through httptrace) keeps its calls in flight
+// within twice the pool's idle connections, so that in steady state it
 // opens next to no connection, at the rate the work asks for when the
 // pool allows it; when the pool is what bounds it, Stats says so. A
 // Consumer that sized its calls by its read-ahead alone (as before: 103
 // for these settings) kept up to 48 calls in flight over a pool of 10.
+// (A client it can trace: inflight_test.go.)
 func TestCallsInFlightWithinThePool(t *testing.T) {
 	t.Parallel()
 	const rtt = 10 * time.Millisecond

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sqskit/sqsconsumer/internal/broken"
 	"github.com/sqskit/sqsconsumer/internal/fifo"
 )
 
@@ -36,6 +37,12 @@ func (r *run) poll() {
 				r.fl.unpark()
 				continue
 			case <-r.quit:
+				if pollerQuits != nil {
+					pollerQuits()
+				}
+				if broken.Is(broken.ShutdownStrandsReceive) {
+					time.Sleep(100 * time.Millisecond) // descheduled here, still counted as parked
+				}
 				r.fl.unpark()
 				return
 			}
@@ -71,6 +78,11 @@ func (r *run) poll() {
 	}
 }
 
+// pollerQuits, when set (by a test), is called by a parked poller that
+// saw Run quit, before it leaves: the moment a busy machine may
+// deschedule it, still counted as parked.
+var pollerQuits func()
+
 // maxSameReceiveFailures is how many receives in a row may fail with the
 // same client error (a 4xx answer other than throttling, such as an answer
 // the SDK cannot decode) before Run gives up and returns it: about a
@@ -97,7 +109,7 @@ func (r *run) receive(n int, sent time.Time) error {
 		VisibilityTimeout:           int32(cfg.lease / time.Second),
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
 		MessageAttributeNames:       []string{"All"},
-	}, skipChecksum)
+	}, receiveOpts...) // skipChecksum, guardBodies (clienthttp.go)
 	cancel()
 	arrived := time.Now()
 	if err != nil {
@@ -128,7 +140,12 @@ func (r *run) receive(n int, sent time.Time) error {
 		msgs = msgs[:n]
 	}
 	msgs = r.dropCorrupt(msgs)
-	r.fl.received(n, len(msgs), sent, arrived.Sub(sent))
+	var bytes, largest int64
+	for _, m := range msgs {
+		b := messageBytes(m)
+		bytes, largest = bytes+b, max(largest, b)
+	}
+	r.fl.received(n, len(msgs), bytes, largest, sent, arrived.Sub(sent))
 	r.dispatch(msgs, HandoverTime(sent, arrived), arrived, cfg)
 	r.fl.handOut()
 	return nil
@@ -153,6 +170,10 @@ func (r *run) leaseFor() *leaseConfig {
 // message of it invisible for a lease, unhandled. dropCorrupt checks each
 // message instead.
 func skipChecksum(o *sqs.Options) { o.DisableMessageChecksumValidation = true }
+
+// receiveOpts is the receive's per-call options (skipChecksum, and
+// guardBodies: clienthttp.go), as a slice made once (see guardOpts).
+var receiveOpts = []func(*sqs.Options){skipChecksum, guardBodies}
 
 // dropCorrupt returns msgs without the messages whose body does not match
 // their MD5OfBody (the lowercase hex MD5 of the body, as SQS computes it);
@@ -280,7 +301,7 @@ func (r *run) deliver(raw types.Message, handedOver, arrived time.Time, cfg *lea
 	id, handle := aws.ToString(raw.MessageId), aws.ToString(raw.ReceiptHandle)
 	if id == "" || handle == "" {
 		r.log(slog.LevelError, "sqsconsumer: ReceiveMessage returned a message without MessageId or ReceiptHandle; skipping it", "message_id", id)
-		r.fl.drop(1)
+		r.fl.drop(1, messageBytes(raw))
 		return nil, v
 	}
 	d = newDelivery(raw, handedOver, arrived, cfg)
@@ -304,10 +325,11 @@ func (r *run) deliver(raw types.Message, handedOver, arrived time.Time, cfg *lea
 		}
 		// Another receive of it was dispatched meanwhile: look again.
 	}
-	// Not a child of any Run-scoped context: cancelling Run's context
+	// Not a child of any cancellable context: cancelling Run's context
 	// must not interrupt handlers (shutdown cancels each one itself), and
-	// a parent would take a shared lock for every message.
-	d.ctx = d.lease.start(context.Background())
+	// a cancellable parent would take a shared lock for every message.
+	// handlerBase only carries the drain signal (Draining).
+	d.ctx = d.lease.start(r.handlerBase)
 	r.observe(EventReceived, d, nil)
 	return d, v
 }
@@ -316,7 +338,7 @@ func (r *run) deliver(raw types.Message, handedOver, arrived time.Time, cfg *lea
 // lease, or hands it back when that lease is gone but its handler has not
 // returned yet (the two must not run at once).
 func (r *run) adopt(d *delivery, raw types.Message, handedOver time.Time, cfg *leaseConfig) {
-	r.fl.drop(1)
+	r.fl.drop(1, messageBytes(raw))
 	count, _ := strconv.Atoi(raw.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
 	if d.lease.adopt(aws.ToString(raw.ReceiptHandle), handedOver, count, cfg.lease) {
 		r.log(slog.LevelInfo, "sqsconsumer: message redelivered while still being handled here; the running lease adopted the new receipt handle", "message_id", d.msg.ID, "receive_count", count)

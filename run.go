@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sqskit/sqsconsumer/internal/broken"
 	"github.com/sqskit/sqsconsumer/internal/share"
 )
 
@@ -38,15 +39,16 @@ import (
 //
 // Lock order. Every lock of the run is a leaf, taken alone, except:
 //   - flow.mu is held while the flow asks the breaker's mu (its gate) and
-//     the fleet member's (its share);
+//     the fleet member's (its share); the back pressure's limit and pause
+//     it reads without a lock;
 //   - batcher.mu is held while the batcher asks registry.mu and a
 //     Lease's mu;
 //   - registry.mu is held while it tells the scale-in Protector
 //     (WithScaleInProtection) that it starts or stops holding anything;
 //     the Protector's lock is a leaf.
 //
-// Lease.mu, failureLog.mu, pollSet.mu, run.mu and the coalescers' locks
-// take no other lock. (Consumer.mu is held while Run
+// Lease.mu, failureLog.mu, pollSet.mu, run.mu, backPressure.mu and the
+// coalescers' locks take no other lock. (Consumer.mu is held while Run
 // publishes the run, which binds the fleet member under the fleet pool's
 // lock: see Consumer.Run. The pause's turn, pauseState.turn, a channel
 // only Pause and Resume take, is held for their whole call: it comes
@@ -58,8 +60,8 @@ import (
 //	receive, dispatch, hand back unstarted   a poller (pollers)
 //	a coalesced renewal or delete call       a poller between receives; one of
 //	                                         its own when every poller waits in a
-//	                                         long poll or after the pollers
-//	                                         returned (the coalescer: calls.close)
+//	                                         long poll or once the shutdown has
+//	                                         ended (the coalescer: calls.close)
 //	heartbeat of a lease                     the lease's own (Lease.Stop, in finish)
 //	handler, its settle, the next message    a worker (workers)
 //	a Batch handler without middleware       a worker sends the batch and settles
@@ -89,12 +91,17 @@ type run struct {
 
 	// Set up by setup and makeFlow, read-only afterwards.
 	cfg      leaseConfig
+	conns    *connWatch // what the HTTP client's pool does for the calls
 	calls    *coalescedCalls
 	fl       *flow[*delivery] // when to receive, how much; the handler slots
 	reg      *registry        // what the run holds
 	pollWait time.Duration    // WaitTimeSeconds of every receive
-	dlq      deadLetter       // where Permanent errors' messages go
-	br       *breaker         // WithBreaker; nil when off
+	// messageSize is the queue's MaximumMessageSize (maxMessageBytes
+	// when unknown): the byte bound's first estimate of a message.
+	messageSize int64
+	dlq         deadLetter    // where Permanent errors' messages go
+	br          *breaker      // WithBreaker; nil when off
+	bp          *backPressure // Throttled's pause, WithAdaptiveConcurrency's limit
 
 	dlqWarned atomic.Bool // the missing dead-letter queue was logged
 	failLog   failureLog  // the rate of failure lines
@@ -106,6 +113,12 @@ type run struct {
 	// Resume write; set by makeFlow.
 	stopping atomic.Bool
 	paused   *atomic.Bool
+
+	// drain is closed when the shutdown begins (Draining); handlerBase,
+	// which carries it, is the parent of every handler's context. Set by
+	// setup, closed by shutdown.
+	drain       chan struct{}
+	handlerBase context.Context
 
 	// settleCtx bounds every settling call (deletes, releases) and
 	// pollCtx every receive; both are cancelled at the hard stop, one
@@ -149,7 +162,14 @@ func (r *run) setup(ctx context.Context) error {
 		return err
 	}
 	fifo := strings.HasSuffix(r.queueURL, ".fifo") || out.Attributes[string(types.QueueAttributeNameFifoQueue)] == "true"
+	r.messageSize = maxMessageBytes
+	if n, err := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameMaximumMessageSize)]); err == nil && n > 0 {
+		r.messageSize = int64(n)
+	}
 	if r.dlq, err = deadLetterFor(r.client, r.queueURL, fifo, r.s.deadLetterURL, out.Attributes, attrErr); err != nil {
+		return err
+	}
+	if err := requireDeadLetter(r.s, r.queueURL, r.dlq, out.Attributes, attrErr); err != nil {
 		return err
 	}
 	if err := r.checkDeadLetter(ctx); err != nil {
@@ -172,10 +192,13 @@ func (r *run) setup(ctx context.Context) error {
 	if err := r.s.queueConflicts(r.queueURL, fifo, lease, cfg.interval); err != nil { // conflicts.go
 		return err
 	}
-	settleCtx, cancelSettle := context.WithCancel(context.Background())
+	// Every receive and coalesced call carries the trace that tells the
+	// calls in flight what the HTTP client's pool does (inflight.go).
+	r.conns = newConnWatch()
+	settleCtx, cancelSettle := context.WithCancel(r.conns.attach(context.Background()))
 	r.calls = newCoalescedCalls(r.client, r.queueURL, max(r.s.pollers, minDeleteCalls), settleCtx)
 	r.calls.report = r.callDone
-	pollCtx, cancelPolls := context.WithCancel(context.Background())
+	pollCtx, cancelPolls := context.WithCancel(r.conns.attach(context.Background()))
 	r.settleCtx, r.pollCtx = settleCtx, pollCtx
 	r.hardStop = func() { cancelPolls(); cancelSettle() }
 	cfg.calls, cfg.events.queueURL, cfg.settleCtx = r.calls, r.queueURL, settleCtx
@@ -183,23 +206,19 @@ func (r *run) setup(ctx context.Context) error {
 	r.reg = newRegistry(fifo, r.s.protector)
 	r.probeCtx, r.cancelProbe = context.WithCancel(context.Background())
 	r.quota.init(r.client, r.queueURL, r.scaler, r.ev)
+	r.drainBase()
 	if r.s.breaker != nil {
 		r.br = r.newBreaker(*r.s.breaker)
 	}
+	r.bp = r.newBackPressure()
 	r.work = make(chan *delivery)
 	r.runs = make(chan *hbatch)
 	r.quit = make(chan struct{})
 	r.afterDelete = r.deleted
 	if r.batch != nil {
-		r.batch.bind(r, r.reg, r.ev)
+		r.batch.bind(r, r.reg, r.ev, r.handlerBase)
 	}
-	r.pollWait = r.s.waitTime
-	if r.pollWait > 0 {
-		// A receive in flight at shutdown is never cancelled, so it must
-		// return within the shutdown timeout (at least a second: the SDK
-		// cannot send a wait of 0).
-		r.pollWait = max(min(r.pollWait, r.s.shutdownTimeout.Truncate(time.Second)), time.Second)
-	}
+	r.pollWait = r.s.pollWait()
 	return nil
 }
 
@@ -209,6 +228,7 @@ func (r *run) setup(ctx context.Context) error {
 // either came before (the flow starts paused) or finds the run.
 func (r *run) makeFlow(paused *atomic.Bool) {
 	fc := flowConfig{conc: r.s.concurrency, size: r.s.receiveSize, maxAhead: r.s.maxAhead, maxPollers: r.s.pollers,
+		calls: r.callLimit(), maxBytes: r.s.maxBytes, messageSize: r.messageSize,
 		spawn: func() {
 			r.pollers.Add(1)
 			go r.poll()
@@ -226,6 +246,7 @@ func (r *run) makeFlow(paused *atomic.Bool) {
 	if r.br != nil {
 		fc.gate = r.br.limit
 	}
+	fc.limit = r.bp
 	if r.s.rateLimit > 0 {
 		fc.limiter = newTokenBucket(r.s.rateLimit, r.s.rateBurst)
 	}
@@ -257,9 +278,20 @@ func (r *run) run(ctx context.Context) error {
 
 	r.prog.stage.Store(runDraining)
 	r.shutdown()
+	// The lanes close before the pollers are told to quit: a poller still
+	// in a receive hands its messages back after the quit, and their
+	// calls must not wait for a poller that is leaving (a parked one may
+	// take a call's kick and quit without running it), nor start one that
+	// nobody joins. From now on calls run on goroutines of their own,
+	// which calls.close waits for.
+	if !broken.Is(broken.ShutdownStrandsReceive) {
+		r.fl.closeLanes()
+	}
 	close(r.quit)
 	r.pollers.Wait()
-	r.fl.closeLanes() // calls made from now on run on goroutines of their own
+	if broken.Is(broken.ShutdownStrandsReceive) {
+		r.fl.closeLanes()
+	}
 	r.workers.Wait()
 	// The breaker's goroutines, the scaler and the quota's reads: none
 	// starts after shutdown stopped the breaker and runCtx ended, or after
@@ -288,8 +320,10 @@ func (r *run) shutdown() {
 	if r.br != nil {
 		r.br.stop() // no more releases, probes or wakes of its own
 	}
+	r.bp.stop() // no more wakes at a pause's end
 	r.cancelProbe()
 	r.stopping.Store(true)
+	r.beginDrain() // Draining: running handlers may hand their messages back early
 	if r.batch != nil {
 		r.batch.shutdown() // messages gathering for a batch are handed back at once
 	}
@@ -329,6 +363,23 @@ func (r *run) shutdown() {
 				r.log(slog.LevelWarn, "sqsconsumer: still waiting for handlers that ignore their cancelled context", "message_ids", ids)
 			}
 		}
+	}
+}
+
+// drainBase makes the run's drain channel and the context every handler's
+// context derives from: it carries the channel (Draining) and is never
+// cancelled, so that a lease's context, made under it for each message,
+// costs no more than under context.Background (a value context has no
+// children to register).
+func (r *run) drainBase() {
+	r.drain = make(chan struct{})
+	r.handlerBase = WithDrainSignal(context.Background(), r.drain)
+}
+
+// beginDrain closes the drain channel, once: the shutdown began.
+func (r *run) beginDrain() {
+	if r.drain != nil {
+		close(r.drain)
 	}
 }
 
@@ -398,6 +449,32 @@ func (r *run) newBreaker(cfg Breaker) *breaker {
 	return b
 }
 
+// newBackPressure makes the run's back pressure, wired to the flow (made
+// after it) and to Health's progress.
+func (r *run) newBackPressure() *backPressure {
+	b := newBackPressure(r.s)
+	b.wake = r.unthrottled
+	b.paused = r.throttlePaused
+	return b
+}
+
+// unthrottled starts the ready messages the back pressure lets start now.
+func (r *run) unthrottled() {
+	for _, d := range r.fl.fill() {
+		r.start(d)
+	}
+}
+
+// throttlePaused records a pause for Throttled until until: Health does
+// not count it as a stall (it is on purpose), and the log says so when it
+// begins.
+func (r *run) throttlePaused(until time.Time, extended bool, d time.Duration) {
+	r.prog.resumed.Store(until.UnixNano()) // receiving resumes then
+	if !extended {
+		r.log(slog.LevelInfo, "sqsconsumer: a handler returned Throttled: receiving and starting paused", "for", d.String(), "until", until)
+	}
+}
+
 // breakerOpened hands back what the Consumer holds but has not started
 // when the breaker opens (unstarted): the ready messages and the FIFO
 // messages waiting behind their group's running one. It runs on its own
@@ -456,16 +533,26 @@ func (r *run) callDone(deleting bool, err error) {
 	}
 }
 
+// callLimit is the limit on calls in flight that follows what the HTTP
+// client sustains, nil when WithPollers fixes it.
+func (r *run) callLimit() *callLimit {
+	if !r.s.adaptPollers {
+		return nil
+	}
+	return newCallLimit(r.conns, r.s.pollers, r.pool.idle, r.pool.known)
+}
+
 // atCallLimit is called (under the flow's lock, each time) when the
-// Consumer wanted one more call in flight than its bound allows. When the
-// bound is the HTTP client's pool it says so, once, and Stats shows it:
-// a larger pool would let the Consumer go faster.
-func (r *run) atCallLimit() {
-	if !r.pool.capped || r.pool.limited.Load() || r.pool.limited.Swap(true) {
+// Consumer wanted one more call in flight than its limit allows while the
+// HTTP client's pool holds that limit below what the read-ahead needs. It
+// says so, once, and Stats shows it: a larger pool would let the Consumer
+// go faster.
+func (r *run) atCallLimit(limit int) {
+	if r.pool.limited.Load() || r.pool.limited.Swap(true) {
 		return
 	}
-	r.log(slog.LevelWarn, "sqsconsumer: the HTTP client's connection pool bounds this Consumer: it wanted more calls in flight than twice the idle connections the client keeps; a larger pool lets it go faster without a new connection (a TLS handshake) per call (sqsclient.HTTPOptions{MaxIdleConnsPerHost: n})",
-		"max_idle_conns_per_host", r.pool.idle, "max_calls_in_flight", r.s.pollers)
+	r.log(slog.LevelWarn, "sqsconsumer: the HTTP client's connection pool bounds this Consumer: it wanted more calls in flight than the client sustains without closing connections and dialling new ones (a TLS handshake each); a larger pool lets it go faster (sqsclient.HTTPOptions{MaxIdleConnsPerHost: n})",
+		"max_idle_conns_per_host", r.pool.idle, "max_calls_in_flight", limit, "calls_the_work_wants_at_most", r.s.pollers)
 }
 
 // checkDeadLetter makes sure, at Run's start, that the dead-letter queue

@@ -37,7 +37,7 @@ type settleInput struct {
 	leaseErr error         // why its lease ended, nil while it lives
 	shutdown bool          // the shutdown cancelled its handler (ErrShutdown)
 	backoff  time.Duration // WithBackoff's delay for its receive count (ran with an error)
-	hold     time.Duration // the least visibility the breaker asks of a failure now (0: closed)
+	hold     time.Duration // the least visibility the breaker asks of a failure of the downstream now (0: closed, or the shutdown has begun)
 }
 
 // decide is the settle door's rule, for every path after a handler: what
@@ -52,10 +52,13 @@ type settleInput struct {
 //   - A message failed without running because an earlier message of its
 //     FIFO group failed is handed back at once: no backoff, no breaker.
 //   - A Permanent failure goes to the dead-letter queue.
-//   - Any other failure is released for its RetryAfter delay, else its
-//     backoff (at least a second: never visible at once by default),
-//     then at least the breaker's hold, at most 12 hours, rounded up to
-//     whole seconds; at shutdown it is released at once.
+//   - Any other failure is released for its RetryAfter delay (or its
+//     Throttled delay, when it says one), else its backoff (at least a
+//     second: never visible at once by default), then at least the
+//     breaker's hold (given only for failures the breaker counts, and
+//     none once the shutdown has begun: no probe follows), at most 12
+//     hours, rounded up to whole seconds; at shutdown it is released at
+//     once.
 func decide(in settleInput) (act settleAction, after time.Duration) {
 	switch {
 	case in.settled:
@@ -94,9 +97,9 @@ func decide(in settleInput) (act settleAction, after time.Duration) {
 // it a result; or it failed without running because an earlier message of
 // its FIFO group failed (errEarlierFailed); or it never ran (!ran: the
 // shutdown, Pause, the breaker, its lease ending while it waited, its
-// group handed back). The breaker hears of real handler outcomes; decide
-// says what to do with the message; settle does it, then finish ends the
-// delivery.
+// group handed back). The breaker hears what outcomeOf makes of the
+// result; decide says what to do with the message; settle does it, then
+// finish ends the delivery.
 //
 // A successful handler's delete is coalesced without the caller waiting:
 // finish runs when SQS has answered, and meanwhile the handler slot takes
@@ -112,13 +115,21 @@ func (r *run) settle(d *delivery, err error, ran bool) (next *delivery) {
 		in.shutdown = errors.Is(context.Cause(d.ctx), ErrShutdown)
 		in.backoff = r.backoff(d.msg.ReceiveCount)
 	}
-	if r.br != nil && ran {
-		r.br.record(outcomeOf(err, in.leaseErr, in.shutdown))
-		if err != nil {
+	kind := outcomeNeutral
+	if ran {
+		kind = outcomeOf(err, in.leaseErr, in.shutdown)
+	}
+	if r.br != nil {
+		r.br.record(kind)
+		if kind == outcomeFailure && !r.shuttingDown() {
+			// Once the shutdown has begun no probe of this process
+			// follows: a failure (a handler that drained, Draining)
+			// keeps its own delay.
 			in.hold = r.br.holdFor()
 		}
 	}
 	act, after := decide(in)
+	r.throttleOutcome(kind, d, after)
 	switch {
 	case !ran:
 	case err == nil:
@@ -165,12 +176,24 @@ func (r *run) settle(d *delivery, err error, ran bool) (next *delivery) {
 	return nil
 }
 
+// throttleOutcome tells the back pressure of a handler's outcome once its
+// message's fate is decided (after: the visibility it is released for).
+func (r *run) throttleOutcome(kind outcomeKind, d *delivery, after time.Duration) {
+	switch {
+	case kind == outcomeThrottled:
+		r.bp.outcome(kind, d.workStarted(), 0, after)
+	case kind == outcomeSuccess && r.bp.adaptive:
+		r.bp.outcome(kind, d.workStarted(), r.fl.runningNow(), 0)
+	}
+}
+
 // logFailure logs a handler's failure and what becomes of its message, at
 // Warn, at most failureLogBurst lines at once and failureLogRate a second
 // after that (the lines it holds back are counted in the next one), so that
 // a failing queue cannot flood the log. A message failed only because an
-// earlier one of its FIFO group failed is logged at Debug; a Permanent
-// failure is logged by its move to the dead-letter queue.
+// earlier one of its FIFO group failed, and a Throttled one, are logged
+// at Debug; a Permanent failure is logged by its move to the dead-letter
+// queue.
 func (r *run) logFailure(d *delivery, err error, act settleAction, after time.Duration) {
 	if r.s.logger == nil || act == actDeadLetter {
 		return
@@ -181,6 +204,10 @@ func (r *run) logFailure(d *delivery, err error, act settleAction, after time.Du
 		r.failLog.log(r.ev, "sqsconsumer: handler failed after its lease ended; SQS delivers the message again", args...)
 	case errors.Is(err, errEarlierFailed):
 		r.log(slog.LevelDebug, "sqsconsumer: message released unhandled to keep its FIFO group's order", args...)
+	case IsThrottled(err):
+		// Back pressure, expected under a downstream's limit: the pause
+		// (logged when it begins) or the adaptive limit answers it.
+		r.log(slog.LevelDebug, "sqsconsumer: handler throttled by the downstream; message released for a retry", append(args, "retry_after", after.String())...)
 	default:
 		r.failLog.log(r.ev, "sqsconsumer: handler failed; message released for a retry", append(args, "retry_after", after.String())...)
 	}

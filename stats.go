@@ -309,6 +309,18 @@ type Stats struct {
 
 	// Concurrency is WithConcurrency: the handlers that may run at once.
 	Concurrency int
+	// ConcurrencyLimit is the handler slots the Consumer fills now, and
+	// receives for: WithAdaptiveConcurrency's limit (from its Floor to
+	// Concurrency), else Concurrency.
+	ConcurrencyLimit int
+	// Throttled counts the handler results marked Throttled (each is
+	// also counted in Failed); LimitFalls how many times they lowered
+	// the adaptive limit (a fall, then the further throttles of the
+	// messages already running when it fell, count once). ThrottledUntil
+	// is when the pause a Throttled began ends, while it holds (nothing
+	// is received or started until then); zero otherwise.
+	Throttled, LimitFalls int64
+	ThrottledUntil        time.Time
 
 	// The message groups holding the most handler slot time in this
 	// Consumer (a fair queue's tenants, or a FIFO queue's groups), over
@@ -316,7 +328,8 @@ type Stats struct {
 	// of one minute; see GroupSlotTime): TopGroups names the five holding
 	// the most, most first; NoisyGroups counts the groups above a tenth
 	// of all the slot time held (messages without a group included), the
-	// Consumer's own view of SQS's noisy tenants (at most 9); OtherGroups
+	// Consumer's own view of SQS's noisy tenants (at most 9), which fair
+	// dispatch makes leave headroom for the others (WithFairDispatch); OtherGroups
 	// is how many more groups it follows beyond the five, and
 	// OtherGroupsSlotTime the slot time of everything not named (messages
 	// without a group included). Memory is bounded whatever the number of
@@ -329,15 +342,24 @@ type Stats struct {
 	OtherGroupsSlotTime time.Duration
 
 	// How the Consumer reaches SQS: MaxCallsInFlight is the most calls
-	// (receives, deletes, visibility changes) it makes at once
-	// (WithPollers, or its default); IdleConnsPerHost the idle connections
-	// its HTTP client keeps for reuse (0 when the Consumer cannot tell);
-	// LimitedByPool is set once the Consumer wanted more calls in flight
-	// than that pool lets it make without opening new connections (see
-	// New): a larger pool would let it go faster.
+	// (receives, deletes, visibility changes) it makes at once now:
+	// WithPollers, or the limit that follows what the HTTP client
+	// sustains (see WithPollers; before Run, where it starts);
+	// IdleConnsPerHost the idle connections its HTTP client keeps for
+	// reuse (0 when the Consumer cannot tell); LimitedByPool is set once
+	// the Consumer wanted more calls in flight than that client sustains
+	// without closing connections and dialling new ones: a larger pool
+	// would let it go faster. Conns is what the client's pool did for
+	// those calls.
 	MaxCallsInFlight int
 	IdleConnsPerHost int
 	LimitedByPool    bool
+	Conns            ConnCounts
+
+	// Bytes is what the byte bound (WithMaxBytes) sees: the bytes of the
+	// messages held now and at most, and whether the bound held a receive
+	// back. Only Max before Run.
+	Bytes ByteCounts
 
 	// ScaleInProtection is the ECS task scale-in protection's state and
 	// calls (WithScaleInProtection): whether the task is protected now,

@@ -306,7 +306,8 @@ func TestDependencies(t *testing.T) {
 }
 
 // A Consumer sees the pool of a client made here, through the wrapper,
-// and sizes its calls in flight to it.
+// and starts its calls in flight at it (from where they follow what the
+// client sustains).
 func TestConsumerSeesThePool(t *testing.T) {
 	t.Parallel()
 	for _, n := range []int{0, 64} {
@@ -321,6 +322,6 @@ func TestConsumerSeesThePool(t *testing.T) {
 		}
 		st := c.Stats()
 		require.Equal(t, want, st.IdleConnsPerHost)
-		require.Equal(t, min(2*want, (10+1000+9)/10+1), st.MaxCallsInFlight, "twice the pool, at most what the read-ahead could ask for")
+		require.Equal(t, min(want, (10+1000+9)/10+1), st.MaxCallsInFlight, "the pool, at most what the read-ahead could ask for")
 	}
 }

@@ -35,6 +35,9 @@ type finishLine struct {
 	reached  chan struct{}
 	halfOnce sync.Once
 	halfway  func() // called once, when half the n messages are deleted (nil: nothing)
+	warmOnce sync.Once
+	warmAt   int64  // the deletes after which warm is called
+	warm     func() // called once, when warmAt messages are deleted (nil: nothing)
 }
 
 // newFinishLine is a line for n deletes that calls stop when they are in,
@@ -42,10 +45,29 @@ type finishLine struct {
 func newFinishLine(ctx context.Context, n int, stop context.CancelFunc) *finishLine {
 	f := &finishLine{start: time.Now(), n: int64(n), stop: stop, reached: make(chan struct{})}
 	f.halfway, _ = ctx.Value(halfwayKey{}).(func())
+	if w, ok := ctx.Value(warmKey{}).(warmMark); ok {
+		f.warmAt, f.warm = int64(w.at), w.f
+	}
 	return f
 }
 
 type halfwayKey struct{}
+
+type warmKey struct{}
+
+// warmMark is withWarm's hook.
+type warmMark struct {
+	at int
+	f  func()
+}
+
+// withWarm gives the drain run with ctx a hook its finish line calls once
+// at messages are deleted: measureDrain reads the server's counters there,
+// so that the connections of the steady state, past the first at messages,
+// can be told apart.
+func withWarm(ctx context.Context, at int, f func()) context.Context {
+	return context.WithValue(ctx, warmKey{}, warmMark{at: at, f: f})
+}
 
 // withHalfway gives the drain run with ctx a hook its finish line calls
 // once half its messages are deleted: measureDrain reads the server's
@@ -69,6 +91,9 @@ func (f *finishLine) received(attrs map[string]string) {
 // add counts k deletes.
 func (f *finishLine) add(k int) {
 	done := f.done.Add(int64(k))
+	if f.warm != nil && done >= f.warmAt {
+		f.warmOnce.Do(f.warm)
+	}
 	if f.halfway != nil && 2*done >= f.n {
 		f.halfOnce.Do(f.halfway)
 	}
@@ -101,6 +126,7 @@ type drained struct {
 	end         time.Time // the last delete confirmed
 	redelivered int
 	note        string
+	stats       *sqsconsumer.Stats // a Consumer's, when it ended (nil for others)
 }
 
 // contender drains a queue of n messages and reports when the last delete

@@ -179,6 +179,25 @@ type benchConfig struct {
 	// overrun case: handlers longer than the lease.
 	OverrunLease, OverrunHandler time.Duration
 	OverrunConcurrency           int
+
+	// Compare measures bare loops (RawPollers) against Consumers with
+	// their default pollers, with each client of Pools, in interleaved
+	// rounds (issue 37).
+	Compare bool
+	// RawList is the pollers of the bare loops of Compare.
+	RawList []int
+	// Fixed adds to Compare, for each concurrency, a Consumer whose
+	// calls in flight are fixed at the rule before issue 37 (twice the
+	// idle pool, within the read-ahead's need) with WithPollers.
+	Fixed bool
+	// ConsumerPollers adds to Compare, for each concurrency and each
+	// entry, a Consumer with WithPollers(entry).
+	ConsumerPollers []int
+	// Warm is the deletes after which the steady state's new
+	// connections are counted (Compare; 0: not counted).
+	Warm int
+	// ConnTrace traces each client's connections by SQS action.
+	ConnTrace bool
 }
 
 func defaultConfig() benchConfig {
@@ -271,6 +290,30 @@ func main() {
 	flag.IntVar(&cfg.Overrun, "overrun", cfg.Overrun, "with -matrix: messages of the overrun case (lease 3s, handlers 4.5s, concurrency 20); 0 skips it")
 	flag.DurationVar(&cfg.Wait, "wait", cfg.Wait, "long-poll wait (whole seconds, 1s to 20s)")
 	flag.DurationVar(&rowTarget, "row", rowTarget, "with -matrix: about how long each row drains at the ideal rate (1s is mostly the start; 5s shows the steady pace)")
+	flag.BoolVar(&cfg.Compare, "compare", false, "bare loops (-raw-list) against Consumers with their default pollers (-concurrency, default 20,100), no-op handlers, for each client of -pool (issue 37)")
+	flag.Func("raw-list", "with -compare: comma-separated pollers of the bare loops (default 20,32)", func(v string) (err error) {
+		cfg.RawList, err = parseList(v, func(f string) (int, error) {
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 1 || n > 1000 {
+				return 0, fmt.Errorf("%q is not a number of pollers from 1 to 1000", f)
+			}
+			return n, nil
+		})
+		return err
+	})
+	flag.Func("with-pollers", "with -compare: comma-separated WithPollers values, one more Consumer contender each per concurrency", func(v string) (err error) {
+		cfg.ConsumerPollers, err = parseList(v, func(f string) (int, error) {
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 1 || n > 1000 {
+				return 0, fmt.Errorf("%q is not a number of pollers from 1 to 1000", f)
+			}
+			return n, nil
+		})
+		return err
+	})
+	flag.BoolVar(&cfg.Fixed, "fixed", false, "with -compare: also each Consumer with its calls in flight fixed by the rule before issue 37 (WithPollers)")
+	flag.IntVar(&cfg.Warm, "warm", 1000, "with -compare: the new connections of the steady state are those after this many messages")
+	flag.BoolVar(&cfg.ConnTrace, "conntrace", false, "trace each contender's connections by SQS action (what the pool did for each request)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -285,6 +328,13 @@ func main() {
 		cfg.Proto = protoHTTP
 	case *h2:
 		cfg.Proto = protoHTTPS2
+	}
+	if cfg.Compare {
+		roundsSet := false
+		flag.Visit(func(f *flag.Flag) { roundsSet = roundsSet || f.Name == "rounds" })
+		if !roundsSet {
+			cfg.Rounds = 3
+		}
 	}
 	if cfg.Matrix {
 		roundsSet := false
@@ -334,6 +384,9 @@ func run(ctx context.Context, out io.Writer, cfg benchConfig) error {
 	}
 	if cfg.Matrix {
 		return runMatrix(ctx, out, cfg)
+	}
+	if cfg.Compare {
+		return runCompare(ctx, out, cfg)
 	}
 	if len(cfg.RTTs) > 1 {
 		return errors.New("-rtt takes a list only with -matrix")

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/sqskit/sqsconsumer"
 )
 
 // measurement is one contender draining a queue once.
@@ -28,6 +30,10 @@ type measurement struct {
 	// deleted, lateMessages the messages left then: the steady state,
 	// past the cold start.
 	lateConns, lateMessages int
+	// warmConns is the connections accepted after the bench's warm mark
+	// (bench.warm messages deleted), warmMessages the messages left
+	// then (0: no mark).
+	warmConns, warmMessages int
 	allocs                  uint64 // bytes allocated by the process
 	gcs                     uint32 // GC cycles
 	// redelivered counts messages received twice: a stall of the
@@ -40,6 +46,10 @@ type measurement struct {
 	// busy is the share of concurrency x elapsed the handler slots spent
 	// in handler calls (matrix rows with a handler; 0 otherwise).
 	busy float64
+	// stats is a Consumer's Stats when it ended (nil for the others).
+	stats *sqsconsumer.Stats
+	// trace is what the client's pool did, by action (-conntrace).
+	trace map[string]actionCounts
 }
 
 func (m measurement) rate() float64 { return float64(m.messages) / m.elapsed.Seconds() }

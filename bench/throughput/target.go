@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +23,10 @@ type bench struct {
 	srv    *serverConn
 	rtt    time.Duration // added to every measured SQS call (see front)
 	client clientSpec
+	// warm, when above 0, is the deletes after which measureDrain reads
+	// the server's counters once more: the steady state's connections
+	// are those made after it.
+	warm int
 }
 
 func newBench(cfg benchConfig, srv *serverConn, rtt time.Duration, client clientSpec) *bench {
@@ -50,7 +55,8 @@ type target struct {
 	// client of b's kind, so every measurement starts with an empty pool,
 	// as a new process would. Its calls pay the RTT and are counted.
 	client *sqs.Client
-	filler *sqs.Client // neither: for inspecting and deleting the queue
+	trace  *actionTrace // the client's connections by action (-conntrace); nil when off
+	filler *sqs.Client  // neither: for inspecting and deleting the queue
 	url    string
 	close  func()
 }
@@ -68,8 +74,13 @@ func (b *bench) target(ctx context.Context, name string, n int, attrs map[string
 		return nil, fmt.Errorf("preparing queue %s of %d messages: %w", name, n, err)
 	}
 	filler := b.srv.filler
+	var trace *actionTrace
+	if b.cfg.ConnTrace {
+		trace = newActionTrace()
+	}
 	return &target{
-		client: newSQSClient(b.srv.urls.URL, b.client.httpClient(b.srv.roots)),
+		client: b.client.sqsClient(b.srv.urls.URL, b.srv.roots, trace),
+		trace:  trace,
 		filler: filler,
 		url:    url,
 		close: func() {
@@ -119,37 +130,34 @@ func (b *bench) measureDrain(ctx context.Context, name string, n int, attrs map[
 	runtime.ReadMemStats(&mem0)
 	cpu0 := cpuTime()
 	start := time.Now()
+	// Halfway through, and once b.warm messages are deleted (if set and
+	// fewer than n), the server's counters once more (one control call
+	// each, on a goroutine of its own so the drain does not wait for it).
+	finished := make(chan struct{})
+	mid := b.readAt(ctx, finished)
+	ctx = withHalfway(ctx, mid.trigger)
+	var warm *counterRead
+	if b.warm > 0 && b.warm < n {
+		warm = b.readAt(ctx, finished)
+		ctx = withWarm(ctx, b.warm, warm.trigger)
+	}
+	var d drained
 	// The label lets a -cpuprofile be split by contender
 	// (go tool pprof -tagfocus contender=raw).
-	// Halfway through, the server's counters once more (one control call,
-	// on a goroutine of its own so the drain does not wait for it).
-	var (
-		mid      serverStats
-		midErr   error
-		midDone  = make(chan struct{})
-		halfway  = make(chan struct{})
-		finished = make(chan struct{})
-	)
-	go func() {
-		defer close(midDone)
-		select {
-		case <-halfway:
-			mid, midErr = b.srv.stats(ctx)
-		case <-finished:
-			midErr = errors.New("the drain ended before half its messages were deleted")
-		}
-	}()
-	var d drained
-	pprof.Do(withHalfway(ctx, func() { close(halfway) }), pprof.Labels("contender", name), func(ctx context.Context) {
+	pprof.Do(ctx, pprof.Labels("contender", name), func(ctx context.Context) {
 		d, err = drain(ctx, t.client, t.url)
 	})
 	close(finished)
-	<-midDone
+	midStats, midErr := mid.wait()
+	var warmStats serverStats
+	if warm != nil && midErr == nil {
+		warmStats, midErr = warm.wait()
+	}
 	if err != nil {
 		return measurement{}, err
 	}
 	if midErr != nil {
-		return measurement{}, fmt.Errorf("reading the counters halfway: %w", midErr)
+		return measurement{}, fmt.Errorf("reading the counters during the drain: %w", midErr)
 	}
 	cpu := cpuTime() - cpu0
 	runtime.ReadMemStats(&mem1)
@@ -159,12 +167,52 @@ func (b *bench) measureDrain(ctx context.Context, name string, n int, attrs map[
 	}
 	m := measurement{messages: n, elapsed: d.end.Sub(start), calls: s1.Calls, cpu: cpu,
 		conns: int(s1.Conns), handshakes: int(s1.Handshakes), unused: int(s1.Unused),
-		lateConns: int(s1.Conns - mid.Conns), lateMessages: n / 2,
+		lateConns: int(s1.Conns - midStats.Conns), lateMessages: n / 2,
 		requests: int(s1.Requests), http2: int(s1.HTTP2),
 		allocs: mem1.TotalAlloc - mem0.TotalAlloc, gcs: mem1.NumGC - mem0.NumGC,
-		redelivered: d.redelivered, receivedAgain: s1.ReceivedAgain, note: d.note}
+		redelivered: d.redelivered, receivedAgain: s1.ReceivedAgain, note: d.note, stats: d.stats}
+	if t.trace != nil {
+		m.trace = t.trace.snapshot()
+	}
+	if warm != nil {
+		m.warmConns, m.warmMessages = int(s1.Conns-warmStats.Conns), n-b.warm
+	}
 	if b.srv.place == placeChild {
 		m.serverCPU = s1.CPU - s0.CPU
 	}
 	return m, nil
+}
+
+// counterRead is a read of the server's counters that happens when
+// trigger is called (once), or not at all if the drain finishes first.
+type counterRead struct {
+	fire chan struct{}
+	done chan struct{}
+	once sync.Once
+	st   serverStats
+	err  error
+}
+
+// readAt starts a goroutine that reads the counters when the returned
+// read's trigger is called, or gives up when finished is closed.
+func (b *bench) readAt(ctx context.Context, finished <-chan struct{}) *counterRead {
+	r := &counterRead{fire: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		select {
+		case <-r.fire:
+			r.st, r.err = b.srv.stats(ctx)
+		case <-finished:
+			r.err = errors.New("the drain ended before the mark")
+		}
+	}()
+	return r
+}
+
+func (r *counterRead) trigger() { r.once.Do(func() { close(r.fire) }) }
+
+// wait returns the counters read.
+func (r *counterRead) wait() (serverStats, error) {
+	<-r.done
+	return r.st, r.err
 }

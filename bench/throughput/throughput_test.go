@@ -41,6 +41,38 @@ func TestRun(t *testing.T) {
 	require.NotContains(t, out.String(), "delivered twice")
 }
 
+// TestCompare runs the compare mode small, over plain HTTP with the
+// server side in this process (see TestRun), with the SDK's default client
+// and a pool of 4 built by sqsclient, and checks the report names every
+// contender and figure.
+func TestCompare(t *testing.T) {
+	t.Parallel()
+	cfg := defaultConfig()
+	cfg.Compare = true
+	cfg.Messages, cfg.Warmup, cfg.Rounds, cfg.Warm = 300, 50, 2, 100
+	cfg.RawList, cfg.Concurrency, cfg.Fixed, cfg.ConsumerPollers, cfg.ConnTrace = []int{2, 4}, []int{20}, true, []int{3}, true
+	cfg.Wait = time.Second
+	cfg.Proto, cfg.Place = protoHTTP, placeInProcess
+	cfg.RTTs = []time.Duration{time.Millisecond}
+	cfg.Pools = []clientSpec{{}, {pool: 4, sqsclient: true}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	require.NoError(t, run(ctx, &out, cfg))
+	t.Log("\n" + out.String())
+	for _, want := range []string{
+		"bare loop, 2 pollers", "bare loop, 4 pollers", "Consumer c=20 |", "Consumer c=20, WithPollers(20): before issue 37", "Consumer c=20, WithPollers(3)",
+		"× best bare loop", "CPU × best loop's", "after the first 100 msgs: new conns /1k msgs", "calls in flight at the end",
+		"MaxIdleConnsPerHost 4", "built by sqsclient.New", "Load average (1, 5, 15 min) before:",
+		"connections by action: DeleteMessageBatch:", "Stats: max calls in flight",
+	} {
+		require.Contains(t, out.String(), want)
+	}
+	require.Equal(t, 8, todaysPollers(20, 4), "twice the pool of 4")
+	require.Equal(t, 20, todaysPollers(20, 0), "twice the SDK's 10")
+	require.Equal(t, 103, todaysPollers(20, 256), "what the read-ahead needs")
+}
+
 // TestFinishLine checks the drain's bookkeeping: the time of the n-th
 // delete, and redeliveries noticed from the receive count.
 func TestFinishLine(t *testing.T) {
@@ -55,6 +87,14 @@ func TestFinishLine(t *testing.T) {
 	_, err := f.result()
 	require.ErrorContains(t, err, "stopped after 10 of 20 messages")
 	require.False(t, stopped)
+
+	warm := 0
+	g := newFinishLine(withWarm(context.Background(), 5, func() { warm++ }), 20, func() {})
+	g.add(4)
+	require.Zero(t, warm)
+	g.add(3)
+	g.add(3)
+	require.Equal(t, 1, warm, "called once, at 5 deleted")
 
 	first := f.start.Add(1500 * time.Millisecond).UnixMilli()
 	f.received(map[string]string{"ApproximateReceiveCount": "2", "ApproximateFirstReceiveTimestamp": strconv.FormatInt(first, 10)})
