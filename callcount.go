@@ -26,8 +26,11 @@ type CallCounts struct {
 	// and releases, up to 10 messages each).
 	ChangeVisibility, ChangeVisibilityBatch int64
 	// GetQueueAttributes counts every GetQueueAttributes call: at Run's
-	// start, the dead-letter queue's check, and the scaling signal's
-	// readings; ScalingAttributes counts the last of these alone.
+	// start, the dead-letter queue's check, the scaling signal's
+	// readings, and, without the signal, the in-flight quota's check
+	// (after 3 empty receives in a row, at most once every 5 minutes: see
+	// Health.Warnings); ScalingAttributes counts the scaling signal's
+	// alone.
 	GetQueueAttributes, ScalingAttributes int64
 	// SendMessage counts SendMessage calls (moves to the dead-letter
 	// queue).

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
-	"sync/atomic"
 
 	"github.com/sqskit/sqsconsumer/ecsprotect"
 
@@ -38,7 +37,7 @@ type Consumer struct {
 	progress progress       // for Health
 
 	runOnce sync.Once
-	paused  atomic.Bool // set between Pause and Resume
+	pause   pauseState // the paused state's one copy (pause.go)
 
 	mu     sync.Mutex // guards the fields below
 	run    *run       // set when Run has set it up; nil before
@@ -52,9 +51,15 @@ type Consumer struct {
 // message. It validates everything it can without calling SQS and returns
 // an error wrapping ErrInvalidOption that names each problem: a nil client
 // or handler, an empty URL, an option out of range, or options that
-// contradict each other (a heartbeat of half the lease or more, a lease
-// longer than the maximum lease duration). Options that depend on the
-// queue's own VisibilityTimeout are checked again at Run.
+// contradict each other or make one another do nothing, the error naming
+// both (a heartbeat of half the lease or more, a lease longer than the
+// maximum lease duration, a dead-letter queue that is the queue itself, a
+// health stall limit an idle Consumer cannot keep, WithGroupLimit or
+// WithFairDispatch on a FIFO queue, WithScaling with WithScalingTarget,
+// and the others README's options table lists). Options that depend on
+// the queue's own attributes (its VisibilityTimeout, its type when the
+// URL does not end in ".fifo", its dead-letter queue's ARN) are checked
+// again at Run.
 func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error) {
 	s, errs := settingsFor(c, queueURL, opts)
 	if h == nil {
@@ -73,9 +78,7 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 		errs = append(errs, err)
 	}
 	errs = append(errs, s.adaptiveConflicts()...)
-	if s.adaptiveMax > 0 && s.heartbeat > 0 {
-		errs = append(errs, fmt.Errorf("%w: WithAdaptiveVisibility and WithHeartbeatInterval cannot be combined: the interval follows the adaptive lease", ErrInvalidOption))
-	}
+	errs = append(errs, s.conflicts(queueURL)...) // conflicts.go
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -119,6 +122,7 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 		ev:       eventSink{observer: s.observer, logger: s.logger, stats: stats, queueURL: queueURL},
 		batch:    bt,
 		pool:     poolInfo{idle: pool, known: poolKnown},
+		pause:    pauseState{turn: make(chan struct{}, 1)},
 	}
 	if s.scaling != nil {
 		c2.scaler = &scaler{p: *s.scaling, sig: scaling.NewSignal(s.scaling.internal()), fig: s.scaling.figure(),
@@ -194,6 +198,17 @@ func (c *Consumer) QueueURL() string { return c.queueURL }
 // cancelled, or cancelled while Run reads the queue's attributes at its
 // start, returns nil having received nothing.
 //
+// Run's first contact with SQS (the read of the queue's attributes, then,
+// if that read was refused and WithVisibilityTimeout makes it optional,
+// the first receive) decides, with or without WithVisibilityTimeout: an
+// error no retry can cure (a host name that does not resolve, a
+// certificate that cannot be verified, access denied, a queue that does
+// not exist, a signature refused for the wrong region, an endpoint that
+// does not answer as SQS) makes Run return at once an error naming the
+// queue and the cause; an error that can heal (a refused connection, a
+// timeout, a 5xx, throttling) is retried with backoff, logged, and named
+// in Health's Retrying until SQS answers.
+//
 // When ctx is cancelled Run stops receiving: it sends no new receive, and
 // never cancels one in flight, which may already hold messages (they would
 // stay invisible for a whole lease); such a receive returns within its
@@ -256,11 +271,12 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 		}
 		return err
 	}
-	// Under mu, so that a Pause either came before (the flow starts
-	// paused) or finds the run. Binding the fleet member takes the fleet
-	// pool's lock under it.
+	// Under mu, so that a Pause either came before (the flow reads the
+	// paused state from the start: nothing is held yet to release) or
+	// finds the run. Binding the fleet member takes the fleet pool's lock
+	// under it.
 	c.mu.Lock()
-	r.makeFlow(c.paused.Load())
+	r.makeFlow(&c.pause.on)
 	c.run = r
 	c.mu.Unlock()
 	stamp(&c.progress.resumed)
@@ -304,6 +320,9 @@ func init() {
 		case c.member != nil:
 			return fmt.Errorf("%w: the Consumer of %s already belongs to a fleet", ErrInvalidOption, c.queueURL)
 		}
+		if err := c.s.fleetConflicts(c.queueURL, m.IdlePause); err != nil { // conflicts.go
+			return err
+		}
 		c.member = m
 		return nil
 	}
@@ -325,12 +344,25 @@ func init() {
 // receive of it will, as any receive does: pausing and resuming often
 // while messages are held costs receives.
 //
+// A paused Consumer is healthy (Health's Status is "paused", HealthHandler
+// answers 200) however long the pause lasts, and not ready (ReadyHandler
+// answers 503: it takes no messages); see Health.
+//
 // Pause returns once those releases are answered (or failed, which is
-// logged). Safe for concurrent use; pausing a paused Consumer does
-// nothing.
+// logged). Safe for concurrent use, before, during and after Run: Pause
+// and Resume take effect one at a time, each whole, so a Resume called
+// while a Pause is releasing waits for it, and the later of the two
+// decides both Paused and whether the Consumer receives. Pausing a paused
+// Consumer does nothing.
 func (c *Consumer) Pause() {
-	if !c.paused.CompareAndSwap(false, true) {
+	defer c.pause.take()()
+	if c.pause.on.Load() {
 		return
+	}
+	c.pause.on.Store(true)
+	stamp(&c.progress.resumed) // Health's stall clock starts again
+	if c.pause.delay != nil {
+		c.pause.delay()
 	}
 	if r := c.runOf(); r != nil { // else Run starts paused
 		r.pause()
@@ -338,19 +370,24 @@ func (c *Consumer) Pause() {
 }
 
 // Resume ends a Pause: receiving starts again at once. Safe for
-// concurrent use; resuming a Consumer that is not paused does nothing.
+// concurrent use (see Pause); resuming a Consumer that is not paused does
+// nothing.
 func (c *Consumer) Resume() {
-	if !c.paused.CompareAndSwap(true, false) {
+	defer c.pause.take()()
+	if !c.pause.on.Load() {
 		return
 	}
+	c.pause.on.Store(false)
+	stamp(&c.progress.resumed)
 	if r := c.runOf(); r != nil {
 		r.resume()
 	}
 	c.ev.log(slog.LevelInfo, "sqsconsumer: resumed")
 }
 
-// Paused reports whether the Consumer is paused (see Pause).
-func (c *Consumer) Paused() bool { return c.paused.Load() }
+// Paused reports whether the Consumer is paused (see Pause). Safe for
+// concurrent use; it takes no lock.
+func (c *Consumer) Paused() bool { return c.pause.on.Load() }
 
 // Scaling returns the scaling signal's latest figure. Without WithScaling
 // (or WithScalingTarget) it is never Known. Safe for concurrent use, at any
@@ -365,7 +402,7 @@ func (c *Consumer) Health() Health {
 	c.mu.Lock()
 	r, member := c.run, c.member
 	c.mu.Unlock()
-	return health(&c.s, &c.progress, member, r, func() error {
+	return health(&c.s, &c.progress, member, r, c.pause.on.Load(), func() error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return c.runErr

@@ -47,7 +47,13 @@ const moveCallTimeout = 30 * time.Second
 // a dead-letter queue in the source's account and region, so its URL is
 // the source URL's scheme and host with the ARN's account and name). The
 // dead-letter queue must be of the source's type: FIFO (a ".fifo" name)
-// for a FIFO queue, standard otherwise; Run fails when it is not.
+// for a FIFO queue, standard otherwise; Run fails when it is not. It must
+// not be the source queue itself, where a moved message would come
+// straight back and fail again forever: New refuses a URL equal to the
+// queue's (scheme and host compared without case, a default port and a
+// trailing slash ignored), and Run a dead-letter queue whose QueueArn is
+// the source's, or a RedrivePolicy naming the source itself (which SQS
+// accepts) when this option is not given.
 //
 // The move sends the message to the dead-letter queue with SendMessage
 // (the Client must have that method, as *sqs.Client does) and deletes it
@@ -145,22 +151,24 @@ func redriveTarget(attrs map[string]string) string {
 
 // deadLetter is where a Consumer moves permanently failing messages.
 type deadLetter struct {
-	url    string // "" when there is none
-	fifo   bool
-	source string // the source queue's ARN, or URL
-	sender messageSender
-	why    string // when url or sender is missing: why, for the warning
+	url       string // "" when there is none
+	fifo      bool
+	source    string // the source queue's ARN, or URL
+	sourceARN string // the source queue's ARN, "" when it could not be read
+	sender    messageSender
+	why       string // when url or sender is missing: why, for the warning
 }
 
 // deadLetterFor works out the dead-letter queue from the option or the
 // source queue's attributes (attrErr: why they could not be read, nil
 // when they were). It fails only for a configuration that can never work
 // (a FIFO source with a standard dead-letter queue or the other way
-// round, an unreadable RedrivePolicy ARN).
+// round, an unreadable RedrivePolicy ARN, a RedrivePolicy naming the
+// source itself when the Consumer would move messages there).
 func deadLetterFor(c Client, queueURL string, fifo bool, given string, attrs map[string]string, attrErr error) (deadLetter, error) {
 	d := deadLetter{source: queueURL}
 	if arn := attrs[string(types.QueueAttributeNameQueueArn)]; arn != "" {
-		d.source = arn
+		d.source, d.sourceARN = arn, arn
 	}
 	switch {
 	case given != "":
@@ -170,6 +178,11 @@ func deadLetterFor(c Client, queueURL string, fifo bool, given string, attrs map
 		if target == "" {
 			d.why = "the queue's RedrivePolicy names no deadLetterTargetArn"
 			break
+		}
+		if target == d.sourceARN {
+			// SQS accepts a RedrivePolicy naming the queue itself.
+			return d, fmt.Errorf("%w: the queue's RedrivePolicy names the queue itself (%s) as its deadLetterTargetArn: a message moved there comes straight back and fails again, forever; set a separate dead-letter queue in the RedrivePolicy, or give WithDeadLetterQueue",
+				ErrInvalidOption, target)
 		}
 		u, err := queueURLFromARN(queueURL, target)
 		if err != nil {

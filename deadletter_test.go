@@ -413,7 +413,7 @@ func TestDeadLetterQueueChecks(t *testing.T) {
 		require.NoError(t, err)
 		c, err := New(b.client, b.url, h, WithDeadLetterQueue(std))
 		require.NoError(t, err)
-		err = c.Run(context.Background())
+		err = runFor(c, 2*time.Second)
 		require.ErrorIs(t, err, ErrInvalidOption)
 		require.ErrorContains(t, err, "is a standard queue but the source is a FIFO queue")
 	})
@@ -421,7 +421,7 @@ func TestDeadLetterQueueChecks(t *testing.T) {
 		b := setup(t, map[string]string{"RedrivePolicy": `{"deadLetterTargetArn":"q-dlq","maxReceiveCount":3}`})
 		c, err := New(b.client, b.url, h)
 		require.NoError(t, err)
-		err = c.Run(context.Background())
+		err = runFor(c, 2*time.Second)
 		require.ErrorContains(t, err, `names "q-dlq", which is not an SQS queue ARN`)
 	})
 }
@@ -435,4 +435,78 @@ func TestQueueURLFromARN(t *testing.T) {
 		_, err := queueURLFromARN("https://sqs.eu-west-1.amazonaws.com/1/jobs", bad)
 		require.Error(t, err, bad)
 	}
+}
+
+// A dead-letter queue that is the source queue would loop a Permanent
+// message forever (a send and a delete each time): New refuses the
+// source's own URL, and Run the same queue under another URL (by its
+// QueueArn) and a RedrivePolicy naming the queue itself, which SQS
+// accepts.
+func TestDeadLetterQueueIsNotTheSource(t *testing.T) {
+	t.Parallel()
+	// A Consumer looping between the queue and itself never blocks, so
+	// virtual time would not pass: 10 handler calls end the run too. (The
+	// channel is made in each bubble, for the blocking on it to count.)
+	var calls chan struct{}
+	h := HandlerFunc(func(context.Context, *Message) error {
+		select {
+		case calls <- struct{}{}:
+		default:
+		}
+		return Permanent(errors.New("bad"))
+	})
+	run := func(c *Consumer) error { return runBounded(c, 2*time.Second, calls, 10) }
+	t.Run("by URL at New", func(t *testing.T) {
+		b := setup(t, nil)
+		c, err := New(b.client, b.url, h, WithDeadLetterQueue(strings.ToUpper(b.url[:8])+b.url[8:]+"/"))
+		require.Nil(t, c)
+		require.ErrorIs(t, err, ErrInvalidOption)
+		require.ErrorContains(t, err, "WithDeadLetterQueue(")
+		require.ErrorContains(t, err, "is the queue the Consumer reads ("+b.url+")")
+	})
+	t.Run("by ARN at Run", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			calls = make(chan struct{}, 1)
+			b := setup(t, nil)
+			b.send(t, 1)
+			// Another host for the same account and name: the same queue.
+			other := "http://queue.amazonaws.com/" + strings.Join(strings.Split(b.url, "/")[3:], "/")
+			require.False(t, sameQueueURL(other, b.url))
+			c, err := New(b.client, b.url, h, WithDeadLetterQueue(other), WithVisibilityTimeout(30*time.Second))
+			require.NoError(t, err, "the URLs differ")
+			err = run(c)
+			require.ErrorIs(t, err, ErrInvalidOption)
+			require.ErrorContains(t, err, "WithDeadLetterQueue names dead-letter queue "+other+", which is the queue the Consumer reads ("+b.url)
+			require.Zero(t, b.srv.CallCount("ReceiveMessage"))
+			require.Zero(t, b.srv.CallCount("SendMessage"))
+		})
+	})
+	t.Run("RedrivePolicy naming the queue itself", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			calls = make(chan struct{}, 1)
+			b := setup(t, nil)
+			arn := queueARN(t, b.client, b.url)
+			_, err := b.client.SetQueueAttributes(context.Background(), &sqs.SetQueueAttributesInput{QueueUrl: aws.String(b.url),
+				Attributes: map[string]string{"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":5}`, arn)}})
+			require.NoError(t, err, "SQS accepts it")
+			c, err := New(b.client, b.url, h)
+			require.NoError(t, err)
+			err = run(c)
+			require.ErrorIs(t, err, ErrInvalidOption)
+			require.ErrorContains(t, err, "the queue's RedrivePolicy names the queue itself ("+arn+")")
+			require.Zero(t, b.srv.CallCount("ReceiveMessage"))
+
+			// Given a separate one, the Consumer moves its messages there.
+			dlq, err := b.srv.CreateQueue("other-dlq", nil)
+			require.NoError(t, err)
+			id := b.send(t, 1)[0]
+			c, err = New(b.client, b.url, h, WithDeadLetterQueue(dlq))
+			require.NoError(t, err)
+			stop := running(t, c)
+			time.Sleep(time.Second)
+			require.NoError(t, stop())
+			require.True(t, b.state(t, id).Deleted)
+			require.Equal(t, 1, b.srv.CallCount("SendMessage"))
+		})
+	})
 }

@@ -65,7 +65,8 @@
 //
 // [Consumer.Pause] stops receiving at run time without a restart
 // (messages received and not started are released; running handlers
-// finish), and [Consumer.Resume] takes up again. [WithRateLimit] bounds
+// finish), and [Consumer.Resume] takes up again; a paused Consumer is
+// healthy and not ready. [WithRateLimit] bounds
 // the messages received a second by asking SQS only for what the limit
 // allows. The fleet subpackage runs several Consumers, one per queue,
 // under one concurrency budget with weights and priorities.

@@ -248,9 +248,12 @@ func TestWithGroupLimitValidated(t *testing.T) {
 		require.ErrorIs(t, err, ErrInvalidOption, "n=%d", n)
 		require.ErrorContains(t, err, "WithGroupLimit")
 	}
-	c, err := New(&fakeClient{}, "https://sqs.example/q", h, WithGroupLimit(3), WithFairDispatch(false))
+	c, err := New(&fakeClient{}, "https://sqs.example/q", h, WithGroupLimit(3), WithFairDispatch(true))
 	require.NoError(t, err)
 	require.Equal(t, 3, c.s.groupLimit)
+	require.False(t, c.s.fifoDispatch)
+	c, err = New(&fakeClient{}, "https://sqs.example/q", h, WithFairDispatch(false))
+	require.NoError(t, err)
 	require.True(t, c.s.fifoDispatch)
 }
 

@@ -87,9 +87,10 @@ type flow[T ticketed] struct {
 	lastErr  string // the error of that run
 	retryAt  time.Time
 
-	// paused is set between Consumer.Pause and Resume: no receive is due
-	// and no message starts.
-	paused bool
+	// paused is the Consumer's paused state (pauseState.on), set between
+	// Pause and Resume, which alone write it: no receive is due and no
+	// message starts. The flow only reads it (under mu, where it decides).
+	paused *atomic.Bool
 	// limiter, when set (WithRateLimit), holds back receives the rate
 	// does not allow yet: a receive asks only for messages it has tokens
 	// for, and gives back those it did not get.
@@ -172,9 +173,9 @@ type flowConfig struct {
 	limit                            flowLimit    // Throttled's pause and limit; nil for none
 	limiter                          *tokenBucket // WithRateLimit; nil for none
 	member                           *share.Member
-	fair                             bool // groups share the slots fairly (see fairReady)
-	groupLimit                       int  // WithGroupLimit; 0 for none
-	paused                           bool // Pause came before Run
+	fair                             bool         // groups share the slots fairly (see fairReady)
+	groupLimit                       int          // WithGroupLimit; 0 for none
+	paused                           *atomic.Bool // the Consumer's paused state; nil: never paused
 	// maxBytes bounds the bytes of the messages held (0: no bound);
 	// messageSize is the size of a message to expect before any arrives.
 	maxBytes, messageSize int64
@@ -184,6 +185,9 @@ func newFlow[T ticketed](c flowConfig) *flow[T] {
 	f := &flow[T]{conc: c.conc, size: c.size, maxAhead: c.maxAhead, maxPollers: c.maxPollers, calls: c.calls, spawn: c.spawn, overflow: c.overflow, atLimit: c.atLimit,
 		burst: c.burst, gate: c.gate, limit: c.limit, limiter: c.limiter, member: c.member, paused: c.paused,
 		kick: make(chan struct{}, 1), quiet: true, full: true, ready: newFairReady[T](c.fair, c.groupLimit, c.conc)}
+	if f.paused == nil {
+		f.paused = new(atomic.Bool)
+	}
 	f.bytes.max, f.bytes.est = c.maxBytes, c.messageSize
 	f.epoch = time.Now()
 	f.rate.start = f.epoch
@@ -310,7 +314,7 @@ func (f *flow[T]) giveSlotLocked(s slot, now time.Time) time.Duration {
 // arms the timer for when it will not (a Throttled's pause wakes it
 // itself).
 func (f *flow[T]) nextLocked(now time.Time) int {
-	if f.stopped || f.paused || f.throttledLocked(now) {
+	if f.stopped || f.paused.Load() || f.throttledLocked(now) {
 		return 0
 	}
 	if at := later(f.retryAt, f.idleUntil); now.Before(at) {
@@ -374,7 +378,9 @@ func (f *flow[T]) wake() {
 }
 
 // takeReady returns the ready messages, which will not start (they still
-// count as waiting until they leave). Receiving goes on.
+// count as waiting until they leave): at an opening of the breaker
+// (receiving goes on, within its gate), a pause (after Pause set the
+// paused state) or a shutdown (stop).
 func (f *flow[T]) takeReady() []T {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -418,7 +424,7 @@ func (f *flow[T]) armLocked(now, at time.Time) {
 // its own otherwise (under WithAdaptiveConcurrency, its limit).
 func (f *flow[T]) demandLocked() int {
 	switch {
-	case f.stopped || f.paused, f.gate != nil && f.gate(0) == 0, f.throttledLocked(time.Now()):
+	case f.stopped || f.paused.Load(), f.gate != nil && f.gate(0) == 0, f.throttledLocked(time.Now()):
 		return 0
 	case f.idleLocked():
 		// An idle queue claims no share of the budget: its one long poll
@@ -525,7 +531,7 @@ func (f *flow[T]) enqueue(d T) int {
 	defer f.mu.Unlock()
 	now := time.Now()
 	switch {
-	case f.stopped || f.paused:
+	case f.stopped || f.paused.Load():
 		return notStarting
 	case f.mayStartLocked(now) && !f.ready.eligible() && f.ready.mayStart(f.ready.keyOf(d)) && (f.member == nil || f.member.Acquire()):
 		// In a fleet a slot of the shared budget too; without one, the
@@ -548,7 +554,7 @@ func (f *flow[T]) granted() (next T, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now()
-	if f.stopped || f.paused || !f.ready.eligible() || !f.mayStartLocked(now) {
+	if f.stopped || f.paused.Load() || !f.ready.eligible() || !f.mayStartLocked(now) {
 		f.member.SetWant(false)
 		return next, false
 	}
@@ -674,7 +680,7 @@ func (f *flow[T]) slotDoneLocked(s slot, done bool) (next T, ok bool) {
 		}
 	}
 	switch {
-	case !f.ready.eligible() || f.stopped || f.paused || !f.mayStartLocked(now):
+	case !f.ready.eligible() || f.stopped || f.paused.Load() || !f.mayStartLocked(now):
 	case f.member != nil:
 		f.member.SetWant(true) // Release follows
 	default:
@@ -702,24 +708,6 @@ func (f *flow[T]) stop() []T {
 	}
 	f.mu.Unlock()
 	return f.takeReady()
-}
-
-// pause stops receiving and starting messages until resume, and returns
-// the ready messages, which will not start (they count as waiting until
-// they leave).
-func (f *flow[T]) pause() []T {
-	f.mu.Lock()
-	f.paused = true
-	f.mu.Unlock()
-	return f.takeReady()
-}
-
-// resume ends a pause.
-func (f *flow[T]) resume() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.paused = false
-	f.wakeLocked(time.Now())
 }
 
 // capacityNow is capacity under the flow's lock, for the scaling signal.
@@ -772,7 +760,7 @@ func (f *flow[T]) fill() []T {
 	f.mu.Lock()
 	now := time.Now()
 	var out []T
-	if !f.stopped && !f.paused {
+	if !f.stopped && !f.paused.Load() {
 		if f.member != nil {
 			if f.ready.eligible() && f.mayStartLocked(now) {
 				f.member.SetWant(true) // Dispatch follows

@@ -41,17 +41,22 @@ const maxGroupLimit = 100_000
 // It costs a few map and heap operations under the Consumer's flow lock
 // for each message with a group (O(log groups)). Off, every message
 // starts in arrival order, whatever its group, and receives keep the
-// read-ahead's pace. FIFO queues are not affected either way: each
-// group's order rules them. See also WithGroupLimit, and Stats.TopGroups
-// for the groups holding the most.
+// read-ahead's pace. On a FIFO queue each group's order rules, so the
+// option would do nothing there: New refuses it for a URL ending in
+// ".fifo", and Run for a queue whose FifoQueue attribute is true. Off,
+// WithGroupLimit is refused (it needs fair dispatch). See also
+// WithGroupLimit, and Stats.TopGroups for the groups holding the most.
 func WithFairDispatch(on bool) Option {
-	return option(func(s *settings) { s.fifoDispatch = !on })
+	return option(func(s *settings) { s.fifoDispatch, s.fairSet = !on, true })
 }
 
 // WithGroupLimit caps how many handlers the messages of one message group
 // may run at once in this Consumer, on a standard queue with fair
-// dispatch (WithFairDispatch). Range 1 to 100,000; default none (0: fair
-// dispatch and its headroom alone).
+// dispatch (WithFairDispatch). Range 1 to 100,000, and below
+// WithConcurrency (a cap at or above it would do nothing); default none
+// (0: fair dispatch and its headroom alone). Refused with
+// WithFairDispatch(false), and on a FIFO queue (at New for a URL ending in
+// ".fifo", else at Run), where it would do nothing.
 //
 // It is a hard cap: with n handlers of a group running, the group's next
 // messages wait in the process, leased (their visibility renewed), even
@@ -68,8 +73,7 @@ func WithFairDispatch(on bool) Option {
 // A Consumer fed by one group only then runs at most n handlers. It
 // bounds one Consumer: k Consumers let a group run up to k×n. The heavy
 // groups' shared cap (WithFairDispatch) applies as well; the lower
-// binds. Messages without a group are not capped, and FIFO queues ignore
-// the cap.
+// binds. Messages without a group are not capped.
 func WithGroupLimit(n int) Option {
 	return option(func(s *settings) {
 		if n < 1 || n > maxGroupLimit {

@@ -22,11 +22,13 @@ import (
 // It is unhealthy when, while Run runs:
 //   - SQS has not answered any call within the startup limit since Run
 //     began (WithStartupLimit, default 30 s: the report says "starting"
-//     until the first answer, then "running");
+//     until the first answer, then "running"), unless it is paused;
 //   - no ReceiveMessage, visibility change or delete call was answered by
 //     SQS for longer than the stall limit (while the breaker is closed:
 //     an open breaker pauses receiving on purpose, and so does a
-//     Throttled, whose pause counts from its end);
+//     Throttled, whose pause counts from its end; and while not paused,
+//     or paused with handlers running, whose leases must be renewed: a
+//     Pause sends nothing else, on purpose, however long it lasts);
 //   - a handler has run longer than the handler limit;
 //   - a running handler's lease is within its ceiling grace of the
 //     maximum lease duration (its context is cancelled with
@@ -44,30 +46,56 @@ import (
 //	not started  no       no     503            503
 //	starting     yes (1)  no     200 (1)        503
 //	running      yes (2)  yes    200 (2)        200 (2)
+//	paused       yes (3)  no     200 (3)        503
 //	draining     yes      no     200            503
 //	stopped      yes      no     200            503
 //	failed       no       no     503            503
 //
 // (1) until the startup limit passes without an answer from SQS, then no
-// and 503; (2) while no problem above holds, else no and 503 for both.
-// So HealthHandler suits a liveness probe (it restarts a process that is
-// stuck, not one that is starting or draining), ReadyHandler a readiness
-// probe (it takes a process out of rotation while it does not consume)
+// and 503; (2) while no problem above holds, else no and 503 for both;
+// (3) however long the pause, unless a running handler is past its limit,
+// near its lease ceiling, or its renewals go unanswered for the stall
+// limit. So HealthHandler suits a liveness probe (it restarts a process
+// that is stuck, not one that is starting, paused or draining: a restart
+// would undo the pause), ReadyHandler a readiness probe (it takes a
+// process out of rotation while it does not consume, paused included)
 // and a startup probe (it succeeds once SQS has answered: give the probe
 // at least the startup limit, period x failureThreshold).
 type Health struct {
 	// Healthy is false when Problems is not empty.
 	Healthy bool `json:"healthy"`
-	// Ready is true while Run runs, SQS has answered a call, and nothing
-	// makes it unhealthy: the Consumer takes messages.
+	// Ready is true while Run runs, SQS has answered a call, it is not
+	// paused, and nothing makes it unhealthy: the Consumer takes
+	// messages.
 	Ready bool `json:"ready"`
 	// Status is "not started" (Run was not called), "starting" (Run
-	// began, SQS has not answered a call yet), "running", "draining"
+	// began, SQS has not answered a call yet), "running", "paused" (Run
+	// runs, and Pause was called without a Resume since), "draining"
 	// (Run's context was cancelled), "stopped" (Run returned nil) or
 	// "failed" (Run returned an error).
 	Status string `json:"status"`
+	// Paused is set between Pause and Resume, whatever the Status (a
+	// Consumer may be paused before Run, and while it drains).
+	Paused bool `json:"paused,omitempty"`
 	// Problems says, one sentence each, why Healthy is false.
 	Problems []string `json:"problems,omitempty"`
+	// Retrying is, while Run runs and its calls to SQS fail with an
+	// error that can heal (a refused connection, a timeout, a 5xx,
+	// throttling), the latest such error: the receives (at Run's start,
+	// without WithVisibilityTimeout, the read of the queue's attributes)
+	// are retried with backoff until SQS answers, and Retrying is ""
+	// again. It is set at once, before the startup or stall limit makes
+	// the Consumer unhealthy. (An error that cannot succeed at Run's
+	// first contact ends Run instead: see Consumer.Run.)
+	Retrying string `json:"retrying,omitempty"`
+	// Warnings says, one sentence each, what deserves attention without
+	// making the Consumer unhealthy, since a restart would not help: the
+	// queue at SQS's in-flight quota (InFlightQuota), where receives come
+	// back empty, without an error, while messages wait visible. To
+	// notice it the Consumer reads the queue's counts after 3 empty
+	// receives in a row, at most once every 5 minutes (with WithScaling
+	// it uses the scaling signal's readings instead, and adds no call).
+	Warnings []string `json:"warnings,omitempty"`
 	// Breaker is the breaker's state ("closed", "open" or "half-open");
 	// "" without WithBreaker.
 	Breaker string `json:"breaker,omitempty"`
@@ -130,6 +158,19 @@ const (
 // may only renew); handler is the longest a handler may run (default 0:
 // WithHandlerTimeout plus a minute when that is set, else no limit).
 // Range of each: 0 (the default) or 1 s to 24 h.
+//
+// A stall limit must leave room for the quietest healthy Consumer: an
+// idle one hears from SQS once per long poll (WithWaitTime, 20 s by
+// default, or the queue's own wait for 0, cut to the shutdown timeout),
+// and one whose handler slots are all busy with long handlers once per
+// heartbeat interval; either answer may take a receive's call timeout (10
+// s) more. So New refuses a stall limit below the longer of the two plus
+// 10 s (30 s with the defaults), naming both options; Run does the same
+// once the queue's VisibilityTimeout sets the interval, and fleet.Add
+// adds the fleet's idle pause. (With WithAdaptiveVisibility the interval
+// follows the lease, up to hi / 3: choose a stall limit above that if
+// handlers may run that long.) A handler limit must be above
+// WithHandlerTimeout, else a handler within its own time counts as stuck.
 func WithHealthLimits(stall, handler time.Duration) Option {
 	return option(func(s *settings) {
 		for _, d := range []struct {
@@ -164,13 +205,14 @@ func WithStartupLimit(d time.Duration) Option {
 // set it up) and what Run returned (read only once Run has stopped). It
 // takes the registry's lock, which the run takes for every message, and
 // walks the messages held, so call it every few seconds, not in a loop.
-func health(s *settings, p *progress, member *share.Member, r *run, runErr func() error) Health {
+func health(s *settings, p *progress, member *share.Member, r *run, paused bool, runErr func() error) Health {
 	now := time.Now()
 	lim := healthLimits{s: s, member: member}
 	if r != nil {
 		lim.interval, lim.pollWait = r.cfg.interval, r.pollWait
 	}
 	h := Health{
+		Paused:      paused,
 		LastReceive: timeOf(&p.receive),
 		LastRenewal: timeOf(&p.renewal),
 		LastDelete:  timeOf(&p.delete),
@@ -179,11 +221,21 @@ func health(s *settings, p *progress, member *share.Member, r *run, runErr func(
 	if r == nil && (stage == runRunning || stage == runDraining) {
 		stage = runStarting // read between the run's publication and its stage
 	}
+	if e := p.recvErr.Load(); e != nil && (stage == runStarting || stage == runRunning) {
+		h.Retrying = *e
+	}
 	starting := (stage == runStarting || stage == runRunning) && p.answered.Load() == 0
 	switch {
 	case stage == runNotStarted:
 		h.Status = "not started"
 		h.Problems = append(h.Problems, "Run has not been called")
+	case starting && paused:
+		// Paused before SQS answered (a Pause before Run, with the
+		// queue's attributes unread): nothing is asked of SQS until
+		// Resume, so the startup limit waits for it too.
+		h.Status = "paused"
+		h.Healthy = true
+		return h
 	case starting:
 		h.Status = "starting"
 		if waited := now.Sub(time.Unix(0, p.begun.Load())); waited > lim.startup() {
@@ -199,6 +251,9 @@ func health(s *settings, p *progress, member *share.Member, r *run, runErr func(
 	switch stage {
 	case runRunning:
 		h.Status = "running"
+		if paused {
+			h.Status = "paused"
+		}
 	case runDraining:
 		h.Status = "draining"
 	case runStopped:
@@ -224,13 +279,18 @@ func health(s *settings, p *progress, member *share.Member, r *run, runErr func(
 		return h
 	}
 
+	// Paused, a Consumer hears from SQS only while it renews running
+	// handlers' leases: without any, silence is the pause, not a stall.
 	last := max(p.receive.Load(), p.renewal.Load(), p.delete.Load(), p.resumed.Load())
-	if idle := now.Sub(time.Unix(0, last)); closed && idle > lim.stall() {
+	if idle := now.Sub(time.Unix(0, last)); closed && (!paused || h.Running > 0) && idle > lim.stall() {
 		msg := fmt.Sprintf("no ReceiveMessage, visibility change or delete was answered by SQS for %v (limit %v)", idle.Round(time.Second), lim.stall())
 		if e := p.recvErr.Load(); e != nil {
 			msg += "; the latest receive failed: " + *e
 		}
 		h.Problems = append(h.Problems, msg)
+	}
+	if w := r.quota.warning(now); w != "" {
+		h.Warnings = append(h.Warnings, w)
 	}
 	if lim := lim.handler(); lim > 0 && h.LongestHandler > lim {
 		h.Problems = append(h.Problems, fmt.Sprintf("a handler has run for %v (limit %v)", h.LongestHandler.Round(time.Second), lim))
@@ -239,7 +299,7 @@ func health(s *settings, p *progress, member *share.Member, r *run, runErr func(
 		h.Problems = append(h.Problems, fmt.Sprintf("%d running handler(s) near the lease ceiling, their messages about to be delivered again: %v", len(nearCeiling), nearCeiling))
 	}
 	h.Healthy = len(h.Problems) == 0
-	h.Ready = h.Healthy
+	h.Ready = h.Healthy && !paused
 	return h
 }
 

@@ -71,6 +71,7 @@ type settings struct {
 	rateLimit       float64 // messages a second; 0 = none
 	rateBurst       int
 	fifoDispatch    bool      // WithFairDispatch(false)
+	fairSet         bool      // WithFairDispatch was given (either way)
 	groupLimit      int       // WithGroupLimit; 0 = none
 	receivedAt      time.Time // Lease only: when SQS handed the message over
 	errs            []error
@@ -86,7 +87,8 @@ type settings struct {
 	adaptive                       bool
 	adaptiveFloor, adaptiveInitial int
 
-	scaling *ScalingPolicy // WithScaling; nil = off
+	scaling   *ScalingPolicy // WithScaling; nil = off
+	scalingBy string         // the option that set scaling: "WithScaling" or "WithScalingTarget"
 
 	protect    bool                  // WithScaleInProtection
 	protector  *ecsprotect.Protector // its Protector: the caller's, or the Consumer's own (made in New)
@@ -261,6 +263,13 @@ func (s *settings) fail(format string, args ...any) {
 // LeaseOption: WithVisibilityTimeout, WithHeartbeatInterval,
 // WithMaxLeaseDuration, WithCeilingGrace, WithLogger, WithObserver (and
 // WithReceivedAt, for NewLease only). Every one of them is an Option too.
+//
+// Options apply in order; one given twice takes its later value (so a
+// team's options after a platform's defaults override them), except
+// WithMiddleware, whose lists are concatenated, and WithScaling with
+// WithScalingTarget, which New refuses together. Options that contradict
+// each other, or that one makes do nothing, are refused by New (or Run,
+// when only the queue can tell) with an error naming both (see New).
 type Option interface {
 	apply(*settings)
 }
@@ -324,7 +333,8 @@ func WithMaxLeaseDuration(d time.Duration) LeaseOption {
 // WithCeilingGrace sets how long before the maximum lease duration the
 // handler's context is cancelled with ErrLeaseCeiling, so it can checkpoint
 // and stop while the message is still invisible. Default: one heartbeat
-// interval. Range 0 to the maximum lease duration.
+// interval. Range 0 to 12 h, and below WithMaxLeaseDuration (New refuses
+// it otherwise, naming both).
 func WithCeilingGrace(d time.Duration) LeaseOption {
 	return leaseOption(func(s *settings) {
 		if d < 0 || d > MaxVisibilityTimeout {
@@ -554,7 +564,9 @@ func WithCancelIdlePollsAtShutdown() Option {
 
 // WithHandlerTimeout bounds each handler call: its context is cancelled
 // with context.DeadlineExceeded after d. 0 means no bound, the default
-// (the lease ceiling still applies). Range 0, or 1 ms to 12 h.
+// (the lease ceiling still applies). Range 0, or 1 ms to 12 h, and below
+// WithMaxLeaseDuration (the ceiling would cancel the handler first: New
+// refuses it, naming both).
 func WithHandlerTimeout(d time.Duration) Option {
 	return option(func(s *settings) {
 		if d != 0 && (d < time.Millisecond || d > MaxVisibilityTimeout) {
@@ -626,8 +638,10 @@ func WithReceivedAt(t time.Time) LeaseOption {
 // at a third of that. Fast work then gets short leases, so a crashed
 // worker's messages come back soon, and the heartbeat covers the tail.
 // Until 20 messages have settled the lease is WithVisibilityTimeout's (or
-// the queue's), clamped the same way. lo is at least MinAdaptiveVisibility
-// (10 s); hi at most 12 h and at least lo. Cannot be combined with
+// the queue's, clamped the same way); a WithVisibilityTimeout outside
+// [lo, hi] is refused by New, naming both. lo is at least
+// MinAdaptiveVisibility (10 s); hi at most 12 h (and at most
+// WithMaxLeaseDuration) and at least lo. Cannot be combined with
 // WithHeartbeatInterval (the interval follows the lease). Default: off.
 func WithAdaptiveVisibility(lo, hi time.Duration) Option {
 	return option(func(s *settings) {
@@ -690,8 +704,12 @@ func WithBreaker(b Breaker) Option {
 // (the longest acceptable wait from a message's send to its handler's
 // start) and every other field of ScalingPolicy at its default. It is
 // WithScaling(ScalingPolicy{Target: wait}).
+//
+// It cannot be combined with WithScaling (New refuses the pair): the
+// target alone would silently reset the rest of that policy. Give
+// WithScaling a policy with the Target instead.
 func WithScalingTarget(wait time.Duration) Option {
-	return WithScaling(ScalingPolicy{Target: wait})
+	return scalingOption("WithScalingTarget", ScalingPolicy{Target: wait})
 }
 
 // WithScaling turns on the scaling signal (Consumer.Scaling,
@@ -717,8 +735,20 @@ func WithScalingTarget(wait time.Duration) Option {
 // never 0 while anything is visible or in flight (nor at all without
 // ScaleToZero). Replicas reading one queue read the same counts and, with
 // the same settings and work, compute about the same figure.
-func WithScaling(p ScalingPolicy) Option {
+//
+// Given twice, the later policy replaces the earlier one whole; with
+// WithScalingTarget it is refused (see WithScalingTarget).
+func WithScaling(p ScalingPolicy) Option { return scalingOption("WithScaling", p) }
+
+// scalingOption is WithScaling or WithScalingTarget (name), which must
+// not both be given.
+func scalingOption(name string, p ScalingPolicy) Option {
 	return option(func(s *settings) {
+		if s.scalingBy != "" && s.scalingBy != name {
+			s.fail("WithScaling and WithScalingTarget cannot be combined: WithScalingTarget is WithScaling with every field but Target at its default, so whichever came last would silently replace the other's policy; give one WithScaling with the Target")
+			return
+		}
+		s.scalingBy = name
 		if p.Interval == 0 {
 			p.Interval = DefaultScalingInterval
 		}
@@ -733,14 +763,14 @@ func WithScaling(p ScalingPolicy) Option {
 		}
 		switch {
 		case p.Target < time.Second || p.Target > MaxVisibilityTimeout:
-			s.fail("WithScaling: Target %v out of range [1s, 12h] (the longest acceptable wait from send to handler start)", p.Target)
+			s.fail("%s: Target %v out of range [1s, 12h] (the longest acceptable wait from send to handler start)", name, p.Target)
 		case p.Interval < MinScalingInterval || p.Interval > MaxScalingInterval:
-			s.fail("WithScaling: Interval %v out of range [%v, %v]", p.Interval, MinScalingInterval, MaxScalingInterval)
+			s.fail("%s: Interval %v out of range [%v, %v]", name, p.Interval, MinScalingInterval, MaxScalingInterval)
 		case p.ScaleInAfter > time.Hour:
-			s.fail("WithScaling: ScaleInAfter %v above 1h", p.ScaleInAfter)
+			s.fail("%s: ScaleInAfter %v above 1h", name, p.ScaleInAfter)
 		default:
 			if err := p.check(); err != nil {
-				s.fail("WithScaling: %v", err)
+				s.fail("%s: %v", name, err)
 				return
 			}
 			s.scaling = &p

@@ -2,12 +2,17 @@ package sqsconsumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sqskit/sqsconsumer/sqstest"
@@ -222,5 +227,256 @@ func TestPauseResumeChurnFIFO(t *testing.T) {
 			require.True(t, m.Deleted, "message %s", m.Body)
 		}
 		require.NoError(t, stop())
+	})
+}
+
+// pauseProbe checks that c's paused state and its receiving agree: paused,
+// a message sent now is not handled (within 3 s); not paused, it is. It
+// returns the message's body; handled receives each handled body.
+func pauseProbe(t *testing.T, b bundle, c *Consumer, handled <-chan string, n int) {
+	t.Helper()
+	body := fmt.Sprintf("probe%04d", n)
+	_, err := b.srv.Send(b.url, body)
+	require.NoError(t, err)
+	paused := c.Paused()
+	select {
+	case got := <-handled:
+		require.False(t, paused, "round %d: handled %s while Paused() says paused", n, got)
+		require.Equal(t, body, got, "round %d", n)
+		return
+	case <-time.After(3 * time.Second):
+		require.True(t, paused, "round %d: Paused() says not paused, but nothing was handled: the run stayed paused", n)
+	}
+	c.Resume()
+	select {
+	case got := <-handled:
+		require.Equal(t, body, got, "round %d: after Resume", n)
+	case <-time.After(3 * time.Second):
+		require.Fail(t, "nothing handled after Resume", "round %d", n)
+	}
+}
+
+// Pause and Resume called at once, in every order and with Pause slowed
+// between its change and the run (a delay as a contended lock or a busy
+// CPU would make), leave Paused() and the Consumer's receiving in
+// agreement: the later of the two decides both. In virtual time, so the
+// offsets place each call exactly: Resume before, inside and after
+// Pause's window, from a running and from a paused Consumer.
+func TestPauseResumeAgreeInEveryOrder(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		handled := make(chan string, 16)
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			handled <- m.Body
+			return nil
+		}), WithVisibilityTimeout(30*time.Second))
+		require.NoError(t, err)
+		var delay time.Duration // set before each round's calls, read by Pause
+		c.pause.delay = func() { time.Sleep(delay) }
+		stop := running(t, c)
+		time.Sleep(time.Second)
+		const rounds = 96
+		for n := range rounds {
+			startPaused := n%2 == 1
+			if startPaused {
+				c.Pause()
+			}
+			delay = time.Duration(n/2%4) * time.Millisecond       // 0 to 3 ms inside Pause
+			resumeAt := time.Duration(n/8%6) * time.Millisecond   // Resume at 0 to 5 ms
+			pauseAt := time.Duration(n/48) * 2 * time.Millisecond // Pause at 0 or 2 ms
+			var wg sync.WaitGroup
+			wg.Go(func() { time.Sleep(pauseAt); c.Pause() })
+			wg.Go(func() { time.Sleep(resumeAt); c.Resume() })
+			wg.Wait()
+			pauseProbe(t, b, c, handled, n)
+			require.False(t, c.Paused())
+		}
+		require.NoError(t, stop())
+		for _, m := range b.srv.Messages(b.url) {
+			require.True(t, m.Deleted, "message %s", m.Body)
+		}
+	})
+}
+
+// Many Pause and Resume pairs called at once from goroutines of their
+// own, with real parallelism (the race detector perturbs the schedule):
+// after each pair Paused() and the Consumer's receiving agree. Bounded:
+// 300 pairs, each checked.
+func TestPauseResumeConcurrentPairs(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		handled := make(chan string, 16)
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			handled <- m.Body
+			return nil
+		}), WithVisibilityTimeout(30*time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(time.Second)
+		for n := range 300 {
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Go(func() { <-start; c.Pause() })
+			wg.Go(func() { <-start; c.Resume() })
+			close(start)
+			wg.Wait()
+			pauseProbe(t, b, c, handled, n)
+		}
+		require.NoError(t, stop())
+	})
+}
+
+// A paused Consumer is healthy however long the pause (HealthHandler 200,
+// Status "paused"), and not ready (ReadyHandler 503): a liveness probe
+// must not restart it, which would undo the pause. Paused before Run with
+// the queue's attributes unreadable (nothing answered yet), too. A
+// running handler's renewals still count while paused.
+func TestPausedIsHealthy(t *testing.T) {
+	t.Parallel()
+	ready := func(c *Consumer) int {
+		rec := httptest.NewRecorder()
+		c.ReadyHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		return rec.Code
+	}
+	t.Run("paused while running", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			b := setup(t, nil)
+			c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error { return nil }), WithVisibilityTimeout(30*time.Second))
+			require.NoError(t, err)
+			stop := running(t, c)
+			time.Sleep(time.Minute)
+			require.Equal(t, "running", c.Health().Status)
+			c.Pause()
+			time.Sleep(30 * time.Minute) // past any stall limit
+			h := c.Health()
+			require.True(t, h.Healthy, h.Problems)
+			require.False(t, h.Ready)
+			require.True(t, h.Paused)
+			require.Equal(t, "paused", h.Status)
+			code, body := healthGet(t, c, http.MethodGet)
+			require.Equal(t, http.StatusOK, code)
+			require.Equal(t, "paused", body["status"])
+			require.Equal(t, true, body["paused"])
+			require.Equal(t, http.StatusServiceUnavailable, ready(c))
+
+			c.Resume()
+			h = c.Health()
+			require.True(t, h.Healthy, "the stall clock starts again at Resume: %v", h.Problems)
+			require.True(t, h.Ready)
+			require.Equal(t, "running", h.Status)
+			require.Equal(t, http.StatusOK, ready(c))
+			require.NoError(t, stop())
+		})
+	})
+	t.Run("paused before Run, nothing answered", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			b := setup(t, nil)
+			b.srv.FailNext("GetQueueAttributes", 1, sqstest.FaultAccessDenied) // WithVisibilityTimeout makes it optional
+			c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error { return nil }), WithVisibilityTimeout(30*time.Second))
+			require.NoError(t, err)
+			c.Pause()
+			stop := running(t, c)
+			time.Sleep(10 * time.Minute) // past the startup limit
+			h := c.Health()
+			require.True(t, h.Healthy, h.Problems)
+			require.Equal(t, "paused", h.Status)
+			require.Equal(t, http.StatusServiceUnavailable, ready(c))
+			c.Resume()
+			time.Sleep(21 * time.Second) // the first long poll's answer: SQS has answered
+			require.True(t, c.Health().Ready)
+			require.NoError(t, stop())
+		})
+	})
+	t.Run("paused with a handler whose renewals fail", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			b := setup(t, nil)
+			down := &renewalsDown{Client: b.client}
+			b.send(t, 1)
+			release := make(chan struct{})
+			c, err := New(down, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+				return nil
+			}), WithVisibilityTimeout(5*time.Minute), WithHealthLimits(0, time.Hour))
+			require.NoError(t, err)
+			stop := running(t, c)
+			time.Sleep(time.Second)
+			c.Pause()
+			down.down.Store(true)
+			time.Sleep(4 * time.Minute)
+			h := c.Health()
+			require.False(t, h.Healthy, "a running handler's renewals go unanswered while paused")
+			require.Equal(t, "paused", h.Status)
+			require.Contains(t, h.Problems[0], "no ReceiveMessage, visibility change or delete was answered")
+			close(release)
+			down.down.Store(false)
+			require.NoError(t, stop())
+		})
+	})
+}
+
+// renewalsDown fails every visibility change while down is set.
+type renewalsDown struct {
+	Client
+	down atomic.Bool
+}
+
+func (d *renewalsDown) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	if d.down.Load() {
+		return nil, errors.New("dial tcp: connection refused")
+	}
+	return d.Client.ChangeMessageVisibilityBatch(ctx, in, optFns...)
+}
+
+// Pause and Resume during the shutdown's drain and after Run returned
+// neither block nor break it: Run returns in time, and Paused() says what
+// the later call asked.
+func TestPauseDuringShutdownAndAfterRun(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, map[string]string{"FifoQueue": "true", "ContentBasedDeduplication": "true"})
+		for i := range 3 {
+			_, err := b.srv.Send(b.url, fmt.Sprintf("g%d", i), sqstest.WithGroupID("g"))
+			require.NoError(t, err)
+		}
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			time.Sleep(10 * time.Second)
+			return nil
+		}), WithVisibilityTimeout(30*time.Second), WithShutdownTimeout(time.Minute))
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+		time.Sleep(time.Second) // g0 runs, g1 and g2 wait behind it
+		cancel()
+		time.Sleep(time.Second) // draining
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(c.Pause)
+			wg.Go(c.Resume)
+		}
+		wg.Wait()
+		c.Pause()
+		require.Equal(t, "draining", c.Health().Status)
+		require.True(t, c.Health().Paused)
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(2 * time.Minute):
+			require.Fail(t, "Run did not return")
+		}
+		c.Resume()
+		c.Pause()
+		require.True(t, c.Paused())
+		c.Resume()
+		require.False(t, c.Paused())
+		require.Equal(t, "stopped", c.Health().Status)
+		for _, m := range b.srv.Messages(b.url) {
+			require.False(t, m.InFlight, "message %s left hidden", m.Body)
+		}
 	})
 }

@@ -23,8 +23,11 @@ type progress struct {
 	receive  atomic.Int64
 	renewal  atomic.Int64
 	delete   atomic.Int64
-	resumed  atomic.Int64 // Run began running, the breaker closed, or (ahead of time) when a Throttled's pause ends
-	recvErr  atomic.Pointer[string]
+	// resumed restarts the stall clock: Run began running, the breaker
+	// closed, Pause or Resume was called, or (ahead of time) a
+	// Throttled's pause ends.
+	resumed atomic.Int64
+	recvErr atomic.Pointer[string]
 }
 
 // answer records that SQS answered a call.

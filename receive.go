@@ -60,6 +60,12 @@ func (r *run) poll() {
 		}
 		same, backoff := r.fl.failed(n, sent, err, persistentClientError(err))
 		r.fl.handOut()
+		if why, fatal := cannotSucceed(err); fatal && r.prog.answered.Load() == 0 {
+			// SQS never answered: the endpoint or the rights are wrong
+			// (firstcontact.go).
+			r.fail(firstContactError(r.queueURL, why, err), "sqsconsumer: the first receive cannot succeed; shutting down")
+			return
+		}
 		if classify(err) == kindPermanent {
 			r.fail(err, "sqsconsumer: permanent receive error; shutting down")
 			return
@@ -114,6 +120,15 @@ func (r *run) receive(n int, sent time.Time) error {
 	stamp(&r.prog.receive)
 	r.prog.answer()
 	r.prog.recvErr.Store(nil)
+	if r.quota.answered(len(out.Messages), time.Now()) && !r.shuttingDown() {
+		// The in-flight quota's read (quota.go), off the poller's path.
+		// Run waits for the pollers before aux, so this Add comes first.
+		r.aux.Add(1)
+		go func() {
+			defer r.aux.Done()
+			r.quota.read(r.probeCtx) // cancelled as the shutdown begins
+		}()
+	}
 	msgs := out.Messages
 	if len(msgs) > n {
 		// SQS never does this; a misbehaving endpoint must not break

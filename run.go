@@ -50,7 +50,9 @@ import (
 // Lease.mu, failureLog.mu, pollSet.mu, run.mu, backPressure.mu and the
 // coalescers' locks take no other lock. (Consumer.mu is held while Run
 // publishes the run, which binds the fleet member under the fleet pool's
-// lock: see Consumer.Run.)
+// lock: see Consumer.Run. The pause's turn, pauseState.turn, a channel
+// only Pause and Resume take, is held for their whole call: it comes
+// before Consumer.mu and every lock of the run.)
 //
 // Who runs each step of a message's life:
 //
@@ -70,7 +72,8 @@ import (
 //	                                         delete's retries on a goroutine of
 //	                                         their own (calls.close)
 //	later FIFO messages handed back          a goroutine each (workers)
-//	breaker's releases and probes, scaler    aux
+//	breaker's releases and probes, scaler,   aux
+//	the in-flight quota's reads
 //	shutdown                                 Run's own goroutine
 type run struct {
 	// The Consumer's, given at Run and read-only.
@@ -103,11 +106,13 @@ type run struct {
 	dlqWarned atomic.Bool // the missing dead-letter queue was logged
 	failLog   failureLog  // the rate of failure lines
 	polls     pollSet     // long polls in flight (WithCancelIdlePollsAtShutdown)
+	quota     quotaWatch  // the in-flight quota's signs, for Health (quota.go)
 
 	// stopping is set at shutdown: no handler starts any more. paused is
-	// set between Pause and Resume.
+	// the Consumer's paused state (pauseState.on), which only Pause and
+	// Resume write; set by makeFlow.
 	stopping atomic.Bool
-	paused   atomic.Bool
+	paused   *atomic.Bool
 
 	// drain is closed when the shutdown begins (Draining); handlerBase,
 	// which carries it, is the parent of every handler's context. Set by
@@ -123,14 +128,15 @@ type run struct {
 	pollCtx     context.Context
 	hardStop    context.CancelFunc
 	fatalStop   context.CancelFunc // ends Run's wait after a permanent receive error
-	probeCtx    context.Context    // a probe's context; cancelled at shutdown
+	probeCtx    context.Context    // a probe's (and the quota's read's) context; cancelled at shutdown
 	cancelProbe context.CancelFunc // cancels probeCtx
 	afterDelete func(*Lease, error)
 
 	// The goroutines the run owns and joins before Run returns: pollers;
 	// workers (handlers, idle or busy, and the goroutines that settle on
 	// their own: goSettle); aux (the breaker's releases and probes, the
-	// scaler). A delete's retries are counted by the calls (calls.close).
+	// scaler, the in-flight quota's reads). A delete's retries are counted
+	// by the calls (calls.close).
 	pollers sync.WaitGroup
 	workers sync.WaitGroup
 	aux     sync.WaitGroup
@@ -148,34 +154,12 @@ type run struct {
 func (r *run) setup(ctx context.Context) error {
 	lease := r.s.visibility
 	// The queue's VisibilityTimeout is the lease when none was given, and
-	// FifoQueue confirms the URL's suffix. Without WithVisibilityTimeout a
-	// failure here ends Run; with it, the URL decides FIFO.
-	out, err := r.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-		QueueUrl: aws.String(r.queueURL),
-		AttributeNames: []types.QueueAttributeName{
-			types.QueueAttributeNameVisibilityTimeout, types.QueueAttributeNameFifoQueue,
-			types.QueueAttributeNameRedrivePolicy, types.QueueAttributeNameQueueArn, // for the poison path
-			types.QueueAttributeNameMaximumMessageSize, // the byte bound's first estimate
-		},
-	})
-	if err != nil && lease == 0 {
-		var missing *types.QueueDoesNotExist
-		switch {
-		case errors.As(err, &missing):
-			return fmt.Errorf("sqsconsumer: queue %s does not exist (check the region and account in its URL): %w", r.queueURL, err)
-		case isAccessDenied(err):
-			return fmt.Errorf("sqsconsumer: reading the queue's VisibilityTimeout: access denied (allow sqs:GetQueueAttributes, or set WithVisibilityTimeout to skip this read): %w", err)
-		}
-		return fmt.Errorf("sqsconsumer: reading the queue's VisibilityTimeout: %w", err)
-	}
-	attrErr := err
+	// FifoQueue confirms the URL's suffix. A first contact that cannot
+	// succeed ends Run; without WithVisibilityTimeout an error that can
+	// heal is retried, with it the URL decides FIFO (firstcontact.go).
+	out, attrErr, err := readQueue(ctx, r.client, r.queueURL, r.s.visibility != 0, r.prog, r.ev)
 	if err != nil {
-		msg := err.Error()
-		r.prog.recvErr.Store(&msg)
-		r.log(slog.LevelDebug, "sqsconsumer: could not read the queue's attributes; FIFO is judged from the URL", "error", err)
-		out = &sqs.GetQueueAttributesOutput{}
-	} else {
-		r.prog.answer()
+		return err
 	}
 	fifo := strings.HasSuffix(r.queueURL, ".fifo") || out.Attributes[string(types.QueueAttributeNameFifoQueue)] == "true"
 	r.messageSize = maxMessageBytes
@@ -205,6 +189,9 @@ func (r *run) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := r.s.queueConflicts(r.queueURL, fifo, lease, cfg.interval); err != nil { // conflicts.go
+		return err
+	}
 	// Every receive and coalesced call carries the trace that tells the
 	// calls in flight what the HTTP client's pool does (inflight.go).
 	r.conns = newConnWatch()
@@ -218,6 +205,7 @@ func (r *run) setup(ctx context.Context) error {
 	r.cfg = cfg
 	r.reg = newRegistry(fifo, r.s.protector)
 	r.probeCtx, r.cancelProbe = context.WithCancel(context.Background())
+	r.quota.init(r.client, r.queueURL, r.scaler, r.ev)
 	r.drainBase()
 	if r.s.breaker != nil {
 		r.br = r.newBreaker(*r.s.breaker)
@@ -234,10 +222,11 @@ func (r *run) setup(ctx context.Context) error {
 	return nil
 }
 
-// makeFlow makes the flow, paused if Pause came first, and binds the fleet
-// member to it. The Consumer calls it under its mu, so that a Pause
-// either came before (paused) or finds the run.
-func (r *run) makeFlow(paused bool) {
+// makeFlow makes the flow, which reads the Consumer's paused state
+// (paused, written only by Pause and Resume) from the start, and binds the
+// fleet member to it. The Consumer calls it under its mu, so that a Pause
+// either came before (the flow starts paused) or finds the run.
+func (r *run) makeFlow(paused *atomic.Bool) {
 	fc := flowConfig{conc: r.s.concurrency, size: r.s.receiveSize, maxAhead: r.s.maxAhead, maxPollers: r.s.pollers,
 		calls: r.callLimit(), maxBytes: r.s.maxBytes, messageSize: r.messageSize,
 		spawn: func() {
@@ -261,7 +250,7 @@ func (r *run) makeFlow(paused bool) {
 	if r.s.rateLimit > 0 {
 		fc.limiter = newTokenBucket(r.s.rateLimit, r.s.rateBurst)
 	}
-	r.paused.Store(paused)
+	r.paused = paused
 	r.fl = newFlow[*delivery](fc)
 	if m := r.member; m != nil {
 		m.Bind(r.granted, r.fl.nudge)
@@ -304,8 +293,9 @@ func (r *run) run(ctx context.Context) error {
 		r.fl.closeLanes()
 	}
 	r.workers.Wait()
-	// The breaker's goroutines and the scaler: none starts after shutdown
-	// stopped the breaker and runCtx ended.
+	// The breaker's goroutines, the scaler and the quota's reads: none
+	// starts after shutdown stopped the breaker and runCtx ended, or after
+	// the pollers returned.
 	r.aux.Wait()
 	r.calls.close()
 	r.hardStop()
@@ -408,19 +398,19 @@ func (r *run) inHandler() []string {
 	return ids
 }
 
-// pause stops receiving and starting messages and hands back what has not
-// started; it returns once those releases are answered.
+// pause hands back what has not started, once Pause has set the paused
+// state (which stops receiving and starting messages); it returns once
+// those releases are answered. Only Pause calls it, in its turn.
 func (r *run) pause() {
-	r.paused.Store(true)
-	unstarted := r.unstarted(r.fl.pause())
+	unstarted := r.unstarted(r.fl.takeReady())
 	r.log(slog.LevelInfo, "sqsconsumer: paused: receiving stopped, unstarted messages released", "released_unstarted", len(unstarted))
 	r.handBack(unstarted)
 }
 
-// resume ends a pause.
+// resume wakes the pollers once Resume has cleared the paused state. Only
+// Resume calls it, in its turn.
 func (r *run) resume() {
-	r.paused.Store(false)
-	r.fl.resume()
+	r.fl.wake()
 }
 
 // fail records a permanent receive error and ends Run.
@@ -566,10 +556,12 @@ func (r *run) atCallLimit(limit int) {
 }
 
 // checkDeadLetter makes sure, at Run's start, that the dead-letter queue
-// the Consumer will move messages to exists and is of the source's type,
-// so that a wrong name fails Run at once rather than the first poison
-// message hours later. A queue SQS says does not exist, or whose FifoQueue
-// attribute contradicts the source's type, fails Run; any other error
+// the Consumer will move messages to exists, is of the source's type and
+// is not the source itself (by ARN: two URLs may name one queue), so that
+// a wrong name fails Run at once rather than the first poison message
+// hours later. A queue SQS says does not exist, whose FifoQueue attribute
+// contradicts the source's type, or whose QueueArn is the source's, fails
+// Run; any other error
 // reading its attributes (access to the queue's attributes denied, say:
 // the move needs only sqs:SendMessage) is logged, and Run goes on.
 func (r *run) checkDeadLetter(ctx context.Context) error {
@@ -582,7 +574,7 @@ func (r *run) checkDeadLetter(ctx context.Context) error {
 	}
 	out, err := r.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
 		QueueUrl:       aws.String(r.dlq.url),
-		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameFifoQueue},
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameFifoQueue, types.QueueAttributeNameQueueArn},
 	})
 	var missing *types.QueueDoesNotExist
 	switch {
@@ -591,6 +583,10 @@ func (r *run) checkDeadLetter(ctx context.Context) error {
 	case err != nil:
 		r.log(slog.LevelWarn, "sqsconsumer: could not check the dead-letter queue; moving messages to it may fail", "dead_letter_queue", r.dlq.url, "error", err)
 		return nil
+	}
+	if arn := out.Attributes[string(types.QueueAttributeNameQueueArn)]; arn != "" && arn == r.dlq.sourceARN {
+		return fmt.Errorf("%w: %s names dead-letter queue %s, which is the queue the Consumer reads (%s, ARN %s): a message moved there comes straight back and fails again, forever; name a separate dead-letter queue",
+			ErrInvalidOption, source, r.dlq.url, r.queueURL, arn)
 	}
 	if v, ok := out.Attributes[string(types.QueueAttributeNameFifoQueue)]; ok && strings.EqualFold(v, "true") != r.dlq.fifo {
 		return typeMismatch(r.dlq.url, source, !r.dlq.fifo)

@@ -224,6 +224,14 @@ func (sc *scaler) completed() {
 	}
 }
 
+// lastCounts is the latest successful reading's raw counts (At zero
+// before any), for the in-flight quota's check (quota.go).
+func (sc *scaler) lastCounts() scaling.Reading {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return sc.last
+}
+
 // figure is the latest figure; nil (the signal is off) is never Known.
 func (sc *scaler) figure() Scaling {
 	if sc == nil {

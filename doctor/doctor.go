@@ -6,8 +6,9 @@
 // long enough to outlast an outage, long polling, a visibility timeout
 // that fits the work (twice its p99, or a lease near p90 with renewals
 // when the tail is long), a Lambda function (6 × its timeout plus the
-// batching window), the shutdown budget, redeliveries and the 12-hour
-// ceiling. One set of rules serves both entry points:
+// batching window), the shutdown budget, redeliveries, the 12-hour
+// ceiling, and the messages in flight against SQS's in-flight quota. One
+// set of rules serves both entry points:
 //
 //   - Check reads a queue (and its DLQ) through the SQS API and Analyze
 //     judges attributes the caller already has; the work is known only by
@@ -223,6 +224,13 @@ const (
 	// outnumber the releases after failures that explain them: the
 	// earliest sign that work outruns its lease.
 	CheckRedelivery CheckName = "redelivery"
+	// CheckInFlight (Check, or a Queue with Counts): the messages in
+	// flight (received, not yet deleted) against SQS's in-flight quota,
+	// about 120,000 per queue (sqsconsumer.InFlightQuota), at which SQS
+	// answers long polls with nothing and no error while messages wait
+	// visible. Warn from nine tenths of it (sqsconsumer.InFlightNearQuota),
+	// error at it with messages visible.
+	CheckInFlight CheckName = "in_flight_quota"
 )
 
 // Thresholds of Advise.
@@ -294,6 +302,18 @@ type Queue struct {
 	ReceiveWaitTime   time.Duration
 	// Redrive is the RedrivePolicy, nil when the queue has none.
 	Redrive *RedrivePolicy
+	// Counts are the queue's message counts when they were read (Check),
+	// nil when unknown.
+	Counts *QueueCounts
+}
+
+// QueueCounts are a queue's approximate message counts, as SQS reported
+// them: ApproximateNumberOfMessages (Visible) and
+// ApproximateNumberOfMessagesNotVisible (InFlight: received, not yet
+// deleted).
+type QueueCounts struct {
+	Visible  int64 `json:"visible"`
+	InFlight int64 `json:"in_flight"`
 }
 
 // RedrivePolicy is a queue's dead-letter configuration.
@@ -327,12 +347,13 @@ type queueJSON struct {
 	RetentionPeriod   int64          `json:"message_retention_period_seconds"`
 	ReceiveWaitTime   int64          `json:"receive_message_wait_time_seconds"`
 	Redrive           *RedrivePolicy `json:"redrive_policy,omitempty"`
+	Counts            *QueueCounts   `json:"counts,omitempty"`
 }
 
 // MarshalJSON encodes the queue with durations in whole seconds (fields
 // url, arn, fifo, visibility_timeout_seconds,
 // message_retention_period_seconds, receive_message_wait_time_seconds,
-// redrive_policy).
+// redrive_policy, counts).
 func (q Queue) MarshalJSON() ([]byte, error) {
 	return json.Marshal(queueJSON{
 		URL: q.URL, ARN: q.ARN, FIFO: q.FIFO,
@@ -340,6 +361,7 @@ func (q Queue) MarshalJSON() ([]byte, error) {
 		RetentionPeriod:   int64(q.RetentionPeriod / time.Second),
 		ReceiveWaitTime:   int64(q.ReceiveWaitTime / time.Second),
 		Redrive:           q.Redrive,
+		Counts:            q.Counts,
 	})
 }
 
@@ -355,6 +377,7 @@ func (q *Queue) UnmarshalJSON(b []byte) error {
 		RetentionPeriod:   time.Duration(j.RetentionPeriod) * time.Second,
 		ReceiveWaitTime:   time.Duration(j.ReceiveWaitTime) * time.Second,
 		Redrive:           j.Redrive,
+		Counts:            j.Counts,
 	}
 	return nil
 }
@@ -398,6 +421,18 @@ func parseAttributes(url string, attrs map[string]string) (Queue, error) {
 	secs("VisibilityTimeout", &q.VisibilityTimeout)
 	secs("MessageRetentionPeriod", &q.RetentionPeriod)
 	secs("ReceiveMessageWaitTimeSeconds", &q.ReceiveWaitTime)
+	if _, ok := attrs["ApproximateNumberOfMessagesNotVisible"]; ok {
+		q.Counts = &QueueCounts{}
+		for name, dst := range map[string]*int64{"ApproximateNumberOfMessages": &q.Counts.Visible, "ApproximateNumberOfMessagesNotVisible": &q.Counts.InFlight} {
+			v := attrs[name]
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				errs = append(errs, fmt.Errorf("attribute %s: %q is not a count", name, v))
+				continue
+			}
+			*dst = n
+		}
+	}
 	if v := attrs["RedrivePolicy"]; v != "" {
 		p, err := parseRedrivePolicy(v)
 		if err != nil {
@@ -459,13 +494,13 @@ type Finding struct {
 	// min_visibility_seconds, max_visibility_seconds,
 	// recommended_visibility_seconds, recommended_time_to_dlq_seconds,
 	// required_visibility_seconds); max_receive_count, processed,
-	// receives, redeliveries, releases, lapsed and ceiling_hits are
-	// counts; share_above is the fraction (0 to 1) of messages held longer
+	// receives, redeliveries, releases, lapsed, ceiling_hits, visible,
+	// in_flight and in_flight_quota are counts; share_above is the fraction (0 to 1) of messages held longer
 	// than the duration judged; ratio is the figure the finding judges
 	// over the bound it is compared with (time to DLQ over retention, DLQ
 	// retention over the source's, visibility over the recommended or
-	// required lease, p99.9 over p99), present only when the bound is
-	// above zero.
+	// required lease, p99.9 over p99, messages in flight over the
+	// in-flight quota), present only when the bound is above zero.
 	Values map[string]float64 `json:"values,omitempty"`
 }
 

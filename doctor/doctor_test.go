@@ -450,3 +450,50 @@ func (c badAttrs) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttrib
 	}
 	return out, err
 }
+
+// The in-flight quota: info below it, warn from nine tenths, error at it
+// with messages visible (consumers idle while they wait); skipped when the
+// counts are unknown. The counts round-trip through JSON.
+func TestInFlightQuota(t *testing.T) {
+	t.Parallel()
+	find := func(fs []Finding) *Finding {
+		for i := range fs {
+			if fs[i].Check == CheckInFlight {
+				return &fs[i]
+			}
+		}
+		return nil
+	}
+	base := Queue{URL: "u", VisibilityTimeout: 30 * time.Second, RetentionPeriod: 4 * 24 * time.Hour, ReceiveWaitTime: 20 * time.Second}
+	require.Nil(t, find(Analyze(base, nil, Options{})), "counts unknown")
+	for _, tt := range []struct {
+		visible, inFlight int64
+		sev               Severity
+		says              string
+	}{
+		{10, 1000, SeverityInfo, "below SQS's in-flight quota"},
+		{0, 107_999, SeverityInfo, "below"},
+		{0, 108_000, SeverityWarn, "near SQS's in-flight quota of about 120000 per queue"},
+		{0, 120_000, SeverityWarn, "near"},
+		{1, 120_000, SeverityError, "at SQS's in-flight quota of about 120000 per queue, with 1 visible: SQS answers long polls with nothing and no error"},
+	} {
+		q := base
+		q.Counts = &QueueCounts{Visible: tt.visible, InFlight: tt.inFlight}
+		f := find(Analyze(q, nil, Options{}))
+		require.NotNil(t, f)
+		require.Equal(t, tt.sev, f.Severity, "%+v", tt)
+		require.Contains(t, f.Message, tt.says)
+		require.Equal(t, float64(tt.inFlight), f.Values["in_flight"])
+	}
+	q, err := ParseAttributes("u", map[string]string{"ApproximateNumberOfMessages": "7", "ApproximateNumberOfMessagesNotVisible": "110000"})
+	require.NoError(t, err)
+	require.Equal(t, &QueueCounts{Visible: 7, InFlight: 110_000}, q.Counts)
+	b, err := json.Marshal(q)
+	require.NoError(t, err)
+	require.Contains(t, string(b), `"counts":{"visible":7,"in_flight":110000}`)
+	var back Queue
+	require.NoError(t, json.Unmarshal(b, &back))
+	require.Equal(t, q, back)
+	_, err = ParseAttributes("u", map[string]string{"ApproximateNumberOfMessagesNotVisible": "many"})
+	require.ErrorContains(t, err, `attribute ApproximateNumberOfMessagesNotVisible: "many" is not a count`)
+}

@@ -207,6 +207,9 @@ func (j *judge) run(src Queue, dlq *Queue, w *work) {
 		j.retention(src.RetentionPeriod)
 		j.polling(src.ReceiveWaitTime)
 	}
+	if src.Counts != nil {
+		j.inFlight(*src.Counts)
+	}
 	if j.stats != nil {
 		j.data()
 	}
@@ -336,6 +339,24 @@ func (j *judge) polling(wait time.Duration) {
 		return
 	}
 	j.add(CheckLongPolling, SeverityInfo, values{}.secs("receive_wait_seconds", wait), "long polling: receives wait up to %s for messages", fmtDur(wait))
+}
+
+// inFlight judges the messages in flight against SQS's in-flight quota.
+func (j *judge) inFlight(c QueueCounts) {
+	v := values{"in_flight": float64(c.InFlight), "visible": float64(c.Visible), "in_flight_quota": sqsconsumer.InFlightQuota,
+		"ratio": float64(c.InFlight) / sqsconsumer.InFlightQuota}
+	const ways = "the ways out: find what holds messages without deleting them (handlers that never delete or fail their deletes; failed messages waiting out long retry visibilities, up to 12h with RetryAfter or a backoff, which a dead-letter queue or shorter backoffs end; many replicas reading ahead, which a lower WithMaxReadAhead bounds), spread the work over more queues, or ask AWS Support to raise the quota"
+	switch {
+	case c.InFlight >= sqsconsumer.InFlightQuota && c.Visible > 0:
+		j.add(CheckInFlight, SeverityError, v, "%d messages in flight, at SQS's in-flight quota of about %d per queue, with %d visible: SQS answers long polls with nothing and no error (short polls with OverLimit), so consumers idle while the visible messages age toward retention; %s",
+			c.InFlight, sqsconsumer.InFlightQuota, c.Visible, ways)
+	case c.InFlight >= sqsconsumer.InFlightNearQuota:
+		j.add(CheckInFlight, SeverityWarn, v, "%d messages in flight, near SQS's in-flight quota of about %d per queue (%d visible): at the quota SQS answers long polls with nothing and no error (short polls with OverLimit), and consumers idle while messages wait; %s",
+			c.InFlight, sqsconsumer.InFlightQuota, c.Visible, ways)
+	default:
+		j.add(CheckInFlight, SeverityInfo, v, "%d messages in flight, %d visible: below SQS's in-flight quota of about %d per queue",
+			c.InFlight, c.Visible, sqsconsumer.InFlightQuota)
+	}
 }
 
 // data says how far Advise's figures can be trusted.

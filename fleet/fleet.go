@@ -142,10 +142,11 @@ type Option func(*Fleet) error
 // many queues sit idle and their first message may wait.
 //
 // An idle queue's Consumer hears from SQS only once per long poll and
-// pause, so with a pause longer than its Health's stall limit less the
-// wait time (2 min - 20 s by default) its Health reports a stall while the
-// queue is idle: raise the stall limit above the pause plus the wait time
-// with sqsconsumer.WithHealthLimits.
+// pause. Its Health's default stall limit grows to cover that (twice the
+// pause plus the wait time, when more than 2 minutes); an explicit stall
+// limit (sqsconsumer.WithHealthLimits) below the pause plus the wait time
+// plus a receive's call timeout (10 s) would report every idle queue
+// stalled, and Add refuses it, naming both options.
 func WithIdlePause(d time.Duration) Option {
 	return func(f *Fleet) error {
 		if d < 0 || d > MaxIdlePause {

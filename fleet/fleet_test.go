@@ -250,6 +250,19 @@ func TestPauseGivesShareAway(t *testing.T) {
 		busy = b.measure(10 * time.Second)
 		t.Logf("resumed: a %v, b %v", busy[0], busy[1])
 		require.InEpsilon(t, 1.0, busy[0].Seconds()/busy[1].Seconds(), 0.05)
+
+		cb.Pause()
+		time.Sleep(5 * time.Minute) // past the stall limit: a pause is not a stall
+		h := f.Health()
+		require.True(t, h.Healthy, h.Problems)
+		require.True(t, h.Ready, "a queue paused on purpose leaves the fleet ready while another takes messages")
+		require.Equal(t, "running", h.Status)
+		require.Equal(t, "paused", h.Queues[1].Health.Status)
+		ca.Pause()
+		h = f.Health()
+		require.True(t, h.Healthy, h.Problems)
+		require.False(t, h.Ready, "no queue takes messages")
+		require.Equal(t, "paused", h.Status)
 		require.NoError(t, stop())
 	})
 }
@@ -494,6 +507,18 @@ func TestValidation(t *testing.T) {
 	//lint:ignore SA1012 a nil context is what is tested
 	require.ErrorContains(t, f.Run(nil), "a context is required")
 
+	// A stall limit an idle queue of this fleet cannot keep.
+	paused, err := fleet.New(4, fleet.WithIdlePause(20*time.Second))
+	require.NoError(t, err)
+	strict, err := sqsconsumer.New(srv.Client(), url, h, sqsconsumer.WithHealthLimits(45*time.Second, 0))
+	require.NoError(t, err, "alone it keeps the limit")
+	err = paused.Add(strict)
+	require.ErrorIs(t, err, sqsconsumer.ErrInvalidOption)
+	require.ErrorContains(t, err, "WithHealthLimits' stall limit 45s is below the fleet's WithIdlePause(20s)")
+	require.ErrorContains(t, err, "at least 50s")
+	loose, err := sqsconsumer.New(srv.Client(), url, h, sqsconsumer.WithHealthLimits(50*time.Second, 0))
+	require.NoError(t, err)
+	require.NoError(t, paused.Add(loose))
 }
 
 func TestRunOnce(t *testing.T) {

@@ -30,18 +30,19 @@ type Health struct {
 	// Healthy is false when Problems is not empty.
 	Healthy bool `json:"healthy"`
 	// Ready is true when every listed queue is ready
-	// (sqsconsumer.Health.Ready), at least one is listed, and Run was
-	// called if queues were added for it: the fleet takes messages from
-	// each of them.
+	// (sqsconsumer.Health.Ready) or paused (Consumer.Pause), at least one
+	// is ready, and Run was called if queues were added for it: the fleet
+	// takes messages from each queue not paused on purpose.
 	Ready bool `json:"ready"`
 	// Status is the listed queues' least advanced status, in this order:
 	// "failed" (a queue's Run returned an error: the fleet's Run stops
 	// the queues it runs), "not started" (fleet.Run was not called for
 	// the queues added to it, or a queue's own Run was not called), any
 	// status a queue reports that is not listed here, "starting",
-	// "draining", "running", "stopped" (all returned nil). A queue the
-	// fleet stopped because another failed counts as "stopped", as in
-	// Run's error. "not started" when no queue is listed.
+	// "draining", "running", "paused" (every queue still running is
+	// paused), "stopped" (all returned nil). A queue the fleet stopped
+	// because another failed counts as "stopped", as in Run's error.
+	// "not started" when no queue is listed.
 	Status string `json:"status"`
 	// Problems says, one sentence each, why Healthy is false; each
 	// queue's problems start with "queue URL: ".
@@ -79,7 +80,7 @@ func (h Health) MarshalJSON() ([]byte, error) {
 // statusOrder ranks the queues' statuses for the fleet's: the fleet reports
 // the first any queue has. A status not listed ranks just after "not
 // started".
-var statusOrder = []string{"failed", "not started", "starting", "draining", "running", "stopped"}
+var statusOrder = []string{"failed", "not started", "starting", "draining", "running", "paused", "stopped"}
 
 func statusRank(s string) float64 {
 	if i := slices.Index(statusOrder, s); i >= 0 {
@@ -136,9 +137,14 @@ func (f *Fleet) Health() Health {
 	}
 	h.Healthy = len(h.Problems) == 0
 	h.Ready = h.Healthy
+	taking := false
 	for _, q := range h.Queues {
-		h.Ready = h.Ready && q.Health.Ready
+		// A queue paused on purpose (and healthy) does not make the
+		// fleet unready while another takes messages.
+		h.Ready = h.Ready && (q.Health.Ready || q.Health.Status == "paused")
+		taking = taking || q.Health.Ready
 	}
+	h.Ready = h.Ready && taking
 	return h
 }
 

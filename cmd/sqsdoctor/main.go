@@ -108,6 +108,10 @@ Checks:
   shutdown           with -shutdown: without -heartbeat, a budget longer
                      than VisibilityTimeout only duplicates work (warn);
                      with -p99, a budget below p99 cuts work short (warn)
+  in_flight_quota    messages in flight against SQS's in-flight quota
+                     (about 120,000 per queue), at which long polls
+                     answer nothing and no error: warn from 108,000,
+                     error at the quota with messages visible
 
 Flags:
 `
@@ -143,6 +147,10 @@ the queue was checked (exit codes 0 and 1):
       "redrive_policy": {                       omitted without a DLQ
         "dead_letter_target_arn": string,
         "max_receive_count": int
+      },
+      "counts": {                               approximate message counts
+        "visible": int,
+        "in_flight": int
       }
     },
     "dlq": { same fields as "queue" },          omitted when there is none

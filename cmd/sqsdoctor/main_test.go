@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -125,14 +126,16 @@ func TestCLIJSON(t *testing.T) {
 	require.EqualValues(t, 0, got.Queue["receive_message_wait_time_seconds"])
 	require.NotContains(t, got.Queue, "redrive_policy")
 	require.Nil(t, got.DLQ)
-	require.Equal(t, map[string]int{"error": 1, "warn": 1, "info": 1}, got.Counts)
+	require.Equal(t, map[string]any{"visible": 0.0, "in_flight": 0.0}, got.Queue["counts"])
+	require.Equal(t, map[string]int{"error": 1, "warn": 1, "info": 2}, got.Counts)
 	require.Equal(t, exitFindings, got.ExitCode)
-	require.Len(t, got.Findings, 3)
+	require.Len(t, got.Findings, 4)
 	require.Equal(t, map[string]any{"check": "redrive_policy", "severity": "error", "message": got.Findings[0]["message"],
 		"values": map[string]any{"retention_seconds": 345600.0}}, got.Findings[0])
 	require.Equal(t, "long_polling", got.Findings[1]["check"])
 	require.Equal(t, map[string]any{"receive_wait_seconds": 0.0}, got.Findings[1]["values"])
 	require.Equal(t, "retention", got.Findings[2]["check"])
+	require.Equal(t, "in_flight_quota", got.Findings[3]["check"])
 
 	code, out, _ = runCLI(t, inMemory(b.srv), "-json", "-queue-url", b.healthy)
 	require.Equal(t, exitOK, code)
@@ -392,5 +395,51 @@ func TestRegionOf(t *testing.T) {
 		"::not a url": "",
 	} {
 		require.Equal(t, want, regionOf(in), "regionOf(%q)", in)
+	}
+}
+
+// countsOf answers GetQueueAttributes with the given message counts, as a
+// queue holding that many would (sqstest would need them all sent and
+// received).
+type countsOf struct {
+	doctor.Client
+	visible, inFlight string
+}
+
+func (c countsOf) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, optFns ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) {
+	out, err := c.Client.GetQueueAttributes(ctx, in, optFns...)
+	if err == nil {
+		out.Attributes["ApproximateNumberOfMessages"] = c.visible
+		out.Attributes["ApproximateNumberOfMessagesNotVisible"] = c.inFlight
+	}
+	return out, err
+}
+
+// A queue near or at SQS's in-flight quota: sqsdoctor warns (or, at it
+// with messages visible, reports an error), naming the cause and the ways
+// out.
+func TestCLIInFlightQuota(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, tt := range []struct {
+		visible, inFlight string
+		code              int
+		line              string
+	}{
+		{"2000", "110000", exitOK, `(?m)^WARN\s+in_flight_quota\s+110000 messages in flight, near SQS's in-flight quota of about 120000 per queue \(2000 visible\)`},
+		{"2000", "120000", exitFindings, `(?m)^ERROR\s+in_flight_quota\s+120000 messages in flight, at SQS's in-flight quota of about 120000 per queue, with 2000 visible`},
+		{"0", "500", exitOK, `(?m)^INFO\s+in_flight_quota\s+500 messages in flight, 0 visible: below SQS's in-flight quota`},
+	} {
+		mk := func(context.Context, string, string) (doctor.Client, error) {
+			return countsOf{Client: b.srv.Client(), visible: tt.visible, inFlight: tt.inFlight}, nil
+		}
+		code, out, _ := runCLI(t, mk, "-queue-url", b.healthy)
+		require.Equal(t, tt.code, code, out)
+		require.Regexp(t, tt.line, out)
+		if !strings.Contains(tt.line, "INFO") {
+			require.Contains(t, out, "SQS answers long polls with nothing and no error")
+			require.Contains(t, out, "the ways out:")
+			require.Contains(t, out, "ask AWS Support to raise the quota")
+		}
 	}
 }
