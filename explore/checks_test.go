@@ -1,6 +1,7 @@
 package explore
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -23,8 +24,33 @@ func (r *run) checkReturn(p *proc) {
 	now := p.retTime
 	if p.cancelled {
 		if took, bound := now.Sub(p.cancelAt), r.returnBound(); took > bound {
-			r.violateLocked(chkReturn, "%s: Run returned %v after its context was cancelled, bound %v (shutdown timeout %v + 5s + ignore %v); its last lines:\n%s",
-				p.name(), took, bound, r.sc.shutdownTimeout(), bound-r.sc.shutdownTimeout()-5*time.Second, r.tailLocked(p, 40))
+			// Whether it held nothing at some instant after the
+			// cancellation, within the bound: the shutdown's wait ended
+			// then, and what Run waited for after it was not bounded.
+			held, idleAt := 0, time.Time{}
+			for _, e := range p.events {
+				if e.at.After(p.cancelAt) && idleAt.IsZero() && held == 0 {
+					idleAt = p.cancelAt // it held nothing when the shutdown began
+				}
+				switch e.kind {
+				case sqsconsumer.EventReceived:
+					held++
+				case sqsconsumer.EventDone:
+					held--
+				}
+				if held == 0 && idleAt.IsZero() && !e.at.Before(p.cancelAt) && !e.at.After(p.cancelAt.Add(bound)) {
+					idleAt = e.at
+				}
+			}
+			if held == 0 && idleAt.IsZero() {
+				idleAt = p.cancelAt // nothing at all after the cancellation
+			}
+			idle := ""
+			if !idleAt.IsZero() {
+				idle = fmt.Sprintf(" (it held nothing at %v, within the bound: the shutdown's wait ended then, and what Run waited for after it was not bounded)", r.at(idleAt))
+			}
+			r.violateLocked(chkReturn, "%s: Run returned %v after its context was cancelled, bound %v (shutdown timeout %v + 5s + ignore %v)%s; its last lines:\n%s",
+				p.name(), took, bound, r.sc.shutdownTimeout(), bound-r.sc.shutdownTimeout()-5*time.Second, idle, r.tailLocked(p, 40))
 		}
 	}
 	switch {
@@ -128,7 +154,12 @@ func (r *run) checkStatsLocked(p *proc, st sqsconsumer.Stats) {
 // retry visibility its handler asked for, or an injected fault, a lost
 // answer or a lost lease explains it.
 func (r *run) checkStrandedLocked(p *proc, msgs []sqstest.MessageState, now time.Time) {
-	hardStop := p.cancelAt.Add(r.sc.shutdownTimeout() + 5*time.Second)
+	stopAt := p.cancelAt // the shutdown began: Run's context cancelled, or a permanent receive error
+	if !p.cancelled || !p.permanentAt.IsZero() && p.permanentAt.Before(stopAt) {
+		stopAt = p.permanentAt
+	}
+	stopped := !stopAt.IsZero()
+	hardStop := stopAt.Add(r.sc.shutdownTimeout() + 5*time.Second)
 	for _, st := range msgs {
 		if !st.InFlight || !st.VisibleAt.After(now.Add(time.Second)) || len(st.Receives) == 0 {
 			continue
@@ -136,8 +167,7 @@ func (r *run) checkStrandedLocked(p *proc, msgs []sqstest.MessageState, now time
 		last := st.Receives[len(st.Receives)-1]
 		h := r.handles[last.ReceiptHandle]
 		if h == nil {
-			r.violateLocked(chkStranded, "%s: message %s is hidden by a receive no wire recorded", p.name(), r.label(st.ID))
-			continue
+			continue // another process's receive, still in flight: p's calls have all returned
 		}
 		if h.proc != p.id || h.lost || h.faulted {
 			continue
@@ -148,7 +178,7 @@ func (r *run) checkStrandedLocked(p *proc, msgs []sqstest.MessageState, now time
 		got := slices.ContainsFunc(p.events, func(e obs) bool {
 			return e.handle == h.handle && (e.kind == sqsconsumer.EventReceived || e.kind == sqsconsumer.EventAdopted)
 		})
-		if !got && p.cancelled && (r.sc.Options.CancelIdlePolls != nil || !h.at.Before(hardStop)) {
+		if !got && stopped && (r.sc.Options.CancelIdlePolls != nil || !h.at.Before(hardStop)) {
 			continue // an idle poll the shutdown cancelled, or an answer after the hard stop
 		}
 		// The visibility change that hides it, if any.
@@ -165,10 +195,30 @@ func (r *run) checkStrandedLocked(p *proc, msgs []sqstest.MessageState, now time
 			r.violateLocked(chkStranded, "%s: message %s hidden %v after Run returned: a receive answer reached the process, but the Consumer never reported it received\n%s", p.name(), r.label(st.ID), hidden, story)
 			continue
 		}
-		res := lastResultAfter(p.results[st.ID], h.seq)
-		if res != nil && p.cancelled && res.at.After(hardStop) {
+		// The delivery began at its receive; a handle adopted later
+		// belongs to the same delivery.
+		from := h.seq
+		if slices.ContainsFunc(p.events, func(e obs) bool { return e.kind == sqsconsumer.EventAdopted && e.handle == h.handle }) {
+			for _, e := range p.events {
+				if e.msg == st.ID && e.kind == sqsconsumer.EventReceived && e.seq < h.seq {
+					from = e.seq
+				}
+			}
+		}
+		res := lastResultAfter(p.results[st.ID], from)
+		if res == nil {
+			// A Batch member that failed before its batch was sent (its
+			// handler timeout ran out): the Consumer's own outcome.
+			for _, e := range p.events {
+				if e.msg == st.ID && e.seq > from && e.kind == sqsconsumer.EventFailed {
+					res = &result{seq: e.seq, at: e.at, kind: "fail", shutdown: errors.Is(e.err, sqsconsumer.ErrShutdown)}
+				}
+			}
+		}
+		if res != nil && stopped && res.at.After(hardStop.Add(-time.Second)) {
 			r.seen["late-handler"] = true
-			r.violateLocked(chkStranded, "%s: message %s hidden %v after Run returned: its handler returned after the hard stop (it ignored its cancelled context), and its message was not released\n%s", p.name(), r.label(st.ID), hidden, story)
+			r.violateLocked(chkStranded, "%s: message %s hidden %v after Run returned: its handler returned %v after the hard stop (it ignored its cancelled context), and its message was not released\n%s",
+				p.name(), r.label(st.ID), hidden, res.at.Sub(hardStop), story)
 			continue
 		}
 		if hide != nil && slices.ContainsFunc(p.ownReleases[st.ID], func(d time.Duration) bool { return hide.Timeout <= d }) {
@@ -181,8 +231,10 @@ func (r *run) checkStrandedLocked(p *proc, msgs []sqstest.MessageState, now time
 			r.violateLocked(chkStranded, "%s: message %s hidden %v after Run returned by a visibility change of %v, though no handler of it returned\n%s", p.name(), r.label(st.ID), hidden, hide.Timeout, story)
 		case res.kind == "success":
 			r.violateLocked(chkStranded, "%s: message %s hidden %v after Run returned by a visibility change of %v after its handler succeeded (not deleted)\n%s", p.name(), r.label(st.ID), hidden, hide.Timeout, story)
+		case res.shutdown && !r.releasedLocked(p, st.ID, hide.Timeout, h.seq):
+			r.violateLocked(chkStranded, "%s: message %s hidden %v after Run returned by a renewal (%v), though the shutdown cancelled its handler at %v: it was not released\n%s", p.name(), r.label(st.ID), hidden, hide.Timeout, r.at(res.at), story)
 		case res.shutdown:
-			r.violateLocked(chkStranded, "%s: message %s hidden %v after Run returned by a visibility change of %v, though the shutdown cancelled its handler: a shutdown releases at once\n%s", p.name(), r.label(st.ID), hidden, hide.Timeout, story)
+			r.violateLocked(chkStranded, "%s: message %s hidden %v after Run returned: released for %v, though the shutdown cancelled its handler: a shutdown releases at once\n%s", p.name(), r.label(st.ID), hidden, hide.Timeout, story)
 		}
 	}
 }
@@ -268,7 +320,11 @@ func (r *run) storyLocked(p *proc, st sqstest.MessageState, h *handleRec) string
 	}
 	for _, l := range p.logs {
 		if l.attrs["message_id"] == st.ID {
-			lines = append(lines, line{l.at, l.seq, fmt.Sprintf("p%d log %q", p.id, l.msg)})
+			extra := ""
+			if e := l.attrs["error"]; e != "" {
+				extra = " error=" + e
+			}
+			lines = append(lines, line{l.at, l.seq, fmt.Sprintf("p%d log %q%s", p.id, l.msg, extra)})
 		}
 	}
 	slices.SortStableFunc(lines, func(a, b line) int { return a.at.Compare(b.at) })
@@ -277,6 +333,8 @@ func (r *run) storyLocked(p *proc, st sqstest.MessageState, h *handleRec) string
 	}
 	if p.cancelled {
 		fmt.Fprintf(&b, "      (Run's context cancelled at %v, Run returned at %v)", r.at(p.cancelAt), r.at(p.retTime))
+	} else if p.returned {
+		fmt.Fprintf(&b, "      (Run returned at %v: %v)", r.at(p.retTime), p.runErr)
 	}
 	return b.String()
 }
@@ -576,7 +634,7 @@ func (r *run) judgeHealth(p *proc, h sqsconsumer.Health, st sqsconsumer.Stats) {
 	// Not paused, the breaker closed, room for more, and nothing received
 	// for a long while: receiving has stopped.
 	idle := 60*time.Second + r.sc.pollWait() + time.Duration(r.sc.QueueWait)*time.Second
-	if !p.paused && now.Sub(p.pauseChanged) > idle && (h.Breaker == "" || h.Breaker == "closed") &&
+	if !p.paused && !p.permanentFault && now.Sub(p.pauseChanged) > idle && (h.Breaker == "" || h.Breaker == "closed") &&
 		now.Sub(p.started) > idle && now.Sub(p.lastReceive) > idle && r.receiving[p.id] == 0 &&
 		st.Running+st.Waiting+st.Asked < r.sc.concurrency() && !faultSince(now.Add(-idle)) {
 		r.violateLocked(chkReceiving, "%s: at %v not paused, breaker %q, %d running and %d waiting of %d slots, but no receive sent since %v (Paused() = %v)",
@@ -630,4 +688,12 @@ func (r *run) tailLocked(p *proc, n int) string {
 		b.WriteString("      " + l.s + "\n")
 	}
 	return b.String()
+}
+
+// releasedLocked reports whether p reported message id released for vis
+// after seq.
+func (r *run) releasedLocked(p *proc, id string, vis time.Duration, seq uint64) bool {
+	return slices.ContainsFunc(p.events, func(e obs) bool {
+		return e.msg == id && e.seq > seq && e.kind == sqsconsumer.EventReleased && e.vis.Round(time.Second) == vis
+	})
 }

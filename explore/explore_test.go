@@ -91,9 +91,9 @@ type seedResult struct {
 }
 
 // split sets known issues aside.
-func split(sc Scenario, vs []violation) (real, known []violation) {
-	for _, v := range vs {
-		if k := knownIssue(sc, v); k != "" && *knownFlag {
+func split(sc Scenario, out outcome) (real, known []violation) {
+	for _, v := range out.violations {
+		if k := knownIssue(sc, out.seen, v); k != "" && *knownFlag {
 			v.Text = "[" + k + "] " + v.Text
 			known = append(known, v)
 			continue
@@ -112,7 +112,7 @@ func runSeed(t *testing.T, sc Scenario) seedResult {
 	var res seedResult
 	for range max(*repeatFlag, 1) {
 		out := runScenario(t, sc)
-		real, known := split(sc, out.violations)
+		real, known := split(sc, out)
 		res = seedResult{sc: sc, vs: real, known: known, out: out}
 		if len(real) > 0 {
 			break
@@ -273,7 +273,7 @@ func shrink(t *testing.T, sc Scenario, check string) (Scenario, []violation, int
 			}
 			runs++
 			out := runScenario(t, cand)
-			real, _ := split(cand, out.violations)
+			real, _ := split(cand, out)
 			if slices.ContainsFunc(real, func(v violation) bool { return v.Check == check }) {
 				best, bestVs, progress = cand, real, true
 				break

@@ -158,6 +158,7 @@ type proc struct {
 	faultTimes                 []time.Time
 	handleCallFaults           []time.Time // whole-call faults on handle calls (breaker's call failures)
 	permanentFault             bool
+	permanentAt                time.Time // the latest permanent fault on a receive: Run ends after it
 	receivesSent               int
 	lastReceive                time.Time
 	pauses                     int
@@ -170,6 +171,7 @@ type proc struct {
 	ownReleases                map[string][]time.Duration // message ID: visibilities its handler released it with itself
 	recvLog                    []string                   // the latest receives, for a report
 	startedAt                  map[string]time.Time       // message ID: EventStarted not yet followed by Succeeded or Failed
+	outcomeAt                  map[string]time.Time       // message ID: its latest EventSucceeded or EventFailed
 }
 
 func (p *proc) name() string { return fmt.Sprintf("process %d", p.id) }
@@ -676,7 +678,7 @@ func (r *run) newProc(id int) (*proc, bool) {
 	sc := r.sc
 	p := &proc{r: r, id: id, done: make(chan struct{}), outer: map[string]int{}, inner: map[string]int{},
 		groupRunning: map[string]int{}, results: map[string][]result{}, calls: map[string]int{},
-		handlerRunning: map[*result]time.Time{}, ownReleases: map[string][]time.Duration{}, startedAt: map[string]time.Time{}}
+		handlerRunning: map[*result]time.Time{}, ownReleases: map[string][]time.Duration{}, startedAt: map[string]time.Time{}, outcomeAt: map[string]time.Time{}}
 	client := r.srv.Client(cheapCalls, func(o *sqs.Options) {
 		o.HTTPClient = &http.Client{Transport: &wire{r: r, p: p, base: r.srv.Transport()}}
 		if !sc.SDKRetries {
@@ -903,8 +905,31 @@ func (r *run) observe(p *proc, e sqsconsumer.Event) {
 	switch e.Kind {
 	case sqsconsumer.EventStarted:
 		p.startedAt[e.MessageID] = e.Time
+	case sqsconsumer.EventRenewalFailed:
+		// A renewal that timed out on a handle no fault touched: the call
+		// waited in the Consumer, not on the wire.
+		if errors.Is(e.Err, context.DeadlineExceeded) {
+			if h := r.handles[o.handle]; h != nil && !h.faulted && r.sc.FaultRate == 0 {
+				r.seen["symptom:calls-stalled"] = true
+			}
+		}
+	case sqsconsumer.EventReleased, sqsconsumer.EventDeleted:
+		// A settling call answered long after the handler returned, on a
+		// handle no fault touched: it waited in the Consumer.
+		if t, ok := p.outcomeAt[e.MessageID]; ok && e.Time.Sub(t) > 2*time.Second+4*r.sc.RTT.D() {
+			if h := r.handles[o.handle]; h != nil && !h.faulted {
+				r.seen["symptom:calls-stalled"] = true
+			}
+		}
+		delete(p.outcomeAt, e.MessageID)
 	case sqsconsumer.EventSucceeded, sqsconsumer.EventFailed:
+		p.outcomeAt[e.MessageID] = e.Time
 		delete(p.startedAt, e.MessageID)
+		if e.Kind == sqsconsumer.EventFailed && errors.Is(e.Err, context.DeadlineExceeded) && r.sc.Handler == "batch" {
+			// A Batch member whose handler timeout ran out while it
+			// gathered: a failure no handler of the explorer's saw.
+			p.downstream = append(p.downstream, e.Time)
+		}
 	}
 	r.mu.Unlock()
 }
@@ -1004,6 +1029,9 @@ func (r *run) noteFault(p *proc, action string, fc *faultClass, entries []handle
 	p.faultTimes = append(p.faultTimes, now)
 	if fc.permanent && (action == "ReceiveMessage" || action == "GetQueueAttributes") || action == "GetQueueAttributes" {
 		p.permanentFault = true
+		if fc.permanent && action == "ReceiveMessage" {
+			p.permanentAt = now
+		}
 	}
 	if isHandleCall(action) && (fc.kind == fWhole || fc.kind == fDelay || fc.kind == fLost) {
 		p.handleCallFaults = append(p.handleCallFaults, now)
