@@ -305,7 +305,12 @@ func candidates(sc Scenario) []Scenario {
 	}
 	add(func(c *Scenario) bool { ok := c.FaultRate > 0; c.FaultRate = 0; return ok })
 	add(func(c *Scenario) bool { ok := c.ExpireRate > 0; c.ExpireRate = 0; return ok })
-	add(func(c *Scenario) bool { ok := c.Messages > 1; c.Messages = max(1, c.Messages/2); c.SameBody = min(c.SameBody, c.Messages/3); return ok })
+	add(func(c *Scenario) bool {
+		ok := c.Messages > 1
+		c.Messages = max(1, c.Messages/2)
+		c.SameBody = min(c.SameBody, c.Messages/3)
+		return ok
+	})
 	for _, name := range sc.Options.optionNames() {
 		add(func(c *Scenario) bool { return c.Options.reset(name) })
 	}

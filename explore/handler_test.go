@@ -446,7 +446,9 @@ func (r *run) recorder(p *proc) sqsconsumer.Middleware {
 	}
 }
 
-func isShutdown(ctx context.Context) bool { return errors.Is(context.Cause(ctx), sqsconsumer.ErrShutdown) }
+func isShutdown(ctx context.Context) bool {
+	return errors.Is(context.Cause(ctx), sqsconsumer.ErrShutdown)
+}
 
 // outcomeOf sorts an outcome: its kind, whether the shutdown had cancelled
 // its context, and whether it is a failure of the downstream (what a

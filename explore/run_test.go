@@ -941,7 +941,9 @@ type logCapture struct {
 	attrs []slog.Attr
 }
 
-func (l *logCapture) Enabled(_ context.Context, level slog.Level) bool { return level >= slog.LevelInfo }
+func (l *logCapture) Enabled(_ context.Context, level slog.Level) bool {
+	return level >= slog.LevelInfo
+}
 
 func (l *logCapture) Handle(_ context.Context, rec slog.Record) error {
 	seq := l.r.seq.Add(1)

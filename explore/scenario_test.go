@@ -479,7 +479,9 @@ func drawBehaviour(rng *rand.Rand, lease time.Duration) Behaviour {
 
 func drawEvents(rng *rand.Rand, sc *Scenario) []Event {
 	p := func(prob float64) bool { return rng.Float64() < prob }
-	at := func(maxSecs int) Dur { return Dur(time.Duration(rng.Int64N(int64(maxSecs) * int64(time.Second))).Round(time.Millisecond)) }
+	at := func(maxSecs int) Dur {
+		return Dur(time.Duration(rng.Int64N(int64(maxSecs) * int64(time.Second))).Round(time.Millisecond))
+	}
 	var evs []Event
 	pauses := 0
 	if p(0.3) {
