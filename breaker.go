@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/sqskit/sqsconsumer/internal/broken"
 )
 
 // Breaker configures the circuit breaker WithBreaker turns on. A zero
@@ -186,6 +188,8 @@ func outcomeOf(err error, leaseErr error, shutdown bool) int {
 	switch {
 	case err == nil:
 		return outcomeSuccess
+	case broken.Is(broken.BreakerCountsNeutral):
+		return outcomeFailure
 	case IsPermanent(err), leaseErr != nil, shutdown, errors.Is(err, ErrShutdown), errors.Is(err, errEarlierFailed):
 		return outcomeNeutral
 	}

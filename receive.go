@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sqskit/sqsconsumer/internal/broken"
 	"github.com/sqskit/sqsconsumer/internal/fifo"
 )
 
@@ -275,7 +276,7 @@ func (r *run) deliver(raw types.Message, handedOver, arrived time.Time, cfg *lea
 			v = pv
 			break
 		}
-		if !(prev.lease.settled() && !prev.inHandler.Load()) {
+		if !(prev.lease.settled() && !prev.inHandler.Load()) && !broken.Is(broken.AdoptionSkipped) {
 			// Still held here. (A delivery whose handler has returned
 			// and whose message SQS has confirmed released or deleted
 			// is only being finished: a new receive of it is a new

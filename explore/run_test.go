@@ -275,6 +275,11 @@ type outcome struct {
 	summary    string
 }
 
+// deadlocked counts the bubbles whose goroutines outlived their scenario:
+// they stay blocked for the life of the test binary (each is reported as
+// a violation, or set aside as a known issue).
+var deadlocked atomic.Int64
+
 // runScenario runs sc in a bubble of its own; it must be called from a
 // test goroutine (not inside a bubble).
 func runScenario(tb testingT, sc Scenario) (out outcome) {
@@ -284,6 +289,7 @@ func runScenario(tb testingT, sc Scenario) (out outcome) {
 			if v := recover(); v != nil {
 				msg := fmt.Sprint(v)
 				if strings.Contains(msg, "deadlock") {
+					deadlocked.Add(1)
 					out.violations = append(out.violations, violation{Check: chkLeak,
 						Text: "goroutines of the bubble outlived the scenario (" + msg + "):\n" + leakedStacks()})
 					return
