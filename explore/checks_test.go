@@ -191,6 +191,14 @@ func (r *run) checkStrandedLocked(p *proc, msgs []sqstest.MessageState, now time
 		}
 		hidden := st.VisibleAt.Sub(now).Round(time.Millisecond)
 		story := r.storyLocked(p, st, h)
+		if stopped && slices.ContainsFunc(p.logs, func(l logRec) bool {
+			return l.attrs["message_id"] == st.ID && strings.HasPrefix(l.msg, "sqsconsumer: could not") && strings.Contains(l.attrs["error"], "context canceled") &&
+				!l.at.Before(hardStop)
+		}) {
+			// Its settling call was cut by the hard stop: it waited in
+			// the Consumer (no fault touched its handle) until then.
+			story = "    (its settling call waited until the hard stop)\n" + story
+		}
 		if !got {
 			r.violateLocked(chkStranded, "%s: message %s hidden %v after Run returned: a receive answer reached the process, but the Consumer never reported it received\n%s", p.name(), r.label(st.ID), hidden, story)
 			continue
@@ -389,8 +397,14 @@ func (r *run) checkEventsLocked(p *proc, byMsg map[string][]*handleRec) {
 			}
 		}
 		if found == nil {
-			r.violateLocked(chkEvents, "%s: %s of %s (visibility %v) at %v matches no call SQS answered with success before it\n%s",
-				p.name(), e.kind, r.label(e.msg), e.vis, r.at(e.at), r.eventStoryLocked(p, e.msg))
+			var calls []string
+			for _, h := range byMsg[e.msg] {
+				for _, c := range append(slices.Clone(h.deletes), h.changes...) {
+					calls = append(calls, fmt.Sprintf("p%d %s %v ok=%v used=%v sent#%d answered#%d", h.proc, tail8(h.handle), c.timeout, c.ok, c.used, c.sent, c.answered))
+				}
+			}
+			r.violateLocked(chkEvents, "%s: %s of %s (visibility %v, handle %s, #%d) at %v matches no call SQS answered with success before it; the calls: %v\n%s",
+				p.name(), e.kind, r.label(e.msg), e.vis, tail8(e.handle), e.seq, r.at(e.at), calls, r.eventStoryLocked(p, e.msg))
 			continue
 		}
 		found.used = true

@@ -187,6 +187,13 @@ func (r *run) label(id string) string {
 	return id
 }
 
+// labelOf is label, taking the run's lock.
+func (r *run) labelOf(id string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.label(id)
+}
+
 // at is a time as virtual time since the start.
 func (r *run) at(t time.Time) time.Duration { return t.Sub(r.start) }
 
@@ -309,7 +316,7 @@ func (r *run) handleOne(p *proc, ctx context.Context, m *sqsconsumer.Message) (e
 		}
 		err = sqsconsumer.RetryAfter(inner, pl.retry)
 	case bPanic:
-		panic(fmt.Sprintf("the explorer's handler panics on %s", r.label(m.ID)))
+		panic(fmt.Sprintf("the explorer's handler panics on %s", r.labelOf(m.ID)))
 	case bRelease:
 		if e := m.Lease.Release(context.Background(), pl.retry); e != nil {
 			err = e
@@ -379,7 +386,7 @@ func (r *run) handleBatch(p *proc, ctx context.Context, msgs []*sqsconsumer.Mess
 			err = sqsconsumer.RetryAfter(errExplorer, pl.retry)
 		case bPanic:
 			if r.unit(tagBatchPanic, uint64(r.idx(c.recs[i])), uint64(m.ReceiveCount)) < 0.5 {
-				panic(fmt.Sprintf("the explorer's batch panics on %s", r.label(m.ID)))
+				panic(fmt.Sprintf("the explorer's batch panics on %s", r.labelOf(m.ID)))
 			}
 			err = errExplorer
 		case bRelease:
