@@ -11,6 +11,7 @@ import (
 
 	"github.com/sqskit/sqsconsumer/ecsprotect"
 
+	"github.com/sqskit/sqsconsumer/internal/broken"
 	healthprobe "github.com/sqskit/sqsconsumer/internal/probe"
 	"github.com/sqskit/sqsconsumer/internal/scaling"
 	"github.com/sqskit/sqsconsumer/internal/share"
@@ -311,7 +312,7 @@ func (c *Consumer) Resume() {
 	if !c.paused.CompareAndSwap(true, false) {
 		return
 	}
-	if r := c.runOf(); r != nil {
+	if r := c.runOf(); r != nil && !broken.Is(broken.ResumeKeepsFlowPaused) {
 		r.resume()
 	}
 	c.ev.log(slog.LevelInfo, "sqsconsumer: resumed")

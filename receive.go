@@ -54,7 +54,7 @@ func (r *run) poll() {
 		}
 		same, backoff := r.fl.failed(n, sent, err, persistentClientError(err))
 		r.fl.handOut()
-		if classify(err) == kindPermanent {
+		if classify(err) == kindPermanent || broken.Is(broken.TransientReceiveFatal) {
 			r.fail(err, "sqsconsumer: permanent receive error; shutting down")
 			return
 		}

@@ -224,7 +224,7 @@ func (r *run) checkStrandedLocked(p *proc, msgs []sqstest.MessageState, now time
 			}
 		}
 		if res != nil && stopped && res.at.After(hardStop.Add(-time.Second)) {
-			r.seen["late-handler"] = true
+			r.seen["shutdown:late-handler"] = true
 			r.violateLocked(chkStranded, "%s: message %s hidden %v after Run returned: its handler returned %v after the hard stop (it ignored its cancelled context), and its message was not released\n%s",
 				p.name(), r.label(st.ID), hidden, res.at.Sub(hardStop), story)
 			continue

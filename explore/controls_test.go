@@ -38,6 +38,8 @@ var controls = []control{
 	{broken.RunSkipsHandlers, chkLeak, nil},
 	{broken.GroupLimitIgnored, chkGroup, func(sc *Scenario) bool { r := run{sc: sc}; return r.groupLimit() > 0 }},
 	{broken.StatsSkipUnstarted, chkStats, nil},
+	{broken.ResumeKeepsFlowPaused, chkReceiving, func(sc *Scenario) bool { return sc.has(evResume) }},
+	{broken.TransientReceiveFatal, chkRunErr, func(sc *Scenario) bool { return sc.FaultRate > 0 }},
 }
 
 // TestExploreControls switches each control on in turn and runs the seeds

@@ -161,7 +161,7 @@ func (r *run) recordLocked(p *proc, id string, res result) {
 	if res.downstream {
 		p.downstream = append(p.downstream, res.at)
 	}
-	r.seen["behaviour:"+res.kind] = true
+	r.seen["outcome:"+res.kind] = true
 }
 
 func (r *run) groupLimit() int {
@@ -194,8 +194,14 @@ func (r *run) labelOf(id string) string {
 	return r.label(id)
 }
 
-// at is a time as virtual time since the start.
-func (r *run) at(t time.Time) time.Duration { return t.Sub(r.start) }
+// at is a time as virtual time since the start (0 for the zero time:
+// never).
+func (r *run) at(t time.Time) time.Duration {
+	if t.IsZero() {
+		return 0
+	}
+	return t.Sub(r.start)
+}
 
 // plan is what one message's call does.
 type plan struct {
@@ -285,13 +291,17 @@ func (r *run) handleOne(p *proc, ctx context.Context, m *sqsconsumer.Message) (e
 		r.end(c, []result{res})
 	}()
 	pl := r.planFor(p, m, c.recs[0])
+	r.saw("did:" + pl.kind)
 	if pl.kind == bExtend {
 		if e := m.Lease.Extend(ctx, pl.extend); e == nil {
-			r.saw("behaviour:extended")
+			r.saw("did:extended-its-lease")
 		}
 	}
 	cancelled, ignored := r.wait(ctx, pl.work, pl.ignore)
 	res.ignored = ignored
+	if ignored {
+		r.saw("did:ignored-its-cancelled-context")
+	}
 	if cancelled {
 		err = context.Cause(ctx)
 		if !pl.cause || err == nil {
@@ -352,12 +362,16 @@ func (r *run) handleBatch(p *proc, ctx context.Context, msgs []*sqsconsumer.Mess
 	work, ignore := time.Duration(0), time.Duration(0)
 	for i, m := range msgs {
 		plans[i] = r.planFor(p, m, c.recs[i])
+		r.saw("did:" + plans[i].kind)
 		work, ignore = max(work, plans[i].work), max(ignore, plans[i].ignore)
 		if plans[i].kind == bExtend {
 			_ = m.Lease.Extend(ctx, plans[i].extend)
 		}
 	}
 	cancelled, ignored := r.wait(ctx, work, ignore)
+	if ignored {
+		r.saw("did:ignored-its-cancelled-context")
+	}
 	if cancelled {
 		err := context.Cause(ctx)
 		if !plans[0].cause || err == nil {
@@ -506,5 +520,5 @@ func (r *run) ownRelease(p *proc, id string, after time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p.ownReleases[id] = append(p.ownReleases[id], after)
-	r.seen["behaviour:released-own"] = true
+	r.seen["did:released-its-lease"] = true
 }

@@ -909,6 +909,11 @@ func (r *run) observe(p *proc, e sqsconsumer.Event) {
 	r.mu.Lock()
 	p.events = append(p.events, o)
 	switch e.Kind {
+	case sqsconsumer.EventAdopted, sqsconsumer.EventLeaseLost, sqsconsumer.EventLeaseExpired, sqsconsumer.EventCeilingReached,
+		sqsconsumer.EventDeadLettered, sqsconsumer.EventRenewalFailed:
+		r.seen["event-seen:"+e.Kind.String()] = true
+	}
+	switch e.Kind {
 	case sqsconsumer.EventStarted:
 		p.startedAt[e.MessageID] = e.Time
 	case sqsconsumer.EventRenewalFailed:

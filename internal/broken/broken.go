@@ -50,6 +50,12 @@ const (
 	// StatsSkipUnstarted leaves the deliveries that never started out of
 	// Stats.ReleasedUnstarted (settle.go, finish).
 	StatsSkipUnstarted
+	// ResumeKeepsFlowPaused lets Resume clear Paused() but leave the
+	// flow paused, so nothing is received again (consumer.go, Resume).
+	ResumeKeepsFlowPaused
+	// TransientReceiveFatal ends Run on a receive error that can heal
+	// (throttling, 5xx) as on a permanent one (receive.go, poll).
+	TransientReceiveFatal
 	modes
 )
 
@@ -65,6 +71,8 @@ var names = [...]string{
 	RunSkipsHandlers:       "run-skips-handlers",
 	GroupLimitIgnored:      "group-limit-ignored",
 	StatsSkipUnstarted:     "stats-skip-unstarted",
+	ResumeKeepsFlowPaused:  "resume-keeps-flow-paused",
+	TransientReceiveFatal:  "transient-receive-fatal",
 }
 
 // String is the mode's name, as a control's name.
