@@ -408,6 +408,19 @@ func (r *run) checkEventsLocked(p *proc, byMsg map[string][]*handleRec) {
 			continue
 		}
 		found.used = true
+		if e.kind == sqsconsumer.EventDeleted {
+			// The server deleted it by then, unless the handle deleted
+			// with had been superseded by a newer receive (SQS answers
+			// such a delete with success and deletes nothing).
+			st, ok := r.srv.Message(r.url, e.msg)
+			superseded := ok && slices.ContainsFunc(st.Receives, func(rc sqstest.Receive) bool {
+				return rc.ReceiptHandle != e.handle && !rc.At.After(e.at) && rc.At.After(found.at.Add(-time.Hour)) && r.handles[rc.ReceiptHandle] != nil &&
+					r.handles[rc.ReceiptHandle].seq > r.handleSeq(e.handle)
+			})
+			if ok && !(st.Deleted && !st.DeletedAt.After(e.at)) && !superseded {
+				r.violateLocked(chkEvents, "%s: deleted of %s at %v, but the server has not deleted it (deleted %v at %v)", p.name(), r.label(e.msg), r.at(e.at), st.Deleted, r.at(st.DeletedAt))
+			}
+		}
 		if e.kind != sqsconsumer.EventDeleted {
 			st, ok := r.srv.Message(r.url, e.msg)
 			if !ok || !slices.ContainsFunc(st.VisibilityChanges, func(c sqstest.VisibilityChange) bool {
@@ -710,4 +723,12 @@ func (r *run) releasedLocked(p *proc, id string, vis time.Duration, seq uint64) 
 	return slices.ContainsFunc(p.events, func(e obs) bool {
 		return e.msg == id && e.seq > seq && e.kind == sqsconsumer.EventReleased && e.vis.Round(time.Second) == vis
 	})
+}
+
+// handleSeq is when a handle's receive answered (0: unknown).
+func (r *run) handleSeq(h string) uint64 {
+	if hr := r.handles[h]; hr != nil {
+		return hr.seq
+	}
+	return 0
 }

@@ -920,7 +920,7 @@ func (r *run) observe(p *proc, e sqsconsumer.Event) {
 		// A renewal that timed out on a handle no fault touched: the call
 		// waited in the Consumer, not on the wire.
 		if errors.Is(e.Err, context.DeadlineExceeded) {
-			if h := r.handles[o.handle]; h != nil && !h.faulted && r.sc.FaultRate == 0 {
+			if h := r.handles[o.handle]; h != nil && !h.faulted {
 				r.seen["symptom:calls-stalled"] = true
 			}
 		}
