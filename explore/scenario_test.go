@@ -342,7 +342,8 @@ func drawScenario(seed uint64) Scenario {
 		}
 		o.MaxLease = ptr(Dur(maxL + time.Duration(between(0, 5))*maxL))
 		if p(0.3) {
-			o.CeilingGrace = ptr(Dur(time.Duration(rng.Int64N(int64(maxL)))).round())
+			// Whole seconds below the maximum lease.
+			o.CeilingGrace = ptr(Dur(time.Duration(rng.Int64N(int64(maxL/time.Second))) * time.Second))
 		}
 	}
 	if p(0.3) {
@@ -403,8 +404,17 @@ func drawScenario(seed uint64) Scenario {
 		}
 	}
 	if p(0.25) {
-		// Both above the long-poll wait (a lower stall limit conflicts).
-		stall := max(sc.pollWait(), time.Duration(sc.QueueWait)*time.Second) + time.Duration(between(1, 300))*time.Second
+		// Above the long-poll wait and twice the heartbeat interval (a
+		// lower stall limit conflicts: an idle Consumer answers one
+		// receive a wait, a busy one one renewal an interval).
+		interval := max(sc.lease(), time.Duration(sc.QueueVisibility)*time.Second) / 3
+		if o.Heartbeat != nil {
+			interval = o.Heartbeat.D()
+		}
+		if o.Adaptive != nil {
+			interval = max(interval, o.Adaptive[1].D()/3)
+		}
+		stall := max(sc.pollWait(), time.Duration(sc.QueueWait)*time.Second, 2*interval) + time.Duration(between(1, 300))*time.Second
 		o.HealthLimits = &[2]Dur{Dur(stall), secs(10, 300)}
 		if p(0.3) {
 			o.HealthLimits[1] = 0
@@ -552,6 +562,7 @@ var conflicts = map[string][2]string{
 	"ceilinggrace>maxlease":       {"WithCeilingGrace", "WithMaxLeaseDuration"},
 	"stall<waittime":              {"WithHealthLimits", "WithWaitTime"},
 	"dlq=source":                  {"WithDeadLetterQueue", "queue"},
+	"stall<heartbeat":             {"WithHealthLimits", "WithHeartbeatInterval"},
 }
 
 func drawConflict(rng *rand.Rand, sc *Scenario) {
@@ -583,6 +594,9 @@ func drawConflict(rng *rand.Rand, sc *Scenario) {
 		o.HealthLimits = &[2]Dur{Dur(10 * time.Second), 0}
 	case "dlq=source":
 		o.DLQ = &DLQOpt{Kind: "source"}
+	case "stall<heartbeat":
+		o.Visibility, o.Heartbeat, o.Adaptive = ptr(Dur(60*time.Second)), ptr(Dur(20*time.Second)), nil
+		o.WaitTime, o.HealthLimits = ptr(Dur(time.Second)), &[2]Dur{Dur(10 * time.Second), 0}
 	}
 	_ = rng
 }
