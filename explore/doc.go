@@ -51,19 +51,40 @@
 // # Running it
 //
 //	go test ./explore                          # 2,000 seeds (200 with -race, 300 with -short)
-//	go test ./explore -explore.seeds=50000     # a deep run
+//	go test ./explore -explore.seeds=50000     # a deep run (-explore.from=N: the first seed)
 //	go test ./explore -run 'TestExplore$' -explore.seed=N   # replay one seed
 //	go test ./explore -run 'TestExplore$' -explore.replay='{...}' # replay a scenario
-//	go test ./explore -v                       # the coverage table
+//	go test ./explore -v                       # the coverage and control tables
 //
-// A failing seed prints one line that replays it, the scenario, and a
-// smaller scenario (fewer messages, options at their defaults, fewer
-// events and faults) that still fails, with its own replay line. A seed
-// fixes the scenario; the goroutines' interleaving at one virtual instant is
-// the runtime's, so a failure that depends on it may need a few runs
-// (-explore.repeat=N runs each seed N times).
+// A failing seed prints one line that replays it, the scenario, what went
+// wrong with the story of each message concerned (the events its Consumer
+// reported, its handler's outcomes, the server's receives and visibility
+// changes; -explore.story=N lines), and a smaller scenario (fewer messages,
+// options at their defaults, fewer events, faults and behaviours) that
+// still fails, with its own replay line (-explore.shrink=N: how many
+// failing seeds to shrink). A seed fixes the scenario; the goroutines'
+// interleaving at one virtual instant is the runtime's, so a failure that
+// depends on it may need a few runs (-explore.repeat=N runs each seed N
+// times).
+//
+// Bugs already diagnosed and being fixed are set aside by knownIssue
+// (known_test.go), each under its name, and listed at the end of a run;
+// -explore.known=false fails on them. Each entry goes once its fix lands.
+// -explore.strict=true fails when New accepts a pair of conflicting options.
+//
+// # Adding to it
+//
+// A new option joins the drawing in three places: a field of Options
+// (scenario_test.go; nil is the default, which the shrinker restores),
+// its draw in drawScenario, and its Option in consumerConfig
+// (run_test.go); a pair New must refuse goes in conflicts. A new behaviour
+// of a handler joins behaviours and planFor. A new invariant is a check
+// that can fail: give it a negative control.
 //
 // TestExploreControls switches on, one at a time, deliberately broken
 // variants of the library (package internal/broken) and requires the right
-// check to catch each within the seeds CI runs.
+// check to catch each within the seeds CI runs, on a seed whose scenario
+// passes that check with the control off. A control is a broken.Mode, one
+// broken.Is at the code path it breaks, and a row of controls
+// (controls_test.go).
 package explore

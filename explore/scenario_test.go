@@ -595,7 +595,7 @@ func drawConflict(rng *rand.Rand, sc *Scenario) {
 	case "dlq=source":
 		o.DLQ = &DLQOpt{Kind: "source"}
 	case "stall<heartbeat":
-		o.Visibility, o.Heartbeat, o.Adaptive = ptr(Dur(60*time.Second)), ptr(Dur(20*time.Second)), nil
+		o.Visibility, o.Heartbeat, o.Adaptive, o.MaxLease, o.CeilingGrace = ptr(Dur(60*time.Second)), ptr(Dur(20*time.Second)), nil, nil, nil
 		o.WaitTime, o.HealthLimits = ptr(Dur(time.Second)), &[2]Dur{Dur(10 * time.Second), 0}
 	}
 	_ = rng
