@@ -19,7 +19,6 @@ type call struct {
 	recs   []*msgRec
 	start  time.Time
 	expire []*time.Timer
-	res    *result // registered in p.handlerRunning while it runs
 }
 
 // hasOuter reports whether the recording middleware wraps the handler:
@@ -32,18 +31,15 @@ func (r *run) hasOuter() bool { return r.sc.Middleware || r.sc.Idempotent != "" 
 // at a time and in order, a group limit holds.
 func (r *run) begin(p *proc, msgs []*sqsconsumer.Message, batch bool) *call {
 	now := time.Now()
-	c := &call{p: p, msgs: msgs, start: now, res: &result{}}
+	c := &call{p: p, msgs: msgs, start: now}
 	r.mu.Lock()
 	if p.returned {
 		r.violateLocked(chkLeak, "%s: a handler started at %v, after Run returned at %v", p.name(), r.at(now), r.at(p.retTime))
 	}
-	p.handlerRunning[c.res] = now
-	var ids []string
 	groupsHere := map[string]int{}
 	for i, m := range msgs {
 		rec := r.msgs[m.ID]
 		c.recs = append(c.recs, rec)
-		ids = append(ids, m.ID)
 		p.inner[m.ID]++
 		if !r.hasOuter() && p.inner[m.ID] > 1 {
 			r.violateLocked(chkTwice, "%s: message %s runs in two handlers at once (at %v)", p.name(), r.label(m.ID), r.at(now))
@@ -136,7 +132,6 @@ func (r *run) end(c *call, res []result) {
 	p := c.p
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(p.handlerRunning, c.res)
 	if p.returned {
 		r.violateLocked(chkLeak, "%s: a handler returned at %v, after Run returned at %v (Run did not wait for it)", p.name(), r.at(now), r.at(p.retTime))
 	}

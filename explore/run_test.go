@@ -167,7 +167,6 @@ type proc struct {
 	batches, handlers          int
 	downstream                 []time.Time
 	lastBreakerOpen            time.Time
-	handlerRunning             map[*result]time.Time
 	ownReleases                map[string][]time.Duration // message ID: visibilities its handler released it with itself
 	recvLog                    []string                   // the latest receives, for a report
 	startedAt                  map[string]time.Time       // message ID: EventStarted not yet followed by Succeeded or Failed
@@ -217,7 +216,6 @@ type run struct {
 	triggers   map[string][]*pendingTrigger
 	counts     map[string]int // trigger counts of process 0
 	calls      map[string]uint64
-	notes      []string
 	inBatch    map[int]int // batch calls running, by process
 	receiving  map[int]int // receives in flight, by process
 	summary    string
@@ -233,14 +231,6 @@ func (r *run) violate(check, format string, args ...any) {
 func (r *run) violateLocked(check, format string, args ...any) {
 	if len(r.violations) < 200 {
 		r.violations = append(r.violations, violation{Check: check, Text: fmt.Sprintf(format, args...)})
-	}
-}
-
-func (r *run) note(format string, args ...any) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.notes) < 50 {
-		r.notes = append(r.notes, fmt.Sprintf(format, args...))
 	}
 }
 
@@ -269,7 +259,6 @@ func (r *run) since() time.Duration { return time.Since(r.start) }
 type outcome struct {
 	violations []violation
 	seen       map[string]bool
-	notes      []string
 	refused    string // the conflict New refused, correctly
 	virtual    time.Duration
 	summary    string
@@ -303,7 +292,6 @@ func runScenario(tb testingT, sc Scenario) (out outcome) {
 		r.mu.Lock()
 		out.violations = append(r.violations, out.violations...)
 		out.seen = r.seen
-		out.notes = r.notes
 		out.summary = r.summary
 		out.virtual = r.virtual
 		if r.seen["refused"] {
@@ -684,7 +672,7 @@ func (r *run) newProc(id int) (*proc, bool) {
 	sc := r.sc
 	p := &proc{r: r, id: id, done: make(chan struct{}), outer: map[string]int{}, inner: map[string]int{},
 		groupRunning: map[string]int{}, results: map[string][]result{}, calls: map[string]int{},
-		handlerRunning: map[*result]time.Time{}, ownReleases: map[string][]time.Duration{}, startedAt: map[string]time.Time{}, outcomeAt: map[string]time.Time{}}
+		ownReleases: map[string][]time.Duration{}, startedAt: map[string]time.Time{}, outcomeAt: map[string]time.Time{}}
 	client := r.srv.Client(cheapCalls, func(o *sqs.Options) {
 		o.HTTPClient = &http.Client{Transport: &wire{r: r, p: p, base: r.srv.Transport()}}
 		if !sc.SDKRetries {

@@ -442,9 +442,6 @@ func drawScenario(seed uint64) Scenario {
 	return sc
 }
 
-// round rounds d to whole seconds, at least one.
-func (d Dur) round() Dur { return Dur(max(d.D().Round(time.Second), time.Second)) }
-
 func drawBehaviour(rng *rand.Rand, lease time.Duration) Behaviour {
 	b := Behaviour{Weights: map[string]int{}}
 	profiles := []string{"calm", "mixed", "failing", "permanent", "slow", "random"}
