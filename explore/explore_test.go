@@ -212,10 +212,9 @@ func TestExplore(t *testing.T) {
 		}
 		t.Errorf("%s", report(res))
 	}
-	for i, res := range failed[:min(len(failed), *shrinkFlag)] {
-		_ = i
+	for _, res := range failed[:min(len(failed), *shrinkFlag)] {
 		check := res.vs[0].Check
-		small, vs, runs := shrink(t, res.sc, check)
+		small, vs, runs := shrink(t, res.sc, shrinkKey(res.sc, res.out.seen, res.vs[0]))
 		t.Errorf("seed %d (%s) shrunk in %d runs to:\n  %s\n  replay: go test ./explore -run 'TestExplore$' -explore.replay='%s'\n  first violation: %s",
 			res.sc.Seed, check, runs, strings.ReplaceAll(small.String(), "\n", "\n  "), small.JSON(), firstLine(vs))
 	}
@@ -263,7 +262,7 @@ func report(res seedResult) string {
 // messages, options at their defaults, fewer events, faults and
 // behaviours. Each candidate runs once (a failure that needs a rare
 // interleaving may shrink less).
-func shrink(t *testing.T, sc Scenario, check string) (Scenario, []violation, int) {
+func shrink(t *testing.T, sc Scenario, key string) (Scenario, []violation, int) {
 	best := sc
 	var bestVs []violation
 	runs := 0
@@ -277,13 +276,20 @@ func shrink(t *testing.T, sc Scenario, check string) (Scenario, []violation, int
 			runs++
 			out := runScenario(t, cand)
 			real, _ := split(cand, out)
-			if slices.ContainsFunc(real, func(v violation) bool { return v.Check == check }) {
+			if slices.ContainsFunc(real, func(v violation) bool { return shrinkKey(cand, out.seen, v) == key }) {
 				best, bestVs, progress = cand, real, true
 				break
 			}
 		}
 	}
 	return best, bestVs, runs
+}
+
+// shrinkKey is what a smaller scenario must still fail: the same check,
+// and the same known issue when the violation is one (so that shrinking
+// one bug does not drift to another the same check reports).
+func shrinkKey(sc Scenario, seen map[string]bool, v violation) string {
+	return v.Check + "|" + knownIssue(sc, seen, v)
 }
 
 // candidates are the scenarios one step smaller than sc.
@@ -322,7 +328,13 @@ func candidates(sc Scenario) []Scenario {
 	add(func(c *Scenario) bool { ok := c.Idempotent != ""; c.Idempotent, c.SameBody = "", 0; return ok })
 	add(func(c *Scenario) bool { ok := c.Middleware; c.Middleware = false; return ok })
 	add(func(c *Scenario) bool { ok := c.SDKRetries; c.SDKRetries = false; return ok })
-	add(func(c *Scenario) bool { ok := c.QueueWait > 0; c.QueueWait = 0; return ok })
+	add(func(c *Scenario) bool {
+		// Not under WithWaitTime(0): short polls would loop at no cost
+		// in virtual time.
+		ok := c.QueueWait > 0 && (c.Options.WaitTime == nil || *c.Options.WaitTime > 0)
+		c.QueueWait = 0
+		return ok
+	})
 	for k := range sc.Behaviour.Weights {
 		if k != bSucceed && len(sc.Behaviour.Weights) > 1 {
 			add(func(c *Scenario) bool { delete(c.Behaviour.Weights, k); return true })

@@ -41,8 +41,11 @@ func TestShrinkCandidatesAreSmaller(t *testing.T) {
 	}
 	for seed := uint64(1); seed <= 200; seed++ {
 		sc := drawScenario(seed)
-		for _, c := range candidates(sc) {
-			if size(c) >= size(sc) {
+		for _, c := range append(candidates(sc), sc) {
+			if c.Options.WaitTime != nil && *c.Options.WaitTime == 0 && c.QueueWait == 0 {
+				t.Fatalf("seed %d: a scenario whose receives are short polls (they loop at no cost in virtual time):\n%s", seed, c.JSON())
+			}
+			if c.Seed == sc.Seed && c.JSON() != sc.JSON() && size(c) >= size(sc) {
 				t.Fatalf("seed %d: a candidate is no smaller:\n%s\n%s", seed, sc.JSON(), c.JSON())
 			}
 		}
