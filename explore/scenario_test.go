@@ -433,7 +433,7 @@ func drawScenario(seed uint64) Scenario {
 		sc.FaultRate = float64(between(5, 50)) / 1000
 	}
 	if p(0.3) {
-		sc.ExpireRate = float64(between(2, 10)) / 100
+		sc.ExpireRate = float64(between(5, 20)) / 100
 	}
 	sc.Events = drawEvents(rng, &sc)
 	if p(0.05) {
