@@ -478,7 +478,7 @@ func outcomeOf(ctx context.Context, err error, ignored bool) result {
 		res.cause = cause.Error()
 	}
 	leaseEnded := errors.Is(cause, sqsconsumer.ErrLeaseLost) || errors.Is(cause, sqsconsumer.ErrLeaseExpired) ||
-		errors.Is(cause, sqsconsumer.ErrLeaseCeiling) || errors.Is(cause, sqsconsumer.ErrShutdown) || errors.Is(cause, sqsconsumer.ErrClaimLost)
+		errors.Is(cause, sqsconsumer.ErrLeaseCeiling) || errors.Is(cause, sqsconsumer.ErrShutdown)
 	switch {
 	case err == nil:
 		res.kind = "success"
