@@ -81,7 +81,10 @@ func (f BatchFailures) Error() string {
 // When the Consumer's shutdown begins, no batch forms any more: messages
 // still gathering are handed back at once (visibility 0, their result
 // ErrShutdown), like messages that never started; batches already sent
-// run on under the shutdown budget.
+// run on under the shutdown budget. At its end the call's context is
+// cancelled (cause ErrShutdown), and every message of the batch that did
+// not succeed is released at once (visibility 0), not after its backoff,
+// and is no breaker failure, as for a single handler the shutdown cut.
 //
 // size is 1 to 10,000 and must not exceed the Consumer's concurrency (each
 // message in a batch holds a handler slot); window is 0 (send a batch as
@@ -171,11 +174,16 @@ type batcher struct {
 	size   int
 	window time.Duration
 
-	owned  atomic.Bool // set by New: the batcher has its Consumer
-	direct bool        // set by New: no middleware, see join
-	host   batchHost   // the Consumer's run, from bind at Run
-	reg    *registry   // the run's registry: FIFO group order
-	ev     *eventSink  // the Consumer's events
+	owned  atomic.Bool     // set by New: the batcher has its Consumer
+	direct bool            // set by New: no middleware, see join
+	host   batchHost       // the Consumer's run, from bind at Run
+	reg    *registry       // the run's registry: FIFO group order
+	ev     *eventSink      // the Consumer's events
+	base   context.Context // the parent of each call's context (it carries Draining)
+
+	// panicPolicy is the Consumer's WithPanicPolicy, nil for none; set by
+	// New.
+	panicPolicy func(context.Context, *Message, *PanicError) error
 
 	// mu guards the fields below, the batches (hbatch) and the members
 	// (member, and delivery.bm). Lock order: mu before the registry's
@@ -227,6 +235,26 @@ type hbatch struct {
 	stopWatch func() bool
 	lastCause error
 	over      bool
+	// parent is the call's context's parent, set at the send: it answers
+	// Value(ctxKey{}) for Logger.
+	parent batchCtx
+}
+
+// batchCtx is the parent of a BatchHandler call's context: background,
+// answering Value(ctxKey{}) with itself, what Logger needs to log about
+// the call. It lives in the hbatch, so it costs no allocation.
+type batchCtx struct {
+	context.Context
+	ev   *eventSink // the Consumer's: its logger and queue URL
+	size int        // the messages of the call
+}
+
+// Value answers ctxKey with c, and asks the parent otherwise.
+func (c *batchCtx) Value(key any) any {
+	if _, ok := key.(ctxKey); ok {
+		return c
+	}
+	return c.Context.Value(key)
 }
 
 // member is one message's place in the batcher, from when it joins.
@@ -250,12 +278,12 @@ type member struct {
 
 // attach gives b to a Consumer; false if one already has it. direct: the
 // Consumer has no middleware, so messages join without a goroutine of
-// their own.
-func (b *batcher) attach(direct bool) bool {
+// their own; policy: its WithPanicPolicy, nil for none.
+func (b *batcher) attach(direct bool, policy func(context.Context, *Message, *PanicError) error) bool {
 	if !b.owned.CompareAndSwap(false, true) {
 		return false
 	}
-	b.direct = direct
+	b.direct, b.panicPolicy = direct, policy
 	return true
 }
 
@@ -277,9 +305,10 @@ type batchHost interface {
 }
 
 // bind gives b to the run of its Consumer, before the run's first
-// receive: host, its registry and its events.
-func (b *batcher) bind(host batchHost, reg *registry, ev *eventSink) {
-	b.host, b.reg, b.ev = host, reg, ev
+// receive: host, its registry, its events and the parent of each call's
+// context (never cancelled; it carries the run's drain signal).
+func (b *batcher) bind(host batchHost, reg *registry, ev *eventSink, base context.Context) {
+	b.host, b.reg, b.ev, b.base = host, reg, ev, base
 }
 
 // maxSize is the most messages a batch holds (Batch's size).

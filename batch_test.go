@@ -866,3 +866,145 @@ func TestBatchAllLeasesLost(t *testing.T) {
 		})
 	})
 }
+
+// Issue 35 case 2: on a FIFO queue a Batch handler's batch cancelled by
+// the shutdown fails its group's later messages that have joined and not
+// run (earlierFailed); when direct, those wait in the batcher to be
+// settled, and the run that failed them must hand them on, or the
+// shutdown waits for them forever. The recipe of the issue: 3 groups of
+// 4, batches of 2, concurrency 4, the batch handler waits for its
+// context and returns ctx.Err(), Run cancelled 500 ms after the first
+// batch started. Run returns at the shutdown timeout plus the release's
+// coalescing, and every message is visible again.
+func TestBatchFIFOShutdownReturns(t *testing.T) {
+	t.Parallel()
+	eachBatchWay(t, func(t *testing.T, way ...Option) {
+		synctest.Test(t, func(t *testing.T) {
+			b := fifoBundle(t)
+			for g := range 3 {
+				sendGroup(t, b, fmt.Sprint(g), bodies(fmt.Sprintf("%d/", g), 4)...)
+			}
+			first := make(chan struct{})
+			var once sync.Once
+			h, err := Batch(func(ctx context.Context, msgs []*Message) error {
+				once.Do(func() { close(first) })
+				<-ctx.Done()
+				return ctx.Err()
+			}, 2, 2*time.Second)
+			require.NoError(t, err)
+			c, err := New(b.client, b.url, h, append(way, WithVisibilityTimeout(30*time.Second), WithConcurrency(4),
+				WithShutdownTimeout(10*time.Second))...)
+			require.NoError(t, err)
+			stop := running(t, c)
+			<-first
+			time.Sleep(500 * time.Millisecond)
+			begun := time.Now()
+			require.NoError(t, stopWithin(t, stop, 30*time.Minute))
+			require.LessOrEqual(t, time.Since(begun), 10*time.Second+2*coalesceWindow, "Run returned at the shutdown timeout")
+			synctest.Wait()
+			for _, st := range b.srv.Messages(b.url) {
+				require.False(t, st.Deleted, st.Body)
+				require.False(t, st.InFlight, "visible again at once: %s", st.Body)
+			}
+		})
+	})
+}
+
+// The same path without a shutdown: a batch that fails on a FIFO queue
+// fails the later messages of its group that have joined and not run
+// (they hold handler slots while they wait); they are released at once
+// and the group runs again, in order, from the failed message.
+func TestBatchFIFOFailureReleasesLaterMembers(t *testing.T) {
+	t.Parallel()
+	eachBatchWay(t, func(t *testing.T, way ...Option) {
+		synctest.Test(t, func(t *testing.T) {
+			b := fifoBundle(t)
+			sendGroup(t, b, "g", bodies("g/", 4)...)
+			var mu sync.Mutex
+			var calls [][]string
+			h, err := Batch(func(ctx context.Context, msgs []*Message) error {
+				mu.Lock()
+				defer mu.Unlock()
+				var got []string
+				for _, m := range msgs {
+					got = append(got, m.Body)
+				}
+				calls = append(calls, got)
+				if len(calls) == 1 {
+					return errors.New("the first batch fails")
+				}
+				return nil
+			}, 2, 2*time.Second)
+			require.NoError(t, err)
+			c, err := New(b.client, b.url, h, append(way, WithVisibilityTimeout(30*time.Second), WithConcurrency(4),
+				WithBackoff(func(int) time.Duration { return time.Second }))...)
+			require.NoError(t, err)
+			stop := running(t, c)
+			time.Sleep(2 * time.Minute)
+			require.NoError(t, stopWithin(t, stop, time.Minute))
+			for _, st := range b.srv.Messages(b.url) {
+				require.True(t, st.Deleted, "%s deleted once the group ran again", st.Body)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			require.Equal(t, []string{"g/00", "g/01"}, calls[0])
+			var after []string
+			for _, c := range calls[1:] {
+				after = append(after, c...)
+			}
+			require.Equal(t, bodies("g/", 4), after, "the group ran again in order, from the failed message")
+		})
+	})
+}
+
+// Issue 35 case 1b: at the shutdown budget's end the shutdown cancels the
+// held messages one at a time; the batch's call is cancelled with the
+// member it watches, and the batch handler may return (and its members
+// settle) before the shutdown reaches the others. Every member whose call
+// the shutdown cancelled is then released at once (visibility 0) and is
+// no failure (the breaker, at one failure, stays closed), whichever
+// members the shutdown reached first. The test cancels the members as the
+// shutdown would, in a chosen order, and lets the batch return between
+// two cancels.
+func TestBatchShutdownCancelReleasesEveryMember(t *testing.T) {
+	t.Parallel()
+	for _, order := range [][]int{{0}, {2, 0}} {
+		t.Run(fmt.Sprint(order), func(t *testing.T) {
+			t.Parallel()
+			eachBatchWay(t, func(t *testing.T, way ...Option) {
+				synctest.Test(t, func(t *testing.T) {
+					b := setup(t, nil)
+					b.send(t, 3)
+					sent := make(chan []*Message, 1)
+					h, err := Batch(func(ctx context.Context, msgs []*Message) error {
+						sent <- msgs
+						<-ctx.Done()
+						return ctx.Err()
+					}, 3, time.Second)
+					require.NoError(t, err)
+					c, err := New(b.client, b.url, h, append(way, WithVisibilityTimeout(30*time.Second), WithConcurrency(3), WithWaitTime(time.Second),
+						WithBreaker(Breaker{Failures: 1}))...)
+					require.NoError(t, err)
+					stop := running(t, c)
+					msgs := <-sent
+					require.Len(t, msgs, 3)
+					time.Sleep(10 * time.Second)
+					for _, i := range order {
+						synctest.Wait()
+						msgs[i].Lease.abort(ErrShutdown) // what the shutdown's loop does to each held message
+					}
+					synctest.Wait()
+					time.Sleep(time.Second) // the releases' calls
+					for _, st := range b.srv.Messages(b.url) {
+						require.False(t, st.Deleted, st.Body)
+						require.NotEmpty(t, st.VisibilityChanges, st.Body)
+						require.Equal(t, time.Duration(0), st.VisibilityChanges[len(st.VisibilityChanges)-1].Timeout, "released at once, not after a backoff: %s", st.Body)
+					}
+					_, _, opens := c.runOf().br.status()
+					require.Zero(t, opens, "a member cut by the shutdown is no handler failure")
+					require.NoError(t, stop())
+				})
+			})
+		})
+	}
+}

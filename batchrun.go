@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"slices"
 	"time"
+
+	"github.com/sqskit/sqsconsumer/internal/broken"
 )
 
 // Running a batch: a due batch is sent (sendLocked), its call's context
@@ -52,7 +54,8 @@ func (b *batcher) sendLocked(bt *hbatch) (ctx context.Context, ok bool) {
 			mb.unwatch = nil
 		}
 	}
-	ctx, bt.cancel = context.WithCancelCause(context.Background())
+	bt.parent = batchCtx{Context: b.base, ev: b.ev, size: len(bt.members)}
+	ctx, bt.cancel = context.WithCancelCause(&bt.parent)
 	b.watchLocked(bt)
 	return ctx, true
 }
@@ -196,6 +199,19 @@ func (b *batcher) run(bt *hbatch, ctx context.Context, self *member) {
 	}
 	begun := time.Now()
 	err := b.call(ctx, msgs)
+	if errors.Is(context.Cause(ctx), ErrShutdown) && !broken.Is(broken.BatchShutdownBackoff) {
+		// The shutdown cancels the held messages one at a time, and the
+		// call ended with the first member it reached: the others were
+		// cut by it as much, whether or not it has reached them yet. Each
+		// member's context takes the shutdown's cause, so that each
+		// settles as a message the shutdown cut (released at once, no
+		// breaker failure), whatever the order of the cancels.
+		for _, mb := range members {
+			if mb.d != nil {
+				mb.d.lease.abort(ErrShutdown)
+			}
+		}
+	}
 	results, err := b.results(members, err)
 	b.ev.emitBatch(msgs, begun, err)
 
@@ -227,7 +243,17 @@ func (b *batcher) run(bt *hbatch, ctx context.Context, self *member) {
 			signal(mb.wake)
 		}
 	}
+	// A member that failed here failed its group's later members that
+	// have joined and not run (groupFailedLocked): when direct they wait
+	// in b.finished to be settled, like any member finished under b.mu.
+	if broken.Is(broken.FIFOBatchShutdownHang) {
+		b.mu.Unlock()
+		bt.cancel(context.Canceled)
+		return
+	}
+	w := b.takeLocked()
 	b.mu.Unlock()
+	b.handOff(w)
 	bt.cancel(context.Canceled)
 }
 
@@ -263,10 +289,14 @@ func (b *batcher) results(members []*member, err error) ([]error, error) {
 	return out, err
 }
 
-// call runs h, turning a panic into a *PanicError (protect).
+// call runs h, turning a panic into a *PanicError (protect), or into
+// the PanicPolicy's error (for the whole batch) when one is set.
 func (b *batcher) call(ctx context.Context, msgs []*Message) error {
 	err := protect(func() error { return b.h(ctx, msgs) })
 	if pe, ok := err.(*PanicError); ok && pe.recovered {
+		if b.panicPolicy != nil {
+			return police(ctx, nil, pe, b.panicPolicy, b.ev)
+		}
 		b.host.log(slog.LevelError, "sqsconsumer: batch handler panicked; the whole batch failed", "messages", len(msgs), "panic", fmt.Sprint(pe.Value), "at", pe.at)
 	}
 	return err

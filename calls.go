@@ -45,7 +45,7 @@ func (s singleCalls) changeVisibility(ctx context.Context, handle string, second
 		QueueUrl:          aws.String(s.queueURL),
 		ReceiptHandle:     aws.String(handle),
 		VisibilityTimeout: seconds,
-	})
+	}, guardOpts...)
 	return err
 }
 
@@ -53,7 +53,7 @@ func (s singleCalls) deleteMessage(ctx context.Context, handle string) error {
 	_, err := s.client.DeleteMessage(ctx, &sqs.DeleteMessageInput{
 		QueueUrl:      aws.String(s.queueURL),
 		ReceiptHandle: aws.String(handle),
-	})
+	}, guardOpts...)
 	return err
 }
 
@@ -115,7 +115,7 @@ func newCoalescedCalls(client Client, queueURL string, maxDeletes int, base cont
 			out, err := client.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{
 				QueueUrl: aws.String(queueURL),
 				Entries:  entries,
-			})
+			}, guardOpts...)
 			b.reported(false, err)
 			if err != nil {
 				return fill(len(es), err)
@@ -131,7 +131,7 @@ func newCoalescedCalls(client Client, queueURL string, maxDeletes int, base cont
 			out, err := client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{
 				QueueUrl: aws.String(queueURL),
 				Entries:  entries,
-			})
+			}, guardOpts...)
 			b.reported(true, err)
 			if err != nil {
 				return fill(len(es), err)

@@ -95,6 +95,11 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 		return nil, fmt.Errorf("%w: Batch size %d exceeds WithConcurrency(%d): each message of a batch holds a handler slot, so the batch could never fill", ErrInvalidOption, bt.maxSize(), s.concurrency)
 	}
 	handler := h
+	if s.panicPolicy != nil && bt == nil {
+		// Inside every middleware, so that middleware sees the policy's
+		// error (a batch's panic is policed by the batcher).
+		handler = &panicGuard{h: h, f: s.panicPolicy, ev: eventSink{logger: s.logger, queueURL: queueURL}}
+	}
 	for i := len(s.middleware) - 1; i >= 0; i-- {
 		if handler = s.middleware[i](handler); isNil(handler) {
 			return nil, fmt.Errorf("%w: WithMiddleware: middleware %d returned a nil handler", ErrInvalidOption, i)
@@ -124,7 +129,7 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 			client: c2.client, queueURL: queueURL, conc: s.concurrency, stats: stats, ev: &c2.ev, kick: make(chan struct{}, 1)}
 		c2.scaler.fig.Reason = "Run has not read the queue's counts yet"
 	}
-	if bt != nil && !bt.attach(len(s.middleware) == 0) {
+	if bt != nil && !bt.attach(len(s.middleware) == 0, s.panicPolicy) {
 		return nil, fmt.Errorf("%w: the Handler from Batch is already used by another Consumer; call Batch once per Consumer", ErrInvalidOption)
 	}
 	return c2, nil
@@ -150,6 +155,19 @@ func (c *Consumer) Stats() Stats {
 		st.ScaleInProtection = p.Stats()
 	}
 	return st
+}
+
+// Settings returns the settings the Consumer ended up with (see
+// Settings). Before Run has read the queue's attributes the values that
+// depend on the queue are listed in Settings.Pending; after, every value
+// is final. Run logs them once at Info as it starts receiving
+// (WithLogger), under "settings". Safe to call at any time, from any
+// goroutine; it takes no lock a message takes.
+func (c *Consumer) Settings() Settings {
+	c.mu.Lock()
+	r, member := c.run, c.member
+	c.mu.Unlock()
+	return settingsView(&c.s, c.queueURL, c.pool.capped, member, r)
 }
 
 // runOf returns the run once Run has set it up, nil before.
@@ -240,6 +258,9 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	c.mu.Unlock()
 	stamp(&c.progress.resumed)
 	c.progress.stage.Store(runRunning)
+	if c.s.logger != nil {
+		c.ev.log(slog.LevelInfo, "sqsconsumer: running", "settings", c.Settings())
+	}
 	err = r.run(ctx)
 	c.logStats()
 	return err
@@ -258,7 +279,8 @@ func (c *Consumer) logStats() {
 
 // init connects package fleet to Consumers through internal/share, so
 // that the root package exports nothing for the shared budget: fleet.Add
-// calls share.Attach, which sets the Consumer's member before Run.
+// and fleet.Serve call share.Attach, which sets the Consumer's member
+// before Run, and refuse a Consumer whose Run has been called.
 func init() {
 	share.Attach = func(v any, m *share.Member) error {
 		c, ok := v.(*Consumer)
@@ -268,7 +290,9 @@ func init() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		switch {
-		case c.run != nil:
+		case c.run != nil || c.progress.stage.Load() != runNotStarted:
+			// Run was called: it may have read member already (it does
+			// before setting up), and would run outside the budget.
 			return fmt.Errorf("%w: the Consumer of %s has already started", ErrInvalidOption, c.queueURL)
 		case c.member != nil:
 			return fmt.Errorf("%w: the Consumer of %s already belongs to a fleet", ErrInvalidOption, c.queueURL)

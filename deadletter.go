@@ -82,6 +82,67 @@ func WithDeadLetterQueue(queueURL string) Option {
 	})
 }
 
+// WithRequireDeadLetterQueue makes Run refuse a queue without a
+// dead-letter queue: one whose RedrivePolicy names none (SQS then
+// redrives nothing) when WithDeadLetterQueue was not given either (or was
+// given with a client that cannot send to it). Without a dead-letter
+// queue a message whose handler always fails, Permanent errors included,
+// is retried for as long as the queue keeps it (its retention period, up
+// to 14 days), at the cost of a receive each time; see
+// https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-dead-letter-queues.html.
+//
+// Run then returns, before receiving anything, an error wrapping
+// ErrInvalidOption that names the queue and both ways to fix it: set a
+// RedrivePolicy on the queue, or pass WithDeadLetterQueue. A queue whose
+// attributes could not be read (GetQueueAttributes denied, when
+// WithVisibilityTimeout let Run go on without them) is refused too,
+// unless WithDeadLetterQueue names the dead-letter queue. The RedrivePolicy's
+// maxReceiveCount is not judged. Default: off (a queue without one runs,
+// and the first Permanent error logs one warning). A later option cannot
+// turn it off: a platform's bundle (Options) that holds it binds every
+// Consumer made with it. Consumer only; Settings reports it as
+// require_dead_letter_queue.
+func WithRequireDeadLetterQueue() Option {
+	return option(func(s *settings) { s.requireDLQ = true })
+}
+
+// requireDeadLetter is WithRequireDeadLetterQueue's check at Run's start,
+// given the dead-letter queue deadLetterFor worked out and the source
+// queue's attributes (attrErr: why they could not be read).
+func requireDeadLetter(s *settings, queueURL string, d deadLetter, attrs map[string]string, attrErr error) error {
+	if !s.requireDLQ || d.ready() || redriveTarget(attrs) != "" {
+		return nil
+	}
+	const fix = "set a RedrivePolicy on the queue naming its dead-letter queue " +
+		`(RedrivePolicy {"deadLetterTargetArn":"arn:aws:sqs:REGION:ACCOUNT:NAME","maxReceiveCount":"5"}: SQS moves a message there after that many receives), ` +
+		"or pass WithDeadLetterQueue(dlqURL) (the Consumer moves a Permanent failure there at once)"
+	var why string
+	switch {
+	case s.deadLetterURL != "":
+		why = fmt.Sprintf("WithDeadLetterQueue(%s) cannot be used (%s) and the queue has no RedrivePolicy", s.deadLetterURL, d.why)
+	case attrErr != nil:
+		why = fmt.Sprintf("its RedrivePolicy could not be read (%v; allow sqs:GetQueueAttributes)", attrErr)
+	case attrs[string(types.QueueAttributeNameRedrivePolicy)] != "":
+		why = "its RedrivePolicy names no deadLetterTargetArn"
+	default:
+		why = "it has no RedrivePolicy and WithDeadLetterQueue was not given"
+	}
+	return fmt.Errorf("%w: WithRequireDeadLetterQueue: queue %s has no dead-letter queue: %s; a message that always fails would be retried until the queue's retention ends. Fix it either way: %s",
+		ErrInvalidOption, queueURL, why, fix)
+}
+
+// redriveTarget is the deadLetterTargetArn of the RedrivePolicy among a
+// queue's attributes, "" when there is none.
+func redriveTarget(attrs map[string]string) string {
+	var p struct {
+		Target string `json:"deadLetterTargetArn"`
+	}
+	if raw := attrs[string(types.QueueAttributeNameRedrivePolicy)]; raw == "" || json.Unmarshal([]byte(raw), &p) != nil {
+		return ""
+	}
+	return p.Target
+}
+
 // deadLetter is where a Consumer moves permanently failing messages.
 type deadLetter struct {
 	url    string // "" when there is none
@@ -105,14 +166,12 @@ func deadLetterFor(c Client, queueURL string, fifo bool, given string, attrs map
 	case given != "":
 		d.url = given
 	case attrs[string(types.QueueAttributeNameRedrivePolicy)] != "":
-		var p struct {
-			Target string `json:"deadLetterTargetArn"`
-		}
-		if err := json.Unmarshal([]byte(attrs[string(types.QueueAttributeNameRedrivePolicy)]), &p); err != nil || p.Target == "" {
+		target := redriveTarget(attrs)
+		if target == "" {
 			d.why = "the queue's RedrivePolicy names no deadLetterTargetArn"
 			break
 		}
-		u, err := queueURLFromARN(queueURL, p.Target)
+		u, err := queueURLFromARN(queueURL, target)
 		if err != nil {
 			return d, err
 		}
@@ -207,13 +266,13 @@ func (d *deadLetter) move(ctx context.Context, m *Message, reason error) (id str
 	}
 	cctx, cancel := context.WithTimeout(ctx, moveCallTimeout)
 	defer cancel()
-	out, err := d.sender.SendMessage(cctx, in)
+	out, err := d.sender.SendMessage(cctx, in, guardOpts...)
 	if err != nil && refusedContent(err) && len(ours) > 0 && ctx.Err() == nil {
 		// Perhaps the reason made the copy too large: the message
 		// matters more than the note.
 		plain := *in
 		plain.MessageAttributes = m.MessageAttributes
-		out, err = d.sender.SendMessage(cctx, &plain)
+		out, err = d.sender.SendMessage(cctx, &plain, guardOpts...)
 		if err == nil {
 			dropped = append(dropped, ours...)
 		}

@@ -50,7 +50,10 @@
 // not started (visibility 0), lets running handlers finish within
 // [WithShutdownTimeout] while their leases stay renewed, then cancels them
 // with [ErrShutdown] and releases their messages. Run returns after every
-// goroutine it started has exited.
+// goroutine it started has exited. A handler learns the moment the drain
+// begins from [Draining] (its context stays live until the budget's end),
+// so that a long job can checkpoint and hand its message back at once with
+// [RetryAfter](err, 0).
 //
 // SQS delivers at least once whatever the timeout: a worker can crash after
 // the work and before the delete. Handlers whose effects must happen once

@@ -68,6 +68,11 @@ func (e *retryAfterError) Error() string {
 
 func (e *retryAfterError) Unwrap() error { return e.err }
 
+// RetryDelay reports the delay RetryAfter attached to err or to any error
+// it wraps (0 to 12 h), and whether there is one: for code that settles
+// messages outside a Consumer (lambdasqs releases a failed record for it).
+func RetryDelay(err error) (time.Duration, bool) { return retryAfterOf(err) }
+
 // retryAfterOf reports the delay RetryAfter attached to err, if any.
 func retryAfterOf(err error) (time.Duration, bool) {
 	var ra *retryAfterError
@@ -112,7 +117,7 @@ type PanicError struct {
 	Value any
 	Stack []byte
 
-	recovered bool   // made by protect (not a handler's own error value)
+	recovered bool   // made by protect (not a handler's own error value), not yet handed to a PanicPolicy (police)
 	at        string // where it panicked, for the log (panicSite)
 }
 

@@ -2,6 +2,7 @@ package sqsconsumer
 
 import (
 	"container/heap"
+	"maps"
 	"math"
 	"sort"
 	"time"
@@ -24,33 +25,44 @@ import (
 //
 // With a limit (WithGroupLimit), a group holding limit slots is not
 // eligible: its ready messages stay here (blocked), leased, until one of
-// its slots frees. And the tenant holding the most slot time leaves
-// headroom for the others while they are active (recap): slots freeing
-// in waves (handlers started together by a burst finish together) would
-// otherwise leave none free when another tenant's message arrives.
+// its slots frees. And the heavy groups (those above noisyShare of the
+// recent slot time) share a pool of slots that leaves headroom for the
+// other tenants while these are active (recap): slots freeing in waves
+// (handlers started together by a burst finish together) would otherwise
+// leave none free when another tenant's message arrives. While the pool
+// is full the heavy groups' ready messages are blocked too.
 //
 // Cost: a message without a group is a queue push and pop; one with a
 // group adds a map lookup and a heap operation over the groups with ready
 // messages (O(log groups)) at each of enqueue, start and slot release.
+// recap costs a pass over the slot time's 32 counters at most once every
+// recapEvery, and a pass over the groups when the heavy ones change.
 type fairReady[T grouped] struct {
 	on    bool // groups count: a standard queue, WithFairDispatch on
 	limit int  // WithGroupLimit: most slots one group holds; 0 for none
 	conc  int  // the flow's slots
 
-	// The headroom cap (recap): group capKey may hold at most capN
-	// slots; capN 0 for none. capAt is when it was last worked out.
-	capKey string
-	capN   int
-	capAt  time.Time
+	// The headroom (recap): the heavy groups together may hold at most
+	// poolCap slots; with poolCap 0 there is no pool and heavy is empty.
+	// poolHeld is the slots they hold; lightActive is set while the
+	// other tenants held more than headroomActive slots on average
+	// recently. capAt is when these were last worked out.
+	heavy       map[string]bool
+	poolCap     int
+	poolHeld    int
+	lightActive bool
+	capAt       time.Time
 
-	seq     uint64        // arrival counter of ready messages
-	loose   readyQueue[T] // ready messages without a group (all of them when !on)
-	groups  map[string]*fairGroup[T]
-	heap    groupHeap[T] // groups with ready messages and below the limit
-	n       int          // ready messages in all
-	blocked int          // of them, in groups at the limit
+	seq          uint64        // arrival counter of ready messages
+	loose        readyQueue[T] // ready messages without a group (all of them when !on)
+	groups       map[string]*fairGroup[T]
+	light        groupHeap[T] // groups not heavy with ready messages, below the limit
+	heavyQ       groupHeap[T] // heavy groups with ready messages, below the limit
+	heavyReady   int          // ready messages of the groups in heavyQ
+	n            int          // ready messages in all
+	limitBlocked int          // of them, in groups at the limit
 
-	slots groupSlots // the groups' slot time, for Stats
+	slots groupSlots // the groups' slot time, for Stats and recap
 }
 
 // grouped is what fairReady holds: a message that names its group (the
@@ -63,9 +75,10 @@ type grouped interface {
 // fairGroup is one group's state: its slots held and its ready messages.
 type fairGroup[T grouped] struct {
 	key     string
-	running int // slots its messages hold
+	running int  // slots its messages hold
+	heavy   bool // in the heavy pool (fairReady.heavy)
 	ready   readyQueue[T]
-	idx     int // in the heap, -1 when not there
+	idx     int // in its heap (light or heavyQ), -1 when not there
 }
 
 // readyEntry is a ready message and its arrival number.
@@ -107,12 +120,15 @@ func (q *readyQueue[T]) pop() T {
 // message.
 type groupHeap[T grouped] []*fairGroup[T]
 
-func (h groupHeap[T]) Len() int { return len(h) }
-func (h groupHeap[T]) Less(i, j int) bool {
-	if h[i].running != h[j].running {
-		return h[i].running < h[j].running
+func (h groupHeap[T]) Len() int           { return len(h) }
+func (h groupHeap[T]) Less(i, j int) bool { return before(h[i], h[j]) }
+
+// before reports whether group a's next ready message goes before b's.
+func before[T grouped](a, b *fairGroup[T]) bool {
+	if a.running != b.running {
+		return a.running < b.running
 	}
-	return h[i].ready.front().seq < h[j].ready.front().seq
+	return a.ready.front().seq < b.ready.front().seq
 }
 func (h groupHeap[T]) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
@@ -145,25 +161,52 @@ func (f *fairReady[T]) keyOf(d T) string {
 	return d.flowGroup()
 }
 
-// atLimit reports whether group g holds as many slots as it may.
+// atLimit reports whether group g holds as many slots as WithGroupLimit
+// lets it.
 func (f *fairReady[T]) atLimit(g *fairGroup[T]) bool {
-	return f.limit > 0 && g.running >= f.limit || f.capN > 0 && g.running >= f.capN && g.key == f.capKey
+	return f.limit > 0 && g.running >= f.limit
+}
+
+// poolFull reports whether the heavy groups hold all the slots their pool
+// has.
+func (f *fairReady[T]) poolFull() bool { return f.poolCap > 0 && f.poolHeld >= f.poolCap }
+
+// heapOf is the heap g's ready messages wait in.
+func (f *fairReady[T]) heapOf(g *fairGroup[T]) *groupHeap[T] {
+	if g.heavy {
+		return &f.heavyQ
+	}
+	return &f.light
 }
 
 // len is how many messages are ready, blocked ones included.
 func (f *fairReady[T]) len() int { return f.n }
 
+// blocked is how many ready messages may not start now: those of groups
+// at their limit, and the heavy groups' while their pool is full.
+func (f *fairReady[T]) blocked() int {
+	if f.poolFull() {
+		return f.limitBlocked + f.heavyReady
+	}
+	return f.limitBlocked
+}
+
 // eligible reports whether a ready message could take a free slot now.
-func (f *fairReady[T]) eligible() bool { return f.loose.len() > 0 || len(f.heap) > 0 }
+func (f *fairReady[T]) eligible() bool {
+	return f.loose.len() > 0 || len(f.light) > 0 || len(f.heavyQ) > 0 && !f.poolFull()
+}
 
 // mayStart reports whether a message of tenant key may take a slot, as
-// far as the limit goes.
+// far as the limit and the heavy pool go.
 func (f *fairReady[T]) mayStart(key string) bool {
-	if key == "" || f.limit == 0 && f.capN == 0 {
+	if key == "" || f.limit == 0 && f.poolCap == 0 {
 		return true
 	}
 	g := f.groups[key]
-	return g == nil || !f.atLimit(g)
+	if g == nil {
+		return !f.heavy[key] || !f.poolFull()
+	}
+	return !f.atLimit(g) && (!g.heavy || !f.poolFull())
 }
 
 // push makes d ready.
@@ -178,11 +221,15 @@ func (f *fairReady[T]) push(d T) {
 	}
 	g := f.group(key)
 	g.ready.push(e)
-	switch {
-	case f.atLimit(g):
-		f.blocked++
-	case g.idx < 0:
-		heap.Push(&f.heap, g)
+	if f.atLimit(g) {
+		f.limitBlocked++
+		return
+	}
+	if g.heavy {
+		f.heavyReady++
+	}
+	if g.idx < 0 {
+		heap.Push(f.heapOf(g), g)
 	}
 }
 
@@ -190,7 +237,7 @@ func (f *fairReady[T]) push(d T) {
 func (f *fairReady[T]) group(key string) *fairGroup[T] {
 	g := f.groups[key]
 	if g == nil {
-		g = &fairGroup[T]{key: key, idx: -1}
+		g = &fairGroup[T]{key: key, idx: -1, heavy: f.heavy[key]}
 		f.groups[key] = g
 	}
 	return g
@@ -200,15 +247,25 @@ func (f *fairReady[T]) group(key string) *fairGroup[T] {
 // when eligible. The caller seats it (seated).
 func (f *fairReady[T]) pop() T {
 	f.n--
-	if f.loose.len() > 0 && (len(f.heap) == 0 || f.heap[0].running > 0 || f.loose.front().seq < f.heap[0].ready.front().seq) {
+	var h *groupHeap[T]
+	if len(f.light) > 0 {
+		h = &f.light
+	}
+	if len(f.heavyQ) > 0 && !f.poolFull() && (h == nil || before(f.heavyQ[0], f.light[0])) {
+		h = &f.heavyQ
+	}
+	if f.loose.len() > 0 && (h == nil || (*h)[0].running > 0 || f.loose.front().seq < (*h)[0].ready.front().seq) {
 		return f.loose.pop()
 	}
-	g := f.heap[0]
+	g := (*h)[0]
 	v := g.ready.pop()
+	if g.heavy {
+		f.heavyReady--
+	}
 	if g.ready.len() == 0 {
-		heap.Remove(&f.heap, 0)
+		heap.Remove(h, 0)
 	} else {
-		heap.Fix(&f.heap, 0)
+		heap.Fix(h, 0)
 	}
 	return v
 }
@@ -220,12 +277,18 @@ func (f *fairReady[T]) seated(key string) {
 	}
 	g := f.group(key)
 	g.running++
+	if g.heavy {
+		f.poolHeld++
+	}
 	if g.idx >= 0 {
 		if f.atLimit(g) {
-			heap.Remove(&f.heap, g.idx)
-			f.blocked += g.ready.len()
+			heap.Remove(f.heapOf(g), g.idx)
+			f.limitBlocked += g.ready.len()
+			if g.heavy {
+				f.heavyReady -= g.ready.len()
+			}
 		} else {
-			heap.Fix(&f.heap, g.idx)
+			heap.Fix(f.heapOf(g), g.idx)
 		}
 	}
 }
@@ -249,16 +312,22 @@ func (f *fairReady[T]) released(key string, held time.Duration, now time.Time) {
 	}
 	wasAt := f.atLimit(g)
 	g.running--
+	if g.heavy {
+		f.poolHeld--
+	}
 	switch {
 	case g.ready.len() == 0:
 		if g.running <= 0 {
 			delete(f.groups, key)
 		}
 	case wasAt && !f.atLimit(g):
-		f.blocked -= g.ready.len()
-		heap.Push(&f.heap, g)
+		f.limitBlocked -= g.ready.len()
+		if g.heavy {
+			f.heavyReady += g.ready.len()
+		}
+		heap.Push(f.heapOf(g), g)
 	case g.idx >= 0:
-		heap.Fix(&f.heap, g.idx)
+		heap.Fix(f.heapOf(g), g.idx)
 	}
 }
 
@@ -279,8 +348,8 @@ func (f *fairReady[T]) takeAll() []T {
 			delete(f.groups, key)
 		}
 	}
-	f.heap = f.heap[:0]
-	f.n, f.blocked = 0, 0
+	f.light, f.heavyQ = f.light[:0], f.heavyQ[:0]
+	f.n, f.limitBlocked, f.heavyReady = 0, 0, 0
 	sort.Slice(all, func(i, j int) bool { return all[i].seq < all[j].seq })
 	out := make([]T, len(all))
 	for i, e := range all {
@@ -289,61 +358,100 @@ func (f *fairReady[T]) takeAll() []T {
 	return out
 }
 
-// Headroom: while tenants other than the one holding the most slot time
-// held more than headroomActive slots on average recently (the slot time
-// figures, over about a minute), that one may hold at most conc less
-// 1 + twice their mean slots held, rounded up, and never less than half
-// the slots. A Consumer fed by one tenant alone keeps every slot for it.
+// Headroom: the heavy groups are those holding more than noisyShare (a
+// tenth) of the recent slot time (the slot time figures, over about a
+// minute): the groups Stats counts in NoisyGroups. While the other tenants
+// (every group not heavy, and the messages without a group) held more
+// than headroomActive slots on average, the heavy groups together may
+// hold at most conc less a reserve of 1 + twice those slots, rounded up,
+// and never less than half the slots. However many heavy groups there
+// are, the reserve stays free for the others; a Consumer fed by heavy
+// groups alone keeps every slot for them.
 const (
-	recapEvery     = time.Second
+	recapEvery     = 100 * time.Millisecond
 	headroomActive = 0.05
 )
 
-// recap works out the headroom cap anew, at most once every recapEvery,
-// and re-sorts the groups if it changed.
+// recap works out the heavy groups and their pool anew, at most once
+// every recapEvery, and re-sorts the groups if the heavy ones changed.
 func (f *fairReady[T]) recap(now time.Time) {
 	f.capAt = now
-	key, n := "", 0
-	if top, others, ok := f.slots.topAndOthers(now); ok && others > headroomActive {
-		reserve := min(f.conc/2, int(math.Ceil(2*others))+1)
-		if reserve > 0 {
-			key, n = top, f.conc-reserve
+	heavy, light, ok := f.slots.heavyAndLight(now)
+	f.lightActive = ok && light > headroomActive
+	capN := 0
+	if f.lightActive && len(heavy) > 0 {
+		if reserve := min(f.conc/2, int(math.Ceil(2*light))+1); reserve > 0 {
+			capN = f.conc - reserve
 		}
 	}
-	if key == f.capKey && n == f.capN {
+	if capN == 0 {
+		heavy = nil // no pool: the heavy groups are ordinary
+	}
+	f.poolCap = capN
+	if maps.Equal(heavy, f.heavy) {
 		return
 	}
-	f.capKey, f.capN = key, n
-	f.heap = f.heap[:0]
-	f.blocked = 0
+	f.heavy = heavy
+	f.light, f.heavyQ = f.light[:0], f.heavyQ[:0]
+	f.poolHeld, f.heavyReady, f.limitBlocked = 0, 0, 0
 	for _, g := range f.groups {
-		g.idx = -1
+		g.heavy, g.idx = heavy[g.key], -1
+		if g.heavy {
+			f.poolHeld += g.running
+		}
 		switch {
 		case g.ready.len() == 0:
 		case f.atLimit(g):
-			f.blocked += g.ready.len()
+			f.limitBlocked += g.ready.len()
 		default:
-			heap.Push(&f.heap, g)
+			h := f.heapOf(g)
+			g.idx = len(*h)
+			*h = append(*h, g)
+			if g.heavy {
+				f.heavyReady += g.ready.len()
+			}
 		}
 	}
+	heap.Init(&f.light)
+	heap.Init(&f.heavyQ)
 }
 
-// probeSize is the size of the receive due when messages of groups at
-// their limit fill the read-ahead and slots are free that only other
-// tenants may take (free, with no ready message eligible): one receive at
-// a time (none in flight: asked 0), at most one every mean slot hold
-// time (at least a round trip, at most a second) after the last one was
-// sent, so that the other tenants' messages keep coming (SQS hands a fair
-// queue's quiet tenants out first) while the capped group's backlog
-// fills the read-ahead bound (room) at most at that pace. When only time
-// stands in the way it returns 0 and when to look again (at). It is pure,
-// for table tests.
-func probeSize(free bool, asked, room, size int, hold, rtt time.Duration, sentAt, now time.Time) (n int, at time.Time) {
+// fairGap is the longest a receive waits after the last one was sent
+// while slots are free that only other tenants may take and those
+// tenants are active (probeGap): a quiet tenant's message then waits in
+// SQS at most this long (or a round trip, if longer) before a receive
+// brings it.
+const fairGap = 20 * time.Millisecond
+
+// probeGap is the least time between probes (probeSize): fairGap while
+// the tenants other than the capped ones are active, else the mean slot
+// hold time (at least a round trip, at most a second), so that a group
+// capped by WithGroupLimit alone does not draw receives faster than its
+// own pace.
+func (f *fairReady[T]) probeGap(hold, rtt time.Duration) time.Duration {
+	if f.lightActive {
+		return fairGap
+	}
+	return min(max(hold, rtt), time.Second)
+}
+
+// probeSize is the size of the receive due when blocked messages (of
+// groups at their limit, or of heavy groups whose pool is full) stand in
+// for the read-ahead and slots are free that only other tenants may take
+// (free, with no ready message eligible): one receive at a time (none in
+// flight: asked 0), at most one every gap after the last one was sent, so
+// that the other tenants' messages keep coming (SQS hands a fair queue's
+// quiet tenants out first). It asks for what the read-ahead lacks (want),
+// at least 1 and at most a full receive, within the read-ahead bound
+// (room): the capped groups' backlog then comes no faster than it runs,
+// and beyond that one message a probe. When only time stands in the way
+// it returns 0 and when to look again (at). It is pure, for table tests.
+func probeSize(free bool, asked, room, want, size int, gap time.Duration, sentAt, now time.Time) (n int, at time.Time) {
 	if !free || asked > 0 || room <= 0 {
 		return 0, time.Time{}
 	}
-	if at := sentAt.Add(min(max(hold, rtt), time.Second)); now.Before(at) {
+	if at := sentAt.Add(gap); now.Before(at) {
 		return 0, at
 	}
-	return min(size, room), time.Time{}
+	return min(size, room, max(want, 1)), time.Time{}
 }

@@ -111,8 +111,9 @@ type flow[T ticketed] struct {
 	// theirs: a connection pool then keeps the connections they use
 	// instead of closing some and dialling others. A job waits for a
 	// poller at most jobWait (all of them may be in long polls); then it
-	// runs on a goroutine of its own (overflow). lanesClosed: the pollers
-	// have returned, and jobs run on goroutines of their own.
+	// runs on a goroutine of its own (overflow). lanesClosed: the
+	// shutdown has ended (the pollers are told to quit right after), and
+	// jobs run on goroutines of their own.
 	jobs        []func()
 	jobTimer    *time.Timer
 	jobArmed    bool
@@ -281,12 +282,14 @@ func (f *flow[T]) nextLocked(now time.Time) int {
 		f.armLocked(now, at)
 		return 0
 	}
-	n := receiveSize(f.countsLocked(now))
-	if n == 0 && f.ready.blocked > 0 {
+	c := f.countsLocked(now)
+	n := receiveSize(c)
+	if n == 0 && f.ready.blocked() > 0 {
 		// Free slots only other groups may take.
 		free := f.running < f.conc && !f.ready.eligible()
 		var at time.Time
-		n, at = probeSize(free, f.asked, f.conc+f.maxAhead-f.running-f.waiting-f.asked, f.size, f.hold, f.rtt, f.sentAt, now)
+		n, at = probeSize(free, f.asked, f.conc+f.maxAhead-f.running-f.waiting-f.asked, c.conc-c.running+c.ahead-c.waiting-c.asked,
+			f.size, f.ready.probeGap(f.hold, f.rtt), f.sentAt, now)
 		if !at.IsZero() {
 			f.armLocked(now, at)
 		}

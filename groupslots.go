@@ -44,6 +44,7 @@ type GroupSlotTime struct {
 // exp(t/groupSlotTau) so that old time decays without touching every
 // counter. Its owner (the flow's fairReady) guards it: no lock of its own.
 type groupSlots struct {
+	start  time.Time // when the first slot time counted began
 	base   time.Time // the weights' origin
 	total  float64   // every group's weighted slot time, in seconds
 	keys   [groupSlotCounters]string
@@ -78,6 +79,9 @@ func (s *groupSlots) add(key string, held time.Duration, now time.Time) {
 	if key == "" && s.used == 0 {
 		return
 	}
+	if s.start.IsZero() {
+		s.start = now.Add(-held)
+	}
 	v := held.Seconds() * s.weight(now)
 	s.total += v
 	if key == "" {
@@ -108,21 +112,31 @@ func (s *groupSlots) add(key string, held time.Duration, now time.Time) {
 	s.byName[key] = m
 }
 
-// topAndOthers returns the group holding the most slot time and the mean
-// slots every other tenant held (messages without a group included), over
-// the decay's window: ok false before any group held a slot.
-func (s *groupSlots) topAndOthers(now time.Time) (top string, others float64, ok bool) {
-	if s.used == 0 {
-		return "", 0, false
+// heavyAndLight returns the groups holding more than noisyShare of the
+// slot time (at most nine: nil for none) and the mean slots every other
+// tenant held (messages without a group included) over the decay's
+// window, or over the time since the first slot time counted when that
+// is shorter: ok false before any group held a slot.
+func (s *groupSlots) heavyAndLight(now time.Time) (heavy map[string]bool, light float64, ok bool) {
+	if s.used == 0 || s.total <= 0 {
+		return nil, 0, false
 	}
-	m := 0
-	for i := 1; i < s.used; i++ {
-		if s.vals[i] > s.vals[m] {
-			m = i
+	w := s.weight(now) // first: it may rebase the counters
+	rest := s.total
+	for i := range s.used {
+		if s.vals[i] > noisyShare*s.total {
+			if heavy == nil {
+				heavy = make(map[string]bool, 2)
+			}
+			heavy[s.keys[i]] = true
+			rest -= s.vals[i]
 		}
 	}
-	w := s.weight(now) * groupSlotTau.Seconds()
-	return s.keys[m], max(s.total-s.vals[m], 0) / w, true
+	// The weighted slot time over the weight of the window it covers: a
+	// steady m slots count m × tau × (1 - exp(-elapsed/tau)).
+	elapsed := max(now.Sub(s.start), time.Millisecond)
+	window := w * groupSlotTau.Seconds() * -math.Expm1(-elapsed.Seconds()/groupSlotTau.Seconds())
+	return heavy, max(rest, 0) / window, true
 }
 
 // groupFigures is what Stats reports of the groups' slot time.

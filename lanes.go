@@ -93,7 +93,7 @@ func (f *flow[T]) jobWait() time.Duration { return max(2*f.rtt, 20*time.Millisec
 // submit hands a job (a coalesced call) to the pollers: an idle one takes
 // it, or a new one if there is room, or the first to finish its call
 // (within jobWait, else it overflows). It returns false, having done
-// nothing, once the pollers are gone (closeLanes): the caller runs job.
+// nothing, once the lanes are closed (closeLanes): the caller runs job.
 func (f *flow[T]) submit(job func()) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -144,7 +144,8 @@ func (f *flow[T]) overflowJobs() {
 	f.overflowLocked()
 }
 
-// closeLanes records that the pollers have returned and runs the jobs
+// closeLanes records that the pollers take no more jobs (Run tells them
+// to quit next: the shutdown has ended), and runs the jobs
 // still waiting on goroutines of their own; from now on submit refuses.
 func (f *flow[T]) closeLanes() {
 	f.mu.Lock()

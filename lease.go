@@ -104,30 +104,32 @@ type Lease struct {
 	hbWG sync.WaitGroup
 
 	mu sync.Mutex // guards the fields below
+	// callFreed wakes the callers waiting for the call token (calling).
+	callFreed wakeup
+
+	handle    string
+	handleGen uint32 // counts adopted handles
+	state     leaseState
 	// calling is the call token, set while an SQS call of this lease is
 	// in flight: one call at a time, so each answer is judged knowing
 	// every earlier one (a renewal refused because our own delete landed
 	// first must not read as a lost lease, and a refused renewal must
-	// stop a delete). callFreed wakes the callers waiting for it.
-	calling   bool
-	callFreed wakeup
-
-	handle       string
-	handleGen    uint32 // counts adopted handles
-	state        leaseState
+	// stop a delete). (The flags sit together, with asked, so that a
+	// delivery fits its allocation size class.)
+	calling      bool
 	settling     bool // a Delete or Release is in flight
 	deleting     bool // of them, a delete: renewals go on beside it
 	noRenew      bool // SQS refused to go further: the ceiling is reached
 	ceilingFired bool
 	started      bool
 	stopped      bool
-	hbRunning    bool      // the heartbeat goroutine has begun
-	receivedAt   time.Time // latest receive's hand-over estimate: the ceiling counts from it
-	deadline     time.Time // confirmed (or, before any call, estimated) end of visibility
+	hbRunning    bool // the heartbeat goroutine has begun
 	// asked is set once a visibility call or delete was sent since the
 	// latest receive: until then the deadline is only an estimate, and a
 	// lease past it asks SQS (renews) instead of declaring itself expired.
 	asked        bool
+	receivedAt   time.Time // latest receive's hand-over estimate: the ceiling counts from it
+	deadline     time.Time // confirmed (or, before any call, estimated) end of visibility
 	nextRenew    time.Time
 	receiveCount int32
 	renewals     int32       // confirmed renewals and extensions
@@ -142,6 +144,32 @@ type Lease struct {
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
 	watchers *[]*func(time.Time) // made by the first OnDeadline
+	// parent is ctx's parent: Start's context, answering Value(ctxKey{})
+	// with the lease (Logger). Set by start, under mu, once.
+	parent leaseCtx
+}
+
+// ctxKey is the key under which the library's own contexts answer Value
+// with what they concern: a lease's context (Start, and so a Consumer's
+// handler's) with its *Lease, a BatchHandler's call's with its
+// *batchCtx. Logger reads it.
+type ctxKey struct{}
+
+// leaseCtx is the parent of a lease's context: the context given to
+// Start, answering Value(ctxKey{}) with the lease itself. It lives in
+// the Lease, so it costs no allocation; its Done is its parent's, so a
+// lease started on context.Background takes no lock to be cancelled.
+type leaseCtx struct {
+	context.Context
+	l *Lease
+}
+
+// Value answers ctxKey with the lease, and asks the parent otherwise.
+func (c *leaseCtx) Value(key any) any {
+	if _, ok := key.(ctxKey); ok {
+		return c.l
+	}
+	return c.Context.Value(key)
 }
 
 // NewLease makes a Lease for m, received from queueURL, that makes one SQS
@@ -234,7 +262,9 @@ func initLease(l *Lease, m *Message, raw types.Message, receivedAt, arrived time
 // (ErrLeaseExpired) or is stopped (ErrLeaseSettled). The heartbeat itself
 // does not stop when ctx is cancelled: only Stop, a settlement or the end of
 // the lease stop it. Calls after the first return the first call's context.
-// A nil ctx is taken as context.Background().
+// A nil ctx is taken as context.Background(). The context carries ctx's
+// values, and the lease for Logger: Logger(ctx) gives the lease's logger
+// (WithLogger) with the message's fields.
 func (l *Lease) Start(ctx context.Context) context.Context {
 	if ctx == nil {
 		ctx = context.Background()
@@ -250,7 +280,8 @@ func (l *Lease) start(ctx context.Context) context.Context {
 		return l.ctx
 	}
 	l.started = true
-	l.ctx, l.cancel = context.WithCancelCause(ctx)
+	l.parent = leaseCtx{Context: ctx, l: l}
+	l.ctx, l.cancel = context.WithCancelCause(&l.parent)
 	// Most messages are settled before their first renewal is due, so the
 	// heartbeat goroutine starts only then, from a timer: starting it here
 	// doubled a Consumer's CPU per message (BenchmarkConsumerOverhead).

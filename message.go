@@ -42,7 +42,8 @@ type Message struct {
 // (see RetryAfter to choose when). The context is cancelled, with a cause
 // that context.Cause reports, when the lease is lost (ErrLeaseLost), nears its
 // ceiling (ErrLeaseCeiling), expires (ErrLeaseExpired) or the consumer stops
-// waiting for it at shutdown (ErrShutdown).
+// waiting for it at shutdown (ErrShutdown). Draining(ctx) tells it earlier,
+// at the shutdown's start, that it may hand its message back.
 //
 // HandleMessage is called from many goroutines at once.
 type Handler interface {

@@ -1,6 +1,7 @@
 package sqsconsumer
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -73,6 +74,7 @@ type settings struct {
 	errs            []error
 
 	deadLetterURL string        // "" = from the queue's RedrivePolicy
+	requireDLQ    bool          // WithRequireDeadLetterQueue
 	breaker       *Breaker      // nil = off
 	stallLimit    time.Duration // Health: 0 = default
 	startupLimit  time.Duration // Health: 0 = DefaultStartupLimit
@@ -83,6 +85,8 @@ type settings struct {
 	protect    bool                  // WithScaleInProtection
 	protector  *ecsprotect.Protector // its Protector: the caller's, or the Consumer's own (made in New)
 	ownProtect bool                  // the Consumer made protector: Run starts and closes it
+
+	panicPolicy func(context.Context, *Message, *PanicError) error // WithPanicPolicy; nil = the default
 }
 
 func defaultSettings() settings {
@@ -229,6 +233,18 @@ func isAlnum(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
+// pollWait is the WaitTimeSeconds of every receive: WithWaitTime's, but
+// never longer than the shutdown timeout, since a receive in flight at
+// shutdown is never cancelled and must return within it (at least a
+// second: the SDK cannot send a wait of 0). 0 leaves the wait to the
+// queue's ReceiveMessageWaitTimeSeconds.
+func (s *settings) pollWait() time.Duration {
+	if s.waitTime == 0 {
+		return 0
+	}
+	return max(min(s.waitTime, s.shutdownTimeout.Truncate(time.Second)), time.Second)
+}
+
 func (s *settings) fail(format string, args ...any) {
 	s.errs = append(s.errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...))
 }
@@ -327,6 +343,7 @@ func WithObserver(o Observer) LeaseOption {
 
 // WithLogger makes the library log warnings and errors (lease lost, panics,
 // receive failures) and debug lines to l. Default: the library logs nothing.
+// Handlers log through it with their message's fields with Logger(ctx).
 func WithLogger(l *slog.Logger) LeaseOption {
 	return leaseOption(func(s *settings) {
 		if l == nil {

@@ -37,6 +37,12 @@ func (r *run) poll() {
 				r.fl.unpark()
 				continue
 			case <-r.quit:
+				if pollerQuits != nil {
+					pollerQuits()
+				}
+				if broken.Is(broken.ShutdownStrandsReceive) {
+					time.Sleep(100 * time.Millisecond) // descheduled here, still counted as parked
+				}
 				r.fl.unpark()
 				return
 			}
@@ -66,6 +72,11 @@ func (r *run) poll() {
 	}
 }
 
+// pollerQuits, when set (by a test), is called by a parked poller that
+// saw Run quit, before it leaves: the moment a busy machine may
+// deschedule it, still counted as parked.
+var pollerQuits func()
+
 // maxSameReceiveFailures is how many receives in a row may fail with the
 // same client error (a 4xx answer other than throttling, such as an answer
 // the SDK cannot decode) before Run gives up and returns it: about a
@@ -92,7 +103,7 @@ func (r *run) receive(n int, sent time.Time) error {
 		VisibilityTimeout:           int32(cfg.lease / time.Second),
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
 		MessageAttributeNames:       []string{"All"},
-	}, skipChecksum)
+	}, receiveOpts...) // skipChecksum, guardBodies (clienthttp.go)
 	cancel()
 	arrived := time.Now()
 	if err != nil {
@@ -139,6 +150,10 @@ func (r *run) leaseFor() *leaseConfig {
 // message of it invisible for a lease, unhandled. dropCorrupt checks each
 // message instead.
 func skipChecksum(o *sqs.Options) { o.DisableMessageChecksumValidation = true }
+
+// receiveOpts is the receive's per-call options (skipChecksum, and
+// guardBodies: clienthttp.go), as a slice made once (see guardOpts).
+var receiveOpts = []func(*sqs.Options){skipChecksum, guardBodies}
 
 // dropCorrupt returns msgs without the messages whose body does not match
 // their MD5OfBody (the lowercase hex MD5 of the body, as SQS computes it);
@@ -290,10 +305,11 @@ func (r *run) deliver(raw types.Message, handedOver, arrived time.Time, cfg *lea
 		}
 		// Another receive of it was dispatched meanwhile: look again.
 	}
-	// Not a child of any Run-scoped context: cancelling Run's context
+	// Not a child of any cancellable context: cancelling Run's context
 	// must not interrupt handlers (shutdown cancels each one itself), and
-	// a parent would take a shared lock for every message.
-	d.ctx = d.lease.start(context.Background())
+	// a cancellable parent would take a shared lock for every message.
+	// handlerBase only carries the drain signal (Draining).
+	d.ctx = d.lease.start(r.handlerBase)
 	r.observe(EventReceived, d, nil)
 	return d, v
 }

@@ -57,8 +57,8 @@ import (
 //	receive, dispatch, hand back unstarted   a poller (pollers)
 //	a coalesced renewal or delete call       a poller between receives; one of
 //	                                         its own when every poller waits in a
-//	                                         long poll or after the pollers
-//	                                         returned (the coalescer: calls.close)
+//	                                         long poll or once the shutdown has
+//	                                         ended (the coalescer: calls.close)
 //	heartbeat of a lease                     the lease's own (Lease.Stop, in finish)
 //	handler, its settle, the next message    a worker (workers)
 //	a Batch handler without middleware       a worker sends the batch and settles
@@ -102,6 +102,12 @@ type run struct {
 	// set between Pause and Resume.
 	stopping atomic.Bool
 	paused   atomic.Bool
+
+	// drain is closed when the shutdown begins (Draining); handlerBase,
+	// which carries it, is the parent of every handler's context. Set by
+	// setup, closed by shutdown.
+	drain       chan struct{}
+	handlerBase context.Context
 
 	// settleCtx bounds every settling call (deletes, releases) and
 	// pollCtx every receive; both are cancelled at the hard stop, one
@@ -168,6 +174,9 @@ func (r *run) setup(ctx context.Context) error {
 	if r.dlq, err = deadLetterFor(r.client, r.queueURL, fifo, r.s.deadLetterURL, out.Attributes, attrErr); err != nil {
 		return err
 	}
+	if err := requireDeadLetter(r.s, r.queueURL, r.dlq, out.Attributes, attrErr); err != nil {
+		return err
+	}
 	if err := r.checkDeadLetter(ctx); err != nil {
 		return err
 	}
@@ -195,6 +204,7 @@ func (r *run) setup(ctx context.Context) error {
 	r.cfg = cfg
 	r.reg = newRegistry(fifo, r.s.protector)
 	r.probeCtx, r.cancelProbe = context.WithCancel(context.Background())
+	r.drainBase()
 	if r.s.breaker != nil {
 		r.br = r.newBreaker(*r.s.breaker)
 	}
@@ -203,15 +213,9 @@ func (r *run) setup(ctx context.Context) error {
 	r.quit = make(chan struct{})
 	r.afterDelete = r.deleted
 	if r.batch != nil {
-		r.batch.bind(r, r.reg, r.ev)
+		r.batch.bind(r, r.reg, r.ev, r.handlerBase)
 	}
-	r.pollWait = r.s.waitTime
-	if r.pollWait > 0 {
-		// A receive in flight at shutdown is never cancelled, so it must
-		// return within the shutdown timeout (at least a second: the SDK
-		// cannot send a wait of 0).
-		r.pollWait = max(min(r.pollWait, r.s.shutdownTimeout.Truncate(time.Second)), time.Second)
-	}
+	r.pollWait = r.s.pollWait()
 	return nil
 }
 
@@ -271,9 +275,20 @@ func (r *run) run(ctx context.Context) error {
 
 	r.prog.stage.Store(runDraining)
 	r.shutdown()
+	// The lanes close before the pollers are told to quit: a poller still
+	// in a receive hands its messages back after the quit, and their
+	// calls must not wait for a poller that is leaving (a parked one may
+	// take a call's kick and quit without running it), nor start one that
+	// nobody joins. From now on calls run on goroutines of their own,
+	// which calls.close waits for.
+	if !broken.Is(broken.ShutdownStrandsReceive) {
+		r.fl.closeLanes()
+	}
 	close(r.quit)
 	r.pollers.Wait()
-	r.fl.closeLanes() // calls made from now on run on goroutines of their own
+	if broken.Is(broken.ShutdownStrandsReceive) {
+		r.fl.closeLanes()
+	}
 	if !broken.Is(broken.RunSkipsHandlers) {
 		r.workers.Wait()
 	}
@@ -305,6 +320,7 @@ func (r *run) shutdown() {
 	}
 	r.cancelProbe()
 	r.stopping.Store(true)
+	r.beginDrain() // Draining: running handlers may hand their messages back early
 	if r.batch != nil {
 		r.batch.shutdown() // messages gathering for a batch are handed back at once
 	}
@@ -353,6 +369,23 @@ func (r *run) shutdown() {
 				r.log(slog.LevelWarn, "sqsconsumer: still waiting for handlers that ignore their cancelled context", "message_ids", ids)
 			}
 		}
+	}
+}
+
+// drainBase makes the run's drain channel and the context every handler's
+// context derives from: it carries the channel (Draining) and is never
+// cancelled, so that a lease's context, made under it for each message,
+// costs no more than under context.Background (a value context has no
+// children to register).
+func (r *run) drainBase() {
+	r.drain = make(chan struct{})
+	r.handlerBase = WithDrainSignal(context.Background(), r.drain)
+}
+
+// beginDrain closes the drain channel, once: the shutdown began.
+func (r *run) beginDrain() {
+	if r.drain != nil {
+		close(r.drain)
 	}
 }
 

@@ -39,7 +39,7 @@ type settleInput struct {
 	leaseErr error         // why its lease ended, nil while it lives
 	shutdown bool          // the shutdown cancelled its handler (ErrShutdown)
 	backoff  time.Duration // WithBackoff's delay for its receive count (ran with an error)
-	hold     time.Duration // the least visibility the breaker asks of a failure now (0: closed)
+	hold     time.Duration // the least visibility the breaker asks of a failure now (0: closed, or the shutdown has begun)
 }
 
 // decide is the settle door's rule, for every path after a handler: what
@@ -56,7 +56,8 @@ type settleInput struct {
 //   - A Permanent failure goes to the dead-letter queue.
 //   - Any other failure is released for its RetryAfter delay, else its
 //     backoff (at least a second: never visible at once by default),
-//     then at least the breaker's hold, at most 12 hours, rounded up to
+//     then at least the breaker's hold (none once the shutdown has begun:
+//     no probe follows), at most 12 hours, rounded up to
 //     whole seconds; at shutdown it is released at once.
 func decide(in settleInput) (act settleAction, after time.Duration) {
 	switch {
@@ -116,7 +117,10 @@ func (r *run) settle(d *delivery, err error, ran bool) (next *delivery) {
 	}
 	if r.br != nil && ran {
 		r.br.record(outcomeOf(err, in.leaseErr, in.shutdown))
-		if err != nil {
+		if err != nil && !r.shuttingDown() {
+			// Once the shutdown has begun no probe of this process
+			// follows: a failure (a handler that drained, Draining)
+			// keeps its own delay.
 			in.hold = r.br.holdFor()
 		}
 	}

@@ -266,3 +266,113 @@ func TestRegistryCount(t *testing.T) {
 	require.Zero(t, g.n)
 	require.Empty(t, g.byID)
 }
+
+// A receive in flight when the shutdown ends (nothing was held, so it
+// ended at once) brings a message after Run has told its pollers to quit;
+// its poller hands it back. That release's call must not wait for a
+// poller: a parked one that saw the quit may be descheduled right then,
+// still counted as parked, take the call's kick and leave without
+// running it (the call then waited for its lease's end, and Run with it).
+// Not parallel: it sets a package hook.
+func TestShutdownReleaseAfterQuitNeedsNoPoller(t *testing.T) {
+	pollerQuits = func() { time.Sleep(100 * time.Millisecond) }
+	defer func() { pollerQuits = nil }()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error { return nil }),
+			WithVisibilityTimeout(30*time.Second), WithWaitTime(20*time.Second), WithShutdownTimeout(time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		b.send(t, 1) // its delete runs on a second poller, which then parks
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		fl := c.flowOf()
+		fl.mu.Lock()
+		idle, polls := fl.idle, len(fl.recvSince)
+		fl.mu.Unlock()
+		require.Positive(t, polls, "a poller in its long poll")
+		require.Positive(t, idle, "and one parked")
+		var ran time.Duration
+		done := make(chan struct{})
+		go func() {
+			begun := time.Now()
+			require.NoError(t, stop())
+			ran = time.Since(begun)
+			close(done)
+		}()
+		time.Sleep(5 * time.Millisecond)
+		id := b.send(t, 1)[0] // the long poll in flight takes it, after the quit
+		<-done
+		require.Less(t, ran, 2*time.Second, "Run returned within the polls' wait (1 s), the message handed back")
+		st := b.state(t, id)
+		require.Equal(t, 1, st.ReceiveCount)
+		require.False(t, st.InFlight, "handed back at once")
+	})
+}
+
+// Issue 35 case 1, in virtual time: a shutdown at any instant of the
+// start (receives taken from the flow, in flight, answered, dispatching)
+// leaves no message hidden by this process once Run has returned: each is
+// deleted or visible again. The issue's modes: a backlog with 3 s handlers
+// and a 10 s budget, 30 s handlers cut at a 5 s budget (single and
+// Batch), and a trickle (long polls in flight at the shutdown), each
+// stopped at 40 instants 3 ms apart from Run's start, every call taking
+// 2 ms.
+func TestShutdownAtAnyInstantStrandsNothing(t *testing.T) {
+	t.Parallel()
+	type mode struct {
+		name           string
+		work, budget   time.Duration
+		trickle, batch bool
+	}
+	for _, m := range []mode{
+		{name: "backlog", work: 3 * time.Second, budget: 10 * time.Second},
+		{name: "long", work: 30 * time.Second, budget: 5 * time.Second},
+		{name: "long-batch", work: 30 * time.Second, budget: 5 * time.Second, batch: true},
+		{name: "trickle", work: 3 * time.Second, budget: 10 * time.Second, trickle: true},
+	} {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			for at := range 40 {
+				synctest.Test(t, func(t *testing.T) {
+					b := setup(t, nil)
+					ctx, cancel := context.WithCancel(context.Background())
+					defer cancel()
+					waitSend := func() {}
+					if m.trickle {
+						waitSend = produce(t, b, ctx, 50)
+					} else {
+						b.send(t, 200)
+					}
+					work := func(ctx context.Context) error {
+						select {
+						case <-time.After(m.work):
+							return nil
+						case <-ctx.Done():
+							return ctx.Err()
+						}
+					}
+					var h Handler = HandlerFunc(func(ctx context.Context, _ *Message) error { return work(ctx) })
+					if m.batch {
+						var err error
+						h, err = Batch(func(ctx context.Context, _ []*Message) error { return work(ctx) }, 5, 100*time.Millisecond)
+						require.NoError(t, err)
+					}
+					lc := &latencyClient{Client: b.client, rtt: 2 * time.Millisecond}
+					c, err := New(lc, b.url, h, WithVisibilityTimeout(30*time.Second), WithConcurrency(20), WithShutdownTimeout(m.budget))
+					require.NoError(t, err)
+					stop := running(t, c)
+					time.Sleep(time.Duration(at) * 3 * time.Millisecond)
+					require.NoError(t, stop())
+					cancel()
+					waitSend()
+					synctest.Wait()
+					for _, st := range b.srv.Messages(b.url) {
+						require.False(t, st.InFlight && !st.Deleted, "stopped %v in: %s hidden after Run returned (receives %d, visibility changes %+v)",
+							time.Duration(at)*3*time.Millisecond, st.ID, len(st.Receives), st.VisibilityChanges)
+					}
+				})
+			}
+		})
+	}
+}

@@ -316,7 +316,8 @@ type Stats struct {
 	// of one minute; see GroupSlotTime): TopGroups names the five holding
 	// the most, most first; NoisyGroups counts the groups above a tenth
 	// of all the slot time held (messages without a group included), the
-	// Consumer's own view of SQS's noisy tenants (at most 9); OtherGroups
+	// Consumer's own view of SQS's noisy tenants (at most 9), which fair
+	// dispatch makes leave headroom for the others (WithFairDispatch); OtherGroups
 	// is how many more groups it follows beyond the five, and
 	// OtherGroupsSlotTime the slot time of everything not named (messages
 	// without a group included). Memory is bounded whatever the number of

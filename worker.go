@@ -125,10 +125,16 @@ func (r *run) startHandler(d *delivery) (ctx context.Context, cancel context.Can
 	return d.ctx, func() {}
 }
 
-// call runs the handler, turning a panic into a *PanicError (protect).
+// call runs the handler, turning a panic into a *PanicError (protect),
+// or into the PanicPolicy's error when one is set: a panic in middleware
+// reaches it here, the handler's own at the guard inside the middleware
+// (panicGuard), which marks it handled.
 func (r *run) call(ctx context.Context, m *Message) error {
 	err := protect(func() error { return r.handler.HandleMessage(ctx, m) })
 	if pe, ok := err.(*PanicError); ok && pe.recovered {
+		if f := r.s.panicPolicy; f != nil {
+			return police(ctx, m, pe, f, r.ev)
+		}
 		// One readable line at Error, naming where it panicked; the
 		// whole stack at Debug.
 		r.log(slog.LevelError, "sqsconsumer: handler panicked", "message_id", m.ID, "panic", fmt.Sprint(pe.Value), "at", pe.at)

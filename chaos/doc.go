@@ -21,6 +21,23 @@
 // setting by default (about 6 s); -chaos.long adds more runs and the
 // setting issue 29 reported.
 //
+// TestChaosShutdownStrands (strand_test.go) is issue 35's case 1: a worker
+// on a backlog of 200 (3 s handlers, 10 s budget), a FIFO backlog, 30 s
+// handlers cut at a 5 s budget, and a trickle, each stopped with SIGTERM a
+// second in under CPU load while a second consumer polls; after the exit
+// no message may stay hidden by a receive of the worker's. A stranded one
+// is reported with its server history, as reported received by the worker
+// or never seen (a receive answer lost before it reached the library).
+// -chaos.client picks the worker's SQS client (wire, sdk: the SDK's
+// default HTTP client, sqsclient), -chaos.other the second consumer's,
+// -chaos.stall=D (sdk) holds the worker's connection writer after a
+// receive's body while its answer is read (the moment the SDK's
+// lost-answer race needs), -chaos.strand.broken the worker's -broken mode,
+// -chaos.strand.runs the rounds of the four modes (default 1, about 20 s).
+// A control runs first: the sdk client, a stalled receive and the
+// library's request-body guard off (unguarded-bodies) must strand one
+// receive's worth, never reported received.
+//
 // -chaos.seed=N replays a run's random choices (the seed is printed),
 // -chaos.long runs a longer version.
 //

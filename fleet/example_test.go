@@ -54,3 +54,43 @@ func Example() {
 		log.Fatal(err)
 	}
 }
+
+// A platform SDK whose Consume is called once per queue, at different
+// times: one budget, and one /healthz, /readyz and /scaling for the whole
+// process, with each queue in them while its Consume runs.
+func ExampleFleet_Serve() {
+	var client sqsconsumer.Client // an *sqs.Client
+	var ctx context.Context       // cancelled on SIGTERM
+
+	process, err := fleet.New(64) // one for the process
+	if err != nil {
+		log.Fatal(err)
+	}
+	http.Handle("/healthz", process.HealthHandler())
+	http.Handle("/readyz", process.ReadyHandler())
+	http.Handle("/scaling", process.ScalingHandler())
+
+	// Consume blocks until ctx is cancelled or the queue fails; the queue
+	// leaves the budget when it returns, and the view if it returned nil.
+	consume := func(ctx context.Context, queueURL string, h sqsconsumer.Handler, opts ...sqsconsumer.Option) error {
+		c, err := sqsconsumer.New(client, queueURL, h, opts...)
+		if err != nil {
+			return err
+		}
+		return process.Serve(ctx, c)
+	}
+
+	handle := sqsconsumer.HandlerFunc(func(context.Context, *sqsconsumer.Message) error { return nil })
+	go func() {
+		if err := consume(ctx, "https://sqs.us-east-1.amazonaws.com/123456789012/orders", handle, sqsconsumer.WithConcurrency(32)); err != nil {
+			log.Print(err) // still listed as failed: /healthz answers 503 until process.Remove
+		}
+	}()
+	// ... later, from anywhere in the process:
+	go func() {
+		_ = consume(ctx, "https://sqs.us-east-1.amazonaws.com/123456789012/emails", handle)
+	}()
+
+	// A Consumer that runs on its own (its own slots) can join the view
+	// only: process.Watch(c) before or after c.Run(ctx).
+}

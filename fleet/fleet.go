@@ -25,13 +25,25 @@
 // a paused queue gives its share to the others. Run runs them all and
 // shuts them down together, each as gracefully as on its own. Health and
 // HealthHandler report on them together, in the JSON shape of a
-// Consumer's health, naming the unhealthy queues.
+// Consumer's health, naming the unhealthy queues; Scaling and
+// ScalingHandler add up their scaling signals.
+//
+// Queues may come and go while the process runs (a platform's SDK whose
+// Consume is called once per queue, at different times): Add puts a
+// Consumer in the budget before or while Run runs (Run starts it at once);
+// Serve runs one in the budget in the caller's goroutine, with or without
+// Run, and takes it out when its Run returns; Watch lists a Consumer that
+// runs on its own in the health and scaling view only; Remove takes one
+// out of the view. Only a Consumer whose Run has not been called joins the
+// budget (its flow binds to the budget when its Run starts); one already
+// running can only be watched.
 package fleet
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -52,23 +64,50 @@ const (
 	MaxConcurrency = 100_000
 )
 
-// Fleet runs Consumers under one concurrency budget. Make one with New,
-// Add the Consumers, then call Run. Its methods are safe for concurrent
-// use; Run may be called once.
+// Fleet runs Consumers under one concurrency budget, and reports their
+// health and scaling signal together. Make one with New, then Add the
+// Consumers and call Run, or Serve each one, or both; Watch the Consumers
+// that run on their own. Its methods are safe for concurrent use; Run may
+// be called once.
 type Fleet struct {
 	pool      *share.Pool
 	budget    int // the concurrency New was given
 	idlePause time.Duration
 	scale     processScale // the process's scaling figure
 
-	mu      sync.Mutex // guards the fields below
-	queues  []*sqsconsumer.Consumer
-	started bool
-	// stoppedByFleet[i] is set when queues[i]'s Run ended with the
-	// cancellation of a fleet stopped because another queue failed.
-	stoppedByFleet []bool
-	runErr         error // what Run returned
+	mu      sync.Mutex // guards the fields below and each queue's
+	queues  []*queue   // the view: every queue listed, in the order they joined
+	added   []*queue   // the queues Add gave Run, in order (listed or not)
+	started bool       // Run was called
+	// stopping is set once Run's context is done: Add starts no more
+	// Consumers, and Run waits for those it started (runs).
+	stopping bool
+	runCtx   context.Context         // Run's context, while it runs
+	cancel   context.CancelCauseFunc // cancels runCtx
+	runs     sync.WaitGroup          // the Consumers Run started; Add adds to it only before stopping
+	runErr   error                   // what Run returned
 }
+
+// queue is one Consumer in a fleet.
+type queue struct {
+	c      *sqsconsumer.Consumer
+	member *share.Member // its place in the budget; nil when watched
+	how    joined
+	// Guarded by Fleet.mu. stoppedByFleet: its Run ended with the
+	// cancellation of a fleet Run stopped because another queue failed;
+	// err: its Run's error, for Run's.
+	stoppedByFleet bool
+	err            error
+}
+
+// joined is how a queue joined its fleet.
+type joined uint8
+
+const (
+	byAdd   joined = iota // Add: Run runs it in the budget
+	byServe               // Serve: the caller runs it in the budget
+	byWatch               // Watch: the caller runs it, outside the budget
+)
 
 // Option configures a Fleet.
 type Option func(*Fleet) error
@@ -173,52 +212,194 @@ func WithPriority(p int) QueueOption {
 	}
 }
 
-// Add puts c in the fleet, before Run. c's WithConcurrency is its limit
-// within the fleet's budget. It fails if the fleet has started, if c has
-// started or belongs to a fleet already, or if an option is bad (the
-// error wraps sqsconsumer.ErrInvalidOption).
+// Add puts c in the fleet: in its budget and its health and scaling view.
+// c's WithConcurrency is its limit within the budget. Added before Run, c
+// starts with the others when Run is called; added while Run runs, Run
+// starts it at once, under the same context and the same rules (if its Run
+// fails, the fleet stops every queue it runs). It fails if Run has
+// returned or is stopping, if c's Run has been called (see Watch for a
+// Consumer already running) or c belongs to a fleet already, or if an
+// option is bad (the error wraps sqsconsumer.ErrInvalidOption).
 func (f *Fleet) Add(c *sqsconsumer.Consumer, opts ...QueueOption) error {
-	if c == nil {
-		return fmt.Errorf("%w: fleet.Add: Consumer is nil", sqsconsumer.ErrInvalidOption)
-	}
-	q := queueConfig{weight: 1}
-	var errs []error
-	for i, o := range opts {
-		if o == nil {
-			errs = append(errs, fmt.Errorf("%w: fleet.Add: option %d is nil", sqsconsumer.ErrInvalidOption, i))
-			continue
-		}
-		errs = append(errs, o(&q))
-	}
-	if err := errors.Join(errs...); err != nil {
+	q, err := queueOptions("fleet.Add", c, opts)
+	if err != nil {
 		return err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.stopping {
+		return fmt.Errorf("%w: fleet.Add(%s): the fleet has stopped", sqsconsumer.ErrInvalidOption, c.QueueURL())
+	}
+	e, err := f.joinLocked("fleet.Add", c, q, byAdd)
+	if err != nil {
+		return err
+	}
+	f.added = append(f.added, e)
 	if f.started {
-		return fmt.Errorf("%w: fleet.Add(%s): the fleet is running", sqsconsumer.ErrInvalidOption, c.QueueURL())
+		f.startLocked(e)
 	}
-	m := f.pool.Join(q.weight, q.priority, f.idlePause)
-	if err := share.Attach(c, m); err != nil {
-		f.pool.Leave(m)
-		return fmt.Errorf("fleet.Add: %w", err)
-	}
-	f.queues = append(f.queues, c)
 	return nil
 }
 
-// Run runs every Consumer added until ctx is cancelled, then shuts them
-// all down at once, each as sqsconsumer.Consumer.Run does (receiving
-// stops, unstarted messages are released, running handlers get their
-// Consumer's shutdown timeout), so the fleet stops within the longest of
-// their shutdown budgets. If a Consumer's Run fails (the queue does not
-// exist, access is denied), the fleet shuts the others down the same way:
-// a process that silently stopped serving one of its queues is worse than
-// one that stops. Run returns after every Consumer's Run has returned: nil
-// after a clean shutdown, else the failed queues' errors joined, each
-// naming its queue. A queue the fleet stopped because another failed is not
-// listed, even if it was still starting and its call to SQS ended with
-// "context canceled".
+// queueOptions checks c and applies opts.
+func queueOptions(caller string, c *sqsconsumer.Consumer, opts []QueueOption) (queueConfig, error) {
+	q := queueConfig{weight: 1}
+	if c == nil {
+		return q, fmt.Errorf("%w: %s: Consumer is nil", sqsconsumer.ErrInvalidOption, caller)
+	}
+	var errs []error
+	for i, o := range opts {
+		if o == nil {
+			errs = append(errs, fmt.Errorf("%w: %s: option %d is nil", sqsconsumer.ErrInvalidOption, caller, i))
+			continue
+		}
+		errs = append(errs, o(&q))
+	}
+	return q, errors.Join(errs...)
+}
+
+// joinLocked puts c in the budget (unless watched) and the view.
+func (f *Fleet) joinLocked(caller string, c *sqsconsumer.Consumer, q queueConfig, how joined) (*queue, error) {
+	e := &queue{c: c, how: how}
+	if how == byWatch {
+		if f.indexLocked(c) >= 0 {
+			return nil, fmt.Errorf("%w: %s(%s): the Consumer is in the fleet already", sqsconsumer.ErrInvalidOption, caller, c.QueueURL())
+		}
+	} else {
+		m := f.pool.Join(q.weight, q.priority, f.idlePause)
+		if err := share.Attach(c, m); err != nil {
+			f.pool.Leave(m)
+			return nil, fmt.Errorf("%s: %w", caller, err)
+		}
+		e.member = m
+		if i := f.indexLocked(c); i >= 0 {
+			// Watched before: in the budget now, listed once.
+			f.queues = slices.Delete(f.queues, i, i+1)
+		}
+	}
+	f.queues = append(f.queues, e)
+	return e, nil
+}
+
+// indexLocked is c's place in the view, -1 if it is not listed.
+func (f *Fleet) indexLocked(c *sqsconsumer.Consumer) int {
+	return slices.IndexFunc(f.queues, func(q *queue) bool { return q.c == c })
+}
+
+// startLocked starts e's Consumer under Run's context; Run waits for it.
+func (f *Fleet) startLocked(e *queue) {
+	ctx, cancel := f.runCtx, f.cancel
+	f.runs.Go(func() {
+		err := e.c.Run(ctx)
+		if err == nil {
+			return
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		// If the fleet stopped the queues (before ctx was cancelled), a
+		// queue whose Run ended with the cancellation was stopped, not
+		// failed.
+		if context.Cause(ctx) == errQueueFailed && errors.Is(err, context.Canceled) {
+			e.stoppedByFleet = true
+			return
+		}
+		e.err = fmt.Errorf("fleet: queue %s: %w", e.c.QueueURL(), err)
+		cancel(errQueueFailed)
+	})
+}
+
+// Serve runs c in the fleet until ctx is cancelled or c's Run fails, in the
+// caller's goroutine, and returns what c's Run returned: c joins the
+// budget and the health and scaling view as it starts, and leaves the
+// budget when its Run returns (its slots, all given back by then, go to
+// the other queues), and the view too if its Run returned nil. A queue
+// whose Run failed stays in the view, reported failed (the fleet
+// unhealthy), until Remove: a process that silently stopped serving a
+// queue is worse than one a liveness probe restarts. Serve works with or
+// without Run, at any time, for as many Consumers as the process makes;
+// a Serve'd queue's failure stops no other queue (its caller decides). It
+// fails at once, as Add does, if c's Run has been called or c belongs to
+// a fleet already, or if an option is bad.
+func (f *Fleet) Serve(ctx context.Context, c *sqsconsumer.Consumer, opts ...QueueOption) error {
+	if ctx == nil {
+		return errors.New("fleet: Serve(nil, ...): a context is required")
+	}
+	q, err := queueOptions("fleet.Serve", c, opts)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	e, err := f.joinLocked("fleet.Serve", c, q, byServe)
+	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	err = c.Run(ctx)
+	f.pool.Leave(e.member)
+	if err == nil {
+		f.removeQueue(e)
+	}
+	return err
+}
+
+// Watch lists c in the fleet's health and scaling view, not in its budget:
+// for a Consumer whose Run the caller calls (before or after Watch), with
+// its own WithConcurrency slots. Its Health joins the fleet's Health and
+// its figure the fleet's Scaling (as a queue outside the budget: its own
+// figure, not its slots). It leaves the view when its Run has returned nil
+// (the next Health or Scaling no longer lists it) or by Remove; one whose
+// Run failed stays, reported failed, until Remove. It fails if c is nil
+// or listed already.
+func (f *Fleet) Watch(c *sqsconsumer.Consumer) error {
+	if c == nil {
+		return fmt.Errorf("%w: fleet.Watch: Consumer is nil", sqsconsumer.ErrInvalidOption)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, err := f.joinLocked("fleet.Watch", c, queueConfig{}, byWatch)
+	return err
+}
+
+// Remove takes c out of the fleet's health and scaling view, however it
+// joined, and reports whether it was listed. It stops nothing and leaves
+// the budget as it is: a Consumer Run runs goes on until Run returns, one
+// in Serve until its Run returns. Use it for a queue whose Run failed
+// (Serve, Watch) once the process has dealt with it, or to stop watching
+// a Consumer.
+func (f *Fleet) Remove(c *sqsconsumer.Consumer) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	i := f.indexLocked(c)
+	if i < 0 {
+		return false
+	}
+	f.queues = slices.Delete(f.queues, i, i+1)
+	return true
+}
+
+// removeQueue takes e out of the view, if it is still listed.
+func (f *Fleet) removeQueue(e *queue) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if i := slices.Index(f.queues, e); i >= 0 {
+		f.queues = slices.Delete(f.queues, i, i+1)
+	}
+}
+
+// Run runs every Consumer added (before Run, and while it runs) until ctx
+// is cancelled, then shuts them all down at once, each as
+// sqsconsumer.Consumer.Run does (receiving stops, unstarted messages are
+// released, running handlers get their Consumer's shutdown timeout), so
+// the fleet stops within the longest of their shutdown budgets. If a
+// Consumer's Run fails (the queue does not exist, access is denied), the
+// fleet shuts the others down the same way: a process that silently
+// stopped serving one of its queues is worse than one that stops. Run
+// returns after every Consumer it started has returned: nil after a clean
+// shutdown, else the failed queues' errors joined, each naming its queue.
+// A queue the fleet stopped because another failed is not listed, even if
+// it was still starting and its call to SQS ended with "context
+// canceled". At least one Consumer must have been added before Run. The
+// Consumers in Serve are not Run's: it neither starts nor stops them.
 func (f *Fleet) Run(ctx context.Context) error {
 	if ctx == nil {
 		return errors.New("fleet: Run(nil): a context is required")
@@ -229,43 +410,33 @@ func (f *Fleet) Run(ctx context.Context) error {
 		return errors.New("fleet: Run may be called only once per Fleet")
 	}
 	f.started = true
-	queues := f.queues
-	f.mu.Unlock()
-	if len(queues) == 0 {
+	if len(f.added) == 0 {
+		f.stopping = true
+		f.mu.Unlock()
 		return errors.New("fleet: Run: no Consumer was added")
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	f.mu.Lock()
-	f.stoppedByFleet = make([]bool, len(queues))
-	f.mu.Unlock()
-	errs := make([]error, len(queues))
-	var wg sync.WaitGroup
-	for i, c := range queues {
-		wg.Go(func() {
-			err := c.Run(ctx)
-			if err == nil {
-				return
-			}
-			// If the fleet stopped the queues (before ctx was cancelled), a
-			// queue whose Run ended with the cancellation was stopped, not
-			// failed.
-			if context.Cause(ctx) == errQueueFailed && errors.Is(err, context.Canceled) {
-				f.mu.Lock()
-				f.stoppedByFleet[i] = true
-				f.mu.Unlock()
-				return
-			}
-			errs[i] = fmt.Errorf("fleet: queue %s: %w", c.QueueURL(), err)
-			cancel(errQueueFailed)
-		})
+	f.runCtx, f.cancel = ctx, cancel
+	for _, e := range f.added {
+		f.startLocked(e)
 	}
-	wg.Wait()
-	err := errors.Join(errs...)
-	f.mu.Lock()
-	f.runErr = err
 	f.mu.Unlock()
-	return err
+
+	<-ctx.Done() // cancelled, or a queue failed
+	f.mu.Lock()
+	f.stopping = true
+	f.mu.Unlock()
+	f.runs.Wait()
+
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var errs []error
+	for _, e := range f.added {
+		errs = append(errs, e.err)
+	}
+	f.runErr = errors.Join(errs...)
+	return f.runErr
 }
 
 // errQueueFailed is the cause with which Run stops the queues when one

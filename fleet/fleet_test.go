@@ -511,10 +511,10 @@ func TestRunOnce(t *testing.T) {
 		stop := start(t, f)
 		time.Sleep(time.Second)
 		require.ErrorContains(t, f.Run(context.Background()), "only once")
+		require.NoError(t, stop())
 		c2, err := sqsconsumer.New(srv.Client(), url, h)
 		require.NoError(t, err)
-		require.ErrorContains(t, f.Add(c2), "the fleet is running")
-		require.NoError(t, stop())
+		require.ErrorContains(t, f.Add(c2), "the fleet has stopped")
 	})
 }
 

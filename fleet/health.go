@@ -13,31 +13,41 @@ import (
 // Health is a fleet's health, for a liveness or health check (Fleet.Health
 // returns it, Fleet.HealthHandler serves it): its own verdict in the JSON
 // shape of sqsconsumer.Health ("healthy", "status", "problems", "error"),
-// and each queue's sqsconsumer.Health under "queues".
+// and each listed queue's sqsconsumer.Health under "queues".
 //
-// The fleet is healthy when every queue is (see sqsconsumer.Health for
-// what makes one unhealthy: a stall, a handler over its limit, a lease near
-// its ceiling, Run failed or not called). Each problem is a queue's, prefixed
-// with its URL, so a probe's log names the unhealthy queue:
+// The fleet is healthy when every listed queue is (see sqsconsumer.Health
+// for what makes one unhealthy: a stall, a handler over its limit, a lease
+// near its ceiling, Run failed or not called), and at least one is
+// listed. Each problem is a queue's, prefixed with its URL, so a probe's
+// log names the unhealthy queue:
 //
 //	{"healthy":false,"status":"running","problems":["queue https://sqs.us-east-1.amazonaws.com/123456789012/orders: no ReceiveMessage, visibility change or delete was answered by SQS for 2m10s (limit 2m0s); the latest receive failed: ..."],"queues":[...]}
+//
+// Queues join and leave the view (Add, Serve, Watch, Remove; a Serve'd or
+// watched queue whose Run returned nil leaves by itself), so the same
+// fleet answers for a process whose queues come and go.
 type Health struct {
 	// Healthy is false when Problems is not empty.
 	Healthy bool `json:"healthy"`
-	// Ready is true when every queue is ready (sqsconsumer.Health.Ready):
-	// the fleet takes messages from each of them.
+	// Ready is true when every listed queue is ready
+	// (sqsconsumer.Health.Ready), at least one is listed, and Run was
+	// called if queues were added for it: the fleet takes messages from
+	// each of them.
 	Ready bool `json:"ready"`
-	// Status is the queues' least advanced status, in this order: "failed"
-	// (a queue's Run returned an error: the fleet stops them all), "not
-	// started" (fleet.Run was not called), any status a queue reports that
-	// is not listed here, "starting", "draining", "running", "stopped" (all
-	// returned nil). A queue the fleet stopped because another failed
-	// counts as "stopped", as in Run's error.
+	// Status is the listed queues' least advanced status, in this order:
+	// "failed" (a queue's Run returned an error: the fleet's Run stops
+	// the queues it runs), "not started" (fleet.Run was not called for
+	// the queues added to it, or a queue's own Run was not called), any
+	// status a queue reports that is not listed here, "starting",
+	// "draining", "running", "stopped" (all returned nil). A queue the
+	// fleet stopped because another failed counts as "stopped", as in
+	// Run's error. "not started" when no queue is listed.
 	Status string `json:"status"`
 	// Problems says, one sentence each, why Healthy is false; each
 	// queue's problems start with "queue URL: ".
 	Problems []string `json:"problems,omitempty"`
-	// Queues holds each queue's own Health, in the order they were added.
+	// Queues holds each listed queue's own Health, in the order they
+	// joined.
 	Queues []QueueHealth `json:"queues"`
 	// Err is the error Run returned, if any.
 	Err error `json:"-"`
@@ -78,47 +88,65 @@ func statusRank(s string) float64 {
 	return 1.5
 }
 
-// Health reports the fleet's health now (see Health), from each queue's
-// sqsconsumer.Consumer.Health. Safe to call at any time, from any
+// Health reports the fleet's health now (see Health), from each listed
+// queue's sqsconsumer.Consumer.Health. Safe to call at any time, from any
 // goroutine; like the Consumers' it takes locks they take for every
 // message, so call it every few seconds, not in a loop.
 func (f *Fleet) Health() Health {
 	f.mu.Lock()
 	queues := slices.Clone(f.queues)
 	started, runErr := f.started, f.runErr
-	stopped := slices.Clone(f.stoppedByFleet)
+	stopped := make([]bool, len(queues))
+	for i, q := range queues {
+		stopped[i] = q.stoppedByFleet
+	}
 	f.mu.Unlock()
 
 	h := Health{Status: "not started", Queues: make([]QueueHealth, 0, len(queues)), Err: runErr}
-	switch {
-	case len(queues) == 0:
-		h.Problems = append(h.Problems, "no Consumer was added to the fleet")
-	case !started:
-		h.Problems = append(h.Problems, "fleet.Run has not been called")
-	}
-	for i, c := range queues {
-		qh := c.Health()
-		h.Queues = append(h.Queues, QueueHealth{Queue: c.QueueURL(), Health: qh})
+	waiting := false // queues added for a Run not called yet
+	var gone []*queue
+	for i, q := range queues {
+		qh := q.c.Health()
+		if q.how == byWatch && qh.Status == "stopped" {
+			gone = append(gone, q) // its Run returned nil: it leaves
+			continue
+		}
+		h.Queues = append(h.Queues, QueueHealth{Queue: q.c.QueueURL(), Health: qh})
 		status, problems := qh.Status, qh.Problems
-		if i < len(stopped) && stopped[i] {
+		if stopped[i] {
 			status, problems = "stopped", nil
 		}
-		if i == 0 || statusRank(status) < statusRank(h.Status) {
+		if len(h.Queues) == 1 || statusRank(status) < statusRank(h.Status) {
 			h.Status = status
 		}
-		if !started {
+		if q.how == byAdd && !started {
+			waiting = true
 			continue // the fleet's own problem says it
 		}
 		for _, p := range problems {
-			h.Problems = append(h.Problems, fmt.Sprintf("queue %s: %s", c.QueueURL(), p))
+			h.Problems = append(h.Problems, fmt.Sprintf("queue %s: %s", q.c.QueueURL(), p))
 		}
 	}
+	f.drop(gone)
+	switch {
+	case len(h.Queues) == 0:
+		h.Problems = append(h.Problems, "no Consumer is in the fleet")
+	case waiting:
+		h.Problems = append([]string{"fleet.Run has not been called"}, h.Problems...)
+	}
 	h.Healthy = len(h.Problems) == 0
-	h.Ready = h.Healthy && started && len(queues) > 0
+	h.Ready = h.Healthy
 	for _, q := range h.Queues {
 		h.Ready = h.Ready && q.Health.Ready
 	}
 	return h
+}
+
+// drop takes the watched queues whose Run returned nil out of the view.
+func (f *Fleet) drop(gone []*queue) {
+	for _, q := range gone {
+		f.removeQueue(q)
+	}
 }
 
 // HTTPStatus is the status HealthHandler answers with: 200 when healthy,
@@ -133,10 +161,12 @@ func (h Health) ReadyHTTPStatus() int { return probe.Status(h.Ready) }
 // checks, as sqsconsumer.Consumer.HealthHandler does for one queue: it
 // answers GET and HEAD with 200 when Health is healthy and 503 when not,
 // with Health as a JSON body (for GET), and 405 to other methods. So it
-// answers 503 before Run, while any queue is unhealthy (each problem names
-// its queue), and once any queue's Run failed; 200 while every queue runs
-// or drains healthily, and after Run returned nil. Mount it where the
-// orchestrator looks, e.g. mux.Handle("/healthz", f.HealthHandler()).
+// answers 503 while no queue is listed, before Run for the queues added
+// to it, while any listed queue is unhealthy (each problem names its
+// queue), and once any listed queue's Run failed; 200 while every listed
+// queue runs or drains healthily, and after Run returned nil. Mount it
+// where the orchestrator looks, e.g. mux.Handle("/healthz",
+// f.HealthHandler()).
 func (f *Fleet) HealthHandler() http.Handler {
 	return probe.Handler(func() (any, int) { h := f.Health(); return h, h.HTTPStatus() })
 }

@@ -179,7 +179,7 @@ func TestHealthEdges(t *testing.T) {
 		h := f.Health()
 		require.False(t, h.Healthy)
 		require.Equal(t, "not started", h.Status)
-		require.Equal(t, []string{"no Consumer was added to the fleet"}, h.Problems)
+		require.Equal(t, []string{"no Consumer is in the fleet"}, h.Problems)
 		require.NotNil(t, h.Queues)
 		code, body := healthGet(t, f, http.MethodGet)
 		require.Equal(t, http.StatusServiceUnavailable, code)

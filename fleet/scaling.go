@@ -13,10 +13,16 @@ import (
 )
 
 // Scaling is a fleet's scaling signal (Fleet.Scaling serves it,
-// Fleet.ScalingHandler serves it as JSON): each queue's own figure
+// Fleet.ScalingHandler serves it as JSON): each listed queue's own figure
 // (sqsconsumer.Consumer.Scaling, for the queues whose Consumer has
 // WithScalingTarget or WithScaling), and the replicas of this whole
 // process that the queues need together, sharing its budget.
+//
+// A watched queue (Fleet.Watch) runs outside the budget, on its own
+// slots: its own figure bounds the process's from below, its slots are
+// not added to SlotsNeeded. The view follows the queues that join and
+// leave (see Health); while a queue that joined has no figure yet, the
+// process's is not Known (Replicas holds the last known figure).
 //
 // The process's figure is ceil(SlotsNeeded / (Budget × Utilization)),
 // where SlotsNeeded adds up each queue's demand times the time a message
@@ -41,7 +47,7 @@ type Scaling struct {
 	// replica's slots).
 	SlotsNeeded float64 `json:"slots_needed"`
 	Budget      int     `json:"budget"`
-	// Queues holds each queue's figure, in the order they were added
+	// Queues holds each listed queue's figure, in the order they joined
 	// (those without the signal too, never Known).
 	Queues []QueueScaling `json:"queues"`
 }
@@ -66,6 +72,15 @@ func (f *Fleet) Scaling() Scaling {
 	f.mu.Lock()
 	queues := slices.Clone(f.queues)
 	f.mu.Unlock()
+	var gone []*queue
+	queues = slices.DeleteFunc(queues, func(q *queue) bool {
+		if q.how == byWatch && q.c.Health().Status == "stopped" {
+			gone = append(gone, q) // its Run returned nil: it leaves
+			return true
+		}
+		return false
+	})
+	f.drop(gone)
 	out := Scaling{Budget: f.budget, Queues: make([]QueueScaling, 0, len(queues))}
 	var (
 		on      int
@@ -74,7 +89,8 @@ func (f *Fleet) Scaling() Scaling {
 		newest  time.Time
 		unknown string
 	)
-	for _, c := range queues {
+	for _, q := range queues {
+		c := q.c
 		s := c.Scaling()
 		out.Queues = append(out.Queues, QueueScaling{Queue: c.QueueURL(), Scaling: s})
 		if s.Target == 0 {
@@ -87,7 +103,12 @@ func (f *Fleet) Scaling() Scaling {
 			}
 			continue
 		}
-		known = append(known, scaling.Queue{Replicas: s.Replicas, Demand: s.Demand, SlotTime: s.SlotTime, Utilization: s.Utilization})
+		if q.member == nil {
+			// Outside the budget: its own figure only.
+			known = append(known, scaling.Queue{Replicas: s.Replicas, Utilization: 1})
+		} else {
+			known = append(known, scaling.Queue{Replicas: s.Replicas, Demand: s.Demand, SlotTime: s.SlotTime, Utilization: s.Utilization})
+		}
 		window = max(window, s.ScaleInAfter)
 		if s.At.After(newest) {
 			newest = s.At

@@ -15,12 +15,20 @@
 // lease), so a job longer than the queue's visibility timeout is not handed
 // to a second invocation meanwhile. The adapter never deletes: the mapping
 // does that for the records reported as succeeded. Failed records become
-// visible again when their visibility runs out.
+// visible again when their visibility runs out, or after the delay their
+// error asks for with sqsconsumer.RetryAfter: the adapter sets that
+// visibility before it returns (on a FIFO queue the records reported
+// failed after the first failure come back with it, at its delay).
 //
 // The function's deadline (from its context) is honoured: a reserve before
 // it (WithReserve) the handlers' contexts are cancelled with ErrDeadline,
 // the heartbeats stop, and every record not finished by then is reported
 // as failed, so it comes back instead of being lost to a function timeout.
+// A notice before that cutoff (WithDrainNotice) the drain begins:
+// sqsconsumer.Draining of a handler's context (or a BatchHandler's) is
+// closed, so that a long job can checkpoint and return
+// sqsconsumer.RetryAfter(err, 0), and its record is released at once
+// rather than cut at the cutoff.
 //
 // On FIFO queues (an event source ARN ending in .fifo) records are
 // handled in order, and the response names every record from the first
@@ -76,6 +84,7 @@ type Option func(*config)
 type config struct {
 	visibility  time.Duration
 	reserve     time.Duration
+	notice      time.Duration
 	window      time.Duration
 	concurrency int
 	middleware  []sqsconsumer.Middleware
@@ -115,6 +124,22 @@ func WithReserve(d time.Duration) Option {
 			return
 		}
 		c.reserve = d
+	}
+}
+
+// WithDrainNotice is how long before the cutoff (the function's deadline
+// less WithReserve) the drain begins: sqsconsumer.Draining of the
+// handlers' contexts is closed, while the contexts themselves stay live
+// until the cutoff. A drain that would begin before the invocation does
+// begins at once. 0 (the drain begins at the cutoff, with the
+// cancellation) to 15 min; default 1 s.
+func WithDrainNotice(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 || d > 15*time.Minute {
+			c.errs = append(c.errs, fmt.Errorf("WithDrainNotice(%v): must be from 0 to 15m0s", d))
+			return
+		}
+		c.notice = d
 	}
 }
 
@@ -211,7 +236,7 @@ func QueueURL(arn string) (string, error) {
 }
 
 func newConfig(client sqsconsumer.Client, opts []Option) (*config, error) {
-	c := &config{visibility: defaultVisibility, reserve: time.Second, queueURL: QueueURL}
+	c := &config{visibility: defaultVisibility, reserve: time.Second, notice: time.Second, queueURL: QueueURL}
 	if client == nil {
 		c.errs = append(c.errs, errors.New("client is nil"))
 	}
@@ -322,6 +347,8 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	fifo := false
 	ls, cancelAll := a.leaseSetup(ctx, start, cutoff)
 	defer cancelAll()
+	drain := time.AfterFunc(time.Until(cutoff.Add(-a.cfg.notice)), ls.beginDrain)
+	defer drain.Stop()
 	for i := range ev.Records {
 		r := &records[i]
 		if err := a.lease(ls, &ev.Records[i], r); err != nil {
@@ -393,12 +420,70 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	if fifo {
 		earlier = fifoorder.EarlierFailed(len(recs), inSequence, func(i int) bool { return failed[i] })
 	}
+	var retry []retryAt
+	var first *retryAt // FIFO: the first failure's delay, which the records after it share
 	for i, r := range recs {
-		if failed[i] || fifo && earlier[i] {
-			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: r.m.ID})
+		if !failed[i] && !(fifo && earlier[i]) {
+			continue
+		}
+		resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: r.m.ID})
+		switch {
+		case fifo && first != nil:
+			if first.ok {
+				retry = append(retry, retryAt{r: r, after: first.after, ok: true})
+			}
+		case r.finished.Load():
+			ra := retryAt{r: r}
+			ra.after, ra.ok = sqsconsumer.RetryDelay(r.err)
+			if ra.ok {
+				retry = append(retry, ra)
+			}
+			first = &ra
+		default:
+			first = &retryAt{}
 		}
 	}
+	a.release(ctx, retry)
 	return resp, nil
+}
+
+// retryAt is a failed record to release for after (ok: its error asked
+// for a delay with sqsconsumer.RetryAfter).
+type retryAt struct {
+	r     *record
+	after time.Duration
+	ok    bool
+}
+
+// releaseCalls bounds the visibility calls release makes at once.
+const releaseCalls = 10
+
+// release sets the visibility of each failed record whose error asked for
+// a delay (sqsconsumer.RetryAfter), before the response goes back, within
+// the function's deadline. A call that fails leaves the record to come
+// back when its visibility runs out (the lease logs it, if it has a
+// logger).
+func (a *adapter) release(ctx context.Context, retry []retryAt) {
+	if len(retry) == 0 {
+		return
+	}
+	rctx := context.WithoutCancel(ctx)
+	if d, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithDeadline(rctx, d)
+		defer cancel()
+	}
+	sem := make(chan struct{}, releaseCalls)
+	var g group
+	g.start(len(retry))
+	for _, ra := range retry {
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; g.done() }()
+			_ = ra.r.lease.Release(rctx, ra.after)
+		}()
+	}
+	<-g.all
 }
 
 // group counts an invocation's goroutines; the last one to return closes
@@ -427,22 +512,28 @@ func (g *group) done() {
 
 // leaseSetup is what the records of one invocation share: the lease
 // options, when the records were received, the context their handling
-// derives from (cancelled at the cutoff), and the queue URL of the latest
-// ARN.
+// derives from (cancelled at the cutoff; its Draining channel is drain),
+// and the queue URL of the latest ARN.
 type leaseSetup struct {
 	opts       []sqsconsumer.LeaseOption
 	receivedAt time.Time
 	base       context.Context
+	drain      chan struct{}
 	arn, url   string
 }
+
+// beginDrain closes the invocation's drain channel (a timer's function,
+// once).
+func (ls *leaseSetup) beginDrain() { close(ls.drain) }
 
 func (a *adapter) leaseSetup(ctx context.Context, start, cutoff time.Time) (*leaseSetup, context.CancelFunc) {
 	receivedAt := start.Add(-a.cfg.window - time.Second)
 	opts := make([]sqsconsumer.LeaseOption, 0, len(a.cfg.leaseOpts)+2)
 	opts = append(opts, a.cfg.leaseOpts...)
 	opts = append(opts, sqsconsumer.WithVisibilityTimeout(a.cfg.visibility), sqsconsumer.WithReceivedAt(receivedAt))
-	base, cancel := context.WithDeadlineCause(context.WithoutCancel(ctx), cutoff, ErrDeadline)
-	return &leaseSetup{opts: opts, receivedAt: receivedAt, base: base}, cancel
+	drain := make(chan struct{})
+	base, cancel := context.WithDeadlineCause(sqsconsumer.WithDrainSignal(context.WithoutCancel(ctx), drain), cutoff, ErrDeadline)
+	return &leaseSetup{opts: opts, receivedAt: receivedAt, base: base, drain: drain}, cancel
 }
 
 // lease makes r, a record's lease, message and the context its handling

@@ -108,6 +108,8 @@ func TestWrapValidates(t *testing.T) {
 	}{
 		{"visibility", []Option{WithVisibilityTimeout(1500 * time.Millisecond)}, "WithVisibilityTimeout(1.5s)"},
 		{"reserve", []Option{WithReserve(time.Millisecond)}, "WithReserve(1ms)"},
+		{"drain notice", []Option{WithDrainNotice(-time.Second)}, "WithDrainNotice(-1s)"},
+		{"drain notice max", []Option{WithDrainNotice(16 * time.Minute)}, "WithDrainNotice(16m0s)"},
 		{"window", []Option{WithBatchingWindow(10 * time.Minute)}, "WithBatchingWindow(10m0s)"},
 		{"concurrency", []Option{WithConcurrency(0)}, "WithConcurrency(0)"},
 		{"middleware", []Option{WithMiddleware(nil)}, "middleware 0 is nil"},
@@ -603,4 +605,160 @@ func TestWrapConcurrency(t *testing.T) {
 		require.Equal(t, 2, most)
 		require.Equal(t, 3*time.Second, time.Since(start), "5 one-second records, 2 at a time")
 	})
+}
+
+// Issue 36 point 6, in Lambda: the drain begins a notice before the
+// cutoff (the deadline less the reserve), the handlers' contexts still
+// live; a long job that hands its record back with RetryAfter(err, 0) is
+// reported failed and released at once, and the invocation returns as
+// soon as the handlers have. Wrap and WrapBatch, with and without
+// middleware.
+func TestWrapDraining(t *testing.T) {
+	t.Parallel()
+	passThrough := WithMiddleware(func(next sqsconsumer.Handler) sqsconsumer.Handler {
+		return sqsconsumer.HandlerFunc(func(ctx context.Context, m *sqsconsumer.Message) error { return next.HandleMessage(ctx, m) })
+	})
+	errCheckpointed := errors.New("draining: checkpointed")
+	for _, tc := range []struct {
+		name  string
+		batch bool
+		opts  []Option
+	}{
+		{name: "wrap"},
+		{name: "wrap/middleware", opts: []Option{passThrough}},
+		{name: "batch", batch: true},
+		{name: "batch/middleware", batch: true, opts: []Option{passThrough}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				mp := newMapping(t, "jobs", map[string]string{"VisibilityTimeout": "30"})
+				mp.send(t, "quick", "long")
+				var mu sync.Mutex
+				var drainedAt []time.Time
+				var live []bool
+				job := func(ctx context.Context) error {
+					select {
+					case <-sqsconsumer.Draining(ctx):
+						mu.Lock()
+						drainedAt = append(drainedAt, time.Now())
+						live = append(live, ctx.Err() == nil)
+						mu.Unlock()
+						return sqsconsumer.RetryAfter(errCheckpointed, 0)
+					case <-ctx.Done():
+						return context.Cause(ctx)
+					case <-time.After(time.Hour):
+						return nil
+					}
+				}
+				opts := append(tc.opts, WithReserve(2*time.Second), WithDrainNotice(10*time.Second))
+				var h Handler
+				var err error
+				if tc.batch {
+					h, err = WrapBatch(mp.client, func(ctx context.Context, msgs []*sqsconsumer.Message) error {
+						fails := sqsconsumer.BatchFailures{}
+						for _, m := range msgs {
+							if m.Body == "long" {
+								fails[m.ID] = job(ctx)
+							}
+						}
+						return fails
+					}, opts...)
+				} else {
+					h, err = Wrap(mp.client, sqsconsumer.HandlerFunc(func(ctx context.Context, m *sqsconsumer.Message) error {
+						if m.Body == "quick" {
+							return nil
+						}
+						return job(ctx)
+					}), opts...)
+				}
+				require.NoError(t, err)
+				ev := mp.receive(t, 10)
+				start := time.Now()
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				defer cancel()
+				resp, err := h(ctx, ev)
+				require.NoError(t, err)
+				require.Equal(t, 48*time.Second, time.Since(start), "returned at the drain (deadline 60 s, less the reserve, less the notice)")
+				mu.Lock()
+				require.Equal(t, []time.Time{start.Add(48 * time.Second)}, drainedAt)
+				require.Equal(t, []bool{true}, live, "the handler's context was live at the drain")
+				mu.Unlock()
+				require.Equal(t, []string{"long"}, bodiesOf(ev, failedIDs(resp)))
+				for _, st := range mp.srv.Messages(mp.url) {
+					if st.Body == "long" {
+						require.False(t, st.InFlight, "released at once, not left for its visibility")
+						require.Equal(t, time.Duration(0), st.VisibilityChanges[len(st.VisibilityChanges)-1].Timeout)
+					}
+				}
+			})
+		})
+	}
+}
+
+// A failed record whose error asks for a delay with RetryAfter comes back
+// after that delay (the adapter sets its visibility); one without comes
+// back when its visibility runs out. On a FIFO queue the records reported
+// failed after the first failure come back with it.
+func TestWrapRetryAfter(t *testing.T) {
+	t.Parallel()
+	t.Run("standard", func(t *testing.T) {
+		t.Parallel()
+		synctest.Test(t, func(t *testing.T) {
+			mp := newMapping(t, "jobs", map[string]string{"VisibilityTimeout": "30"})
+			mp.send(t, "later", "plain")
+			h, err := Wrap(mp.client, sqsconsumer.HandlerFunc(func(ctx context.Context, m *sqsconsumer.Message) error {
+				if m.Body == "later" {
+					return sqsconsumer.RetryAfter(errors.New("not yet"), 5*time.Second)
+				}
+				return errors.New("failed")
+			}))
+			require.NoError(t, err)
+			ev := mp.receive(t, 10)
+			resp, err := h(context.Background(), ev)
+			require.NoError(t, err)
+			require.Len(t, resp.BatchItemFailures, 2)
+			for _, st := range mp.srv.Messages(mp.url) {
+				require.True(t, st.InFlight, st.Body)
+				if st.Body == "later" {
+					require.Equal(t, 5*time.Second, st.VisibilityChanges[len(st.VisibilityChanges)-1].Timeout)
+				} else {
+					require.Empty(t, st.VisibilityChanges, "no call for a record without RetryAfter")
+				}
+			}
+			time.Sleep(6 * time.Second)
+			for _, st := range mp.srv.Messages(mp.url) {
+				require.Equal(t, st.Body == "plain", st.InFlight, "later came back after 5 s; plain waits out its 30 s: %s", st.Body)
+			}
+		})
+	})
+	t.Run("fifo", func(t *testing.T) {
+		t.Parallel()
+		synctest.Test(t, func(t *testing.T) {
+			mp := newMapping(t, "jobs.fifo", map[string]string{"FifoQueue": "true", "ContentBasedDeduplication": "true"})
+			mp.send(t, "a0", "a1", "a2")
+			h, err := Wrap(mp.client, sqsconsumer.HandlerFunc(func(ctx context.Context, m *sqsconsumer.Message) error {
+				if m.Body == "a1" {
+					return sqsconsumer.RetryAfter(errors.New("drained"), 0)
+				}
+				return nil
+			}))
+			require.NoError(t, err)
+			ev := mp.receive(t, 10)
+			resp, err := h(context.Background(), ev)
+			require.NoError(t, err)
+			require.Equal(t, []string{"a1", "a2"}, bodiesOf(ev, failedIDs(resp)))
+			mp.settle(t, ev, resp)
+			ev = mp.receive(t, 10)
+			require.Equal(t, []string{"a1", "a2"}, bodiesOf(ev, idsOf(ev)), "the group came back at once, in order")
+		})
+	})
+}
+
+func idsOf(ev events.SQSEvent) []string {
+	var ids []string
+	for _, r := range ev.Records {
+		ids = append(ids, r.MessageId)
+	}
+	return ids
 }

@@ -33,6 +33,10 @@
 //		})
 //	}
 //
+// [Server.CreateQueueWithDLQ] makes a queue and its dead-letter queue in one call
+// (srv.CreateQueueWithDLQ("jobs", 5, nil) makes jobs-dlq and jobs, moving a message
+// after 5 receives).
+//
 // A long poll blocks only on a timer, its own channel and the request's context, so
 // it never stops the bubble's clock; it returns as soon as a message becomes
 // available (sent, released, lease or delay over) and when [Server.Close] is called.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -206,6 +207,71 @@ func (s *Server) CreateQueue(name string, attrs map[string]string) (url string, 
 		return "", err
 	}
 	return q.url, nil
+}
+
+// DLQName is the name [Server.CreateQueueWithDLQ] gives a queue's dead-letter
+// queue: the queue's name and "-dlq", before the ".fifo" of a FIFO queue ("jobs"
+// gives "jobs-dlq", "jobs.fifo" gives "jobs-dlq.fifo").
+func DLQName(name string) string {
+	if base, ok := strings.CutSuffix(name, ".fifo"); ok {
+		return base + "-dlq.fifo"
+	}
+	return name + "-dlq"
+}
+
+// dlqRetention is the dead-letter queue's MessageRetentionPeriod in
+// [Server.CreateQueueWithDLQ]: 14 days, the most SQS allows.
+const dlqRetention = "1209600"
+
+// CreateQueueWithDLQ creates a queue and its dead-letter queue in one call, as
+// [Server.CreateQueue] does each: first the dead-letter queue, named DLQName(name),
+// of the same type, keeping messages 14 days (MessageRetentionPeriod 1209600, the
+// most SQS allows: a standard queue's message keeps its first enqueue time when it
+// is moved, so a DLQ that keeps messages no longer than its source could drop them
+// at once; https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/setting-up-dead-letter-queue-retention.html),
+// then the queue with attrs and a RedrivePolicy that moves a message to
+// the dead-letter queue once it has been received maxReceiveCount times (1 to
+// 1,000) without being deleted. It returns both URLs. Queues that exist already
+// with the same attributes are returned as they are, as CreateQueue does. attrs
+// must not hold a RedrivePolicy (the call makes it). On an error nothing is
+// created. It is not counted in [Server.Calls].
+func (s *Server) CreateQueueWithDLQ(name string, maxReceiveCount int, attrs map[string]string) (url, dlqURL string, err error) {
+	if maxReceiveCount < 1 || maxReceiveCount > 1000 {
+		return "", "", fmt.Errorf("sqstest: CreateQueueWithDLQ(%q, %d): maxReceiveCount must be from 1 to 1000", name, maxReceiveCount)
+	}
+	if _, ok := attrs["RedrivePolicy"]; ok {
+		return "", "", fmt.Errorf("sqstest: CreateQueueWithDLQ(%q): attrs hold a RedrivePolicy; the call makes the queue's own (use CreateQueue to set one yourself)", name)
+	}
+	a := maps.Clone(attrs)
+	if a == nil {
+		a = map[string]string{}
+	}
+	fifo := strings.HasSuffix(name, ".fifo")
+	if _, ok := a["FifoQueue"]; !ok && fifo {
+		a["FifoQueue"] = "true"
+	}
+	dlqAttrs := map[string]string{"MessageRetentionPeriod": dlqRetention}
+	if isTrue(a["FifoQueue"]) {
+		dlqAttrs["FifoQueue"] = "true"
+	}
+	dlqName := DLQName(name)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	_, existed := s.queues[dlqName]
+	dlq, err := s.createQueueLocked(dlqName, dlqAttrs, nil, false, now)
+	if err != nil {
+		return "", "", fmt.Errorf("sqstest: CreateQueueWithDLQ(%q): the dead-letter queue %s: %w", name, dlqName, err)
+	}
+	a["RedrivePolicy"] = fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":%d}`, dlq.arn, maxReceiveCount)
+	q, err := s.createQueueLocked(name, a, nil, false, now)
+	if err != nil {
+		if !existed {
+			delete(s.queues, dlqName) // new and empty: as if never made
+		}
+		return "", "", fmt.Errorf("sqstest: CreateQueueWithDLQ(%q): %w", name, err)
+	}
+	return q.url, dlq.url, nil
 }
 
 // SendOption sets a property of a message sent with [Server.Send].

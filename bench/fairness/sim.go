@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,11 +19,10 @@ import (
 	"github.com/sqskit/sqsconsumer/sqstest"
 )
 
-// The conditions of issue 31's measurement.
+// The conditions of issue 31's measurement (and issue 35's mixes).
 const (
-	quietTenants  = 9
-	quietRate     = 2 // messages a second, each
-	noisyBurst    = 2000
+	quietRate     = 2    // messages a second, each quiet tenant
+	noisyTotal    = 2000 // messages the noisy tenants send together, each burst
 	noisyEvery    = 10 * time.Second
 	handlerTime   = 50 * time.Millisecond
 	concurrency   = 20
@@ -52,10 +52,30 @@ var (
 	fairBounce = dispatch{name: "fair, cap 10 by handing back (1 s)", fair: true, bounce: 10}
 )
 
-// config is one run: consumers Consumers sharing one fair queue, the nine
-// quiet tenants sending for send, the noisy one too when noisy.
+// mix is who sends: quiet tenants at quietRate each, spread over the
+// period, and noisy tenants bursting noisyTotal/noisy each every
+// noisyEvery, all at the same instants, from the start. Ten tenants in
+// all.
+type mix struct {
+	name  string
+	noisy int
+}
+
+func (m mix) quiet() int { return 10 - m.noisy }
+func (m mix) burst() int { return noisyTotal / m.noisy }
+
+var (
+	oneNoisy   = mix{name: "one noisy (9 quiet)", noisy: 1}
+	twoNoisy   = mix{name: "two noisy (8 quiet)", noisy: 2}
+	threeNoisy = mix{name: "three noisy (7 quiet)", noisy: 3}
+	mixes      = []mix{oneNoisy, twoNoisy, threeNoisy}
+)
+
+// config is one run: consumers Consumers sharing one fair queue, the
+// mix's quiet tenants sending for send, its noisy ones too when noisy.
 type config struct {
 	consumers int
+	mix       mix
 	noisy     bool
 	d         dispatch
 	send      time.Duration
@@ -72,6 +92,7 @@ type result struct {
 	topGroup                     string        // Stats.TopGroups[0] of the first Consumer
 	noisyGroups                  int           // Stats.NoisyGroups of the first Consumer
 	bounced                      int64         // messages handed back by the handler (fairBounce)
+	quietInSQS, quietHere        time.Duration // p99 of a quiet message's wait in SQS (to its first receive), and here (from that receive's answer)
 }
 
 // slowClient makes every call take callLatency more (after the server's
@@ -129,18 +150,20 @@ func (c *slowClient) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAtt
 
 // waits collects the waits from send to handler start.
 type waits struct {
-	mu     sync.Mutex // guards the fields below
-	sentAt []time.Time
-	quiet  []time.Duration
-	noisy  []time.Duration
-	last   time.Time // the latest handler return
-	done   int
+	mu      sync.Mutex // guards the fields below
+	sentAt  []time.Time
+	quiet   []time.Duration
+	noisy   []time.Duration
+	last    time.Time   // the latest handler return
+	startAt []time.Time // each message's first handler start, by body
+	done    int
 }
 
 func (w *waits) sent(at time.Time) string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.sentAt = append(w.sentAt, at)
+	w.startAt = append(w.startAt, time.Time{})
 	return strconv.Itoa(len(w.sentAt) - 1)
 }
 
@@ -149,6 +172,9 @@ func (w *waits) started(body string, noisy bool, now time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	d := now.Sub(w.sentAt[i])
+	if w.startAt[i].IsZero() {
+		w.startAt[i] = now
+	}
 	if noisy {
 		w.noisy = append(w.noisy, d)
 	} else {
@@ -201,26 +227,32 @@ func simulateIn(t *testing.T, cfg config) result {
 			t.Error(err)
 		}
 	}
-	for i := range quietTenants {
+	quiet := cfg.mix.quiet()
+	for i := range quiet {
 		senders.Add(1)
 		go func() {
 			defer senders.Done()
 			group := fmt.Sprint("quiet-", i)
 			// Spread the tenants over the period.
-			time.Sleep(time.Second / quietRate * time.Duration(i) / quietTenants)
+			time.Sleep(time.Second / quietRate * time.Duration(i) / time.Duration(quiet))
 			for time.Since(start) < cfg.send {
 				send(group)
 				time.Sleep(time.Second / quietRate)
 			}
 		}()
 	}
+	noisy := 0
 	if cfg.noisy {
+		noisy = cfg.mix.noisy
+	}
+	for i := range noisy {
 		senders.Add(1)
 		go func() {
 			defer senders.Done()
+			group := fmt.Sprint("noisy-", i)
 			for time.Since(start) < cfg.send {
-				for range noisyBurst {
-					send("noisy")
+				for range cfg.mix.burst() {
+					send(group)
 				}
 				time.Sleep(noisyEvery)
 			}
@@ -230,7 +262,7 @@ func simulateIn(t *testing.T, cfg config) result {
 	alldone := make(chan struct{})
 	var sendingOver atomic.Bool
 	handler := sqsconsumer.HandlerFunc(func(ctx context.Context, m *sqsconsumer.Message) error {
-		w.started(m.Body, m.GroupID == "noisy", time.Now())
+		w.started(m.Body, strings.HasPrefix(m.GroupID, "noisy"), time.Now())
 		time.Sleep(handlerTime)
 		if done, sent := w.finished(time.Now()); sendingOver.Load() && done == sent {
 			close(alldone)
@@ -241,7 +273,7 @@ func simulateIn(t *testing.T, cfg config) result {
 	handlerFor := func() sqsconsumer.Handler {
 		var noisyRunning atomic.Int64
 		return sqsconsumer.HandlerFunc(func(ctx context.Context, m *sqsconsumer.Message) error {
-			if cfg.d.bounce > 0 && m.GroupID == "noisy" {
+			if cfg.d.bounce > 0 && strings.HasPrefix(m.GroupID, "noisy") {
 				if noisyRunning.Add(1) > int64(cfg.d.bounce) {
 					noisyRunning.Add(-1)
 					bounced.Add(1)
@@ -294,9 +326,19 @@ func simulateIn(t *testing.T, cfg config) result {
 	cancel()
 	runs.Wait()
 
+	// The quiet messages' waits in SQS (send to the receive that got them
+	// first) and here (that receive's answer to the handler's start).
+	states := srv.Messages(url)
 	w.mu.Lock()
+	var inSQS, here []time.Duration
+	for _, m := range states {
+		if i, _ := strconv.Atoi(m.Body); strings.HasPrefix(m.GroupID, "quiet") && len(m.Receives) > 0 {
+			inSQS = append(inSQS, m.Receives[0].At.Sub(m.SentAt))
+			here = append(here, w.startAt[i].Sub(m.Receives[0].At.Add(callLatency)))
+		}
+	}
 	defer w.mu.Unlock()
-	res := result{
+	res := result{quietInSQS: quantile(inSQS, 0.99), quietHere: quantile(here, 0.99),
 		quietP50: quantile(w.quiet, 0.50), quietP99: quantile(w.quiet, 0.99), quietMax: quantile(w.quiet, 1),
 		noisyP99: quantile(w.noisy, 0.99),
 		handled:  w.done, elapsed: w.last.Sub(start),

@@ -14,6 +14,12 @@
 // the process exits 0 after a clean shutdown, 1 on a Run error, 2 on bad
 // flags.
 //
+// -client picks the SQS client: "wire" (the default: the suite's client,
+// whose transport hands net/http a private copy of each request body),
+// "sdk" (the SDK's own default HTTP client, as sqs.New makes it: what a
+// user who builds a client by hand gets) or "sqsclient" (package
+// sqsclient's).
+//
 // -broken makes it misbehave on purpose, so the suite can show that each of
 // its checks catches the fault it is meant to catch:
 //
@@ -23,9 +29,24 @@
 //	rehide-after-release   after the library reports a message released,
 //	                       the worker hides it again for 10 minutes (what a
 //	                       late renewal of the library would do)
+//	unguarded-bodies       the library's guard of its request bodies is off
+//	                       (internal/broken.UnguardedBodies): with -client sdk
+//	                       a receive's answer can be lost
+//
+// -stall D (with -client sdk) holds net/http's connection writer after it
+// sent a ReceiveMessage body until 16 KB of the answer has been read (at
+// most D), and that read until the writer closed the connection (at most
+// 50 ms): what a loaded machine does when it
+// deschedules the writer there while the answer is being read, the moment
+// the SDK's lost-answer race needs (package sqsclient's documentation). It
+// does so once per process: for the first receive whose answer reaches
+// 16 KB within D (one receive at a time is held; a hold that times out
+// does not count), so that without a guard exactly one receive's answer
+// meets the race.
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -33,18 +54,26 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqskit/sqsconsumer"
 	"github.com/sqskit/sqsconsumer/chaos/internal/wire"
 	"github.com/sqskit/sqsconsumer/chaos/journal"
+	"github.com/sqskit/sqsconsumer/internal/broken"
+	"github.com/sqskit/sqsconsumer/sqsclient"
 )
 
 func main() {
@@ -63,9 +92,12 @@ type config struct {
 	retryAfter               time.Duration
 	seed                     uint64
 	broken                   string
+	client                   string
+	stall                    time.Duration
 }
 
-var brokenModes = map[string]bool{"": true, "delete-before-handler": true, "fail-after-record": true, "ignore-cancel": true, "rehide-after-release": true}
+var brokenModes = map[string]bool{"": true, "delete-before-handler": true, "fail-after-record": true, "ignore-cancel": true, "rehide-after-release": true,
+	"unguarded-bodies": true}
 
 func parse(args []string, stderr io.Writer) (config, error) {
 	var c config
@@ -83,6 +115,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.maxWork, "max", 400*time.Millisecond, "longest random handler time")
 	fs.DurationVar(&c.retryAfter, "retry-after", time.Second, "visibility after a failed handler")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the handler times (mixed with the pid)")
+	fs.StringVar(&c.client, "client", "wire", "SQS client: wire, sdk or sqsclient")
+	fs.DurationVar(&c.stall, "stall", 0, "with -client sdk: hold the connection writer after each receive's body until 16 KB of its answer was read, at most this long")
 	fs.StringVar(&c.broken, "broken", "", "misbehave on purpose: delete-before-handler, fail-after-record, ignore-cancel or rehide-after-release")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -93,6 +127,12 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.minWork < 0 || c.maxWork < c.minWork {
 		errs = append(errs, fmt.Errorf("-min %v and -max %v: need 0 <= min <= max", c.minWork, c.maxWork))
+	}
+	if c.client != "wire" && c.client != "sdk" && c.client != "sqsclient" {
+		errs = append(errs, fmt.Errorf("-client %q: must be wire, sdk or sqsclient", c.client))
+	}
+	if c.stall != 0 && (c.client != "sdk" || c.stall < 0) {
+		errs = append(errs, fmt.Errorf("-stall %v: needs -client sdk and a positive duration", c.stall))
 	}
 	if !brokenModes[c.broken] {
 		errs = append(errs, fmt.Errorf("-broken %q: unknown mode", c.broken))
@@ -109,6 +149,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "worker:", err)
 		return 2
 	}
+	if c.broken == "unguarded-bodies" {
+		broken.Set(broken.UnguardedBodies)
+	}
 	j, err := journal.Create(c.journal)
 	if err != nil {
 		fmt.Fprintln(stderr, "worker:", err)
@@ -116,7 +159,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	defer j.Close()
 	pid := os.Getpid()
-	client := wire.Client(c.endpoint, pid)
+	client, err := newClient(c, pid)
+	if err != nil {
+		fmt.Fprintln(stderr, "worker:", err)
+		return 2
+	}
 	h := &handler{c: c, j: j, pid: pid, rng: rand.New(rand.NewPCG(c.seed, uint64(pid))), client: client, handles: map[string]string{}}
 	opts := []sqsconsumer.Option{
 		sqsconsumer.WithVisibilityTimeout(c.lease),
@@ -147,6 +194,117 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// newClient makes the SQS client -client names.
+func newClient(c config, pid int) (*sqs.Client, error) {
+	if c.client == "wire" {
+		return wire.Client(c.endpoint, pid), nil
+	}
+	o := sqs.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(c.endpoint),
+		Credentials:  credentials.NewStaticCredentialsProvider("chaos", "chaos", ""),
+	}
+	if c.client == "sdk" {
+		if c.stall > 0 {
+			dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+			o.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+				tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+					conn, err := dialer.DialContext(ctx, network, addr)
+					if err != nil {
+						return nil, err
+					}
+					return newStallConn(conn, c.stall), nil
+				}
+			})
+		}
+		return sqs.New(o), nil
+	}
+	return sqsclient.New(o, sqsclient.HTTPOptions{MaxIdleConnsPerHost: 64})
+}
+
+// stallConn holds the write that ends a ReceiveMessage body until 16 KB
+// of the answer has been read on the connection (at most most), then
+// holds that read until the writer closed the connection (at most 50 ms),
+// so that the writer, which reads the request body once more after the
+// held write, gets there while the answer is still being read (see
+// -stall). Once per process (stalled), one hold at a time (holding).
+type stallConn struct {
+	net.Conn
+	most time.Duration
+
+	mu      sync.Mutex // guards the fields below
+	release chan struct{}
+	read    int           // answer bytes read since the hold
+	closed  chan struct{} // closed by Close
+}
+
+func newStallConn(c net.Conn, most time.Duration) *stallConn {
+	return &stallConn{Conn: c, most: most, closed: make(chan struct{})}
+}
+
+func (c *stallConn) Close() error {
+	c.mu.Lock()
+	select {
+	case <-c.closed:
+	default:
+		close(c.closed)
+	}
+	c.mu.Unlock()
+	return c.Conn.Close()
+}
+
+// stallAt is how far into a held receive's answer the writer is released.
+const stallAt = 16 << 10
+
+// holding is set while a receive's writer is held; stalled once a hold
+// ended with its answer being read (the race met).
+var holding, stalled atomic.Bool
+
+func (c *stallConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if stalled.Load() || !bytes.Contains(p, []byte(`"MaxNumberOfMessages"`)) || !bytes.HasSuffix(p, []byte("}")) || !holding.CompareAndSwap(false, true) {
+		return n, err
+	}
+	defer holding.Store(false)
+	release := make(chan struct{})
+	c.mu.Lock()
+	c.release, c.read = release, 0
+	c.mu.Unlock()
+	t := time.NewTimer(c.most)
+	defer t.Stop()
+	select {
+	case <-release:
+	case <-t.C:
+		c.mu.Lock()
+		c.release = nil
+		c.mu.Unlock()
+	}
+	return n, err
+}
+
+func (c *stallConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.mu.Lock()
+	var release chan struct{}
+	if c.release != nil {
+		if c.read += n; c.read >= stallAt {
+			release, c.release = c.release, nil
+		}
+	}
+	c.mu.Unlock()
+	if release != nil {
+		stalled.Store(true)
+		close(release)
+		t := time.NewTimer(50 * time.Millisecond) // the writer's turn: it closes the connection, or goes on
+		select {
+		case <-c.closed:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	return n, err
 }
 
 type handler struct {

@@ -25,6 +25,7 @@ func TestParse(t *testing.T) {
 		{"missing", nil, "-endpoint, -queue and -journal are required"},
 		{"work range", append(base, "-min", "2s", "-max", "1s"), "need 0 <= min <= max"},
 		{"broken mode", append(base, "-broken", "explode"), `-broken "explode": unknown mode`},
+		{"client", append(base, "-client", "v1"), `-client "v1": must be wire, sdk or sqsclient`},
 		{"arguments", append(base, "extra"), "unexpected arguments"},
 	}
 	for _, tt := range tests {

@@ -4,6 +4,14 @@
 //
 //	go run ./cmd/sqstest -listen 127.0.0.1:9324 -queue jobs -queue jobs.fifo
 //
+// -queue NAME[,dlq=N][,Attribute=Value...] creates a queue at start: a name ending
+// in .fifo makes a FIFO queue; dlq=N makes its dead-letter queue too, named NAME-dlq
+// (jobs-dlq, jobs-dlq.fifo), keeping messages 14 days, and moves a message there
+// after N receives (1 to 1,000; sqstest.Server.CreateQueueWithDLQ); the other pairs
+// are the queue's attributes (a value cannot hold a comma):
+//
+//	go run ./cmd/sqstest -queue jobs,dlq=5,VisibilityTimeout=30
+//
 // It prints one line, "sqstest listening on http://127.0.0.1:9324", and serves until
 // SIGINT or SIGTERM. Queue URLs use the listen address as their base (or -base-url), so
 // clients can call them directly. Point a client at it with endpoint URL = that base,
@@ -51,6 +59,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -106,7 +115,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	history := fs.Int("history", defaultHistory, "messages remembered per queue after they leave it (deleted, moved, expired, purged); 0 remembers all, and memory grows without bound")
 	anyHost := fs.Bool("any-host", false, "serve queue URLs that name any host and port (behind a proxy); default: only this server's, others are answered as queues that do not exist")
 	var queues queueFlags
-	fs.Var(&queues, "queue", "create this queue at start (repeatable; a name ending in .fifo makes a FIFO queue)")
+	fs.Var(&queues, "queue", "create this queue at start: NAME[,dlq=N][,Attribute=Value...] (repeatable; a name ending in .fifo makes a FIFO queue; dlq=N also makes NAME-dlq its dead-letter queue after N receives)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: sqstest [-listen HOST:PORT] [-queue NAME ...] [flags]\n\n"+
 			"Serves an in-memory SQS (package sqstest) until SIGINT or SIGTERM. Exit status: 0, also\n"+
@@ -145,7 +154,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	srv := sqstest.NewServer(sqstest.WithBaseURL(base), sqstest.WithAccountID(*account), sqstest.WithRegion(*region),
 		sqstest.WithHistoryLimit(*history))
 	for _, q := range queues {
-		if _, err := srv.CreateQueue(q, nil); err != nil {
+		if err := createQueue(srv, q); err != nil {
 			ln.Close()
 			return usageError{fmt.Errorf("-queue %q: %w", q, err)}
 		}
@@ -173,5 +182,41 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) && err == nil {
 		err = serr
 	}
+	return err
+}
+
+// createQueue makes the queue a -queue flag describes: NAME[,dlq=N][,Attribute=Value...].
+func createQueue(srv *sqstest.Server, spec string) error {
+	parts := strings.Split(spec, ",")
+	name, attrs, dlq := parts[0], map[string]string{}, 0
+	for _, p := range parts[1:] {
+		k, v, ok := strings.Cut(p, "=")
+		switch {
+		case !ok || k == "":
+			return fmt.Errorf("%q: want dlq=N or Attribute=Value", p)
+		case k == "dlq":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 1000 {
+				return fmt.Errorf("dlq=%s: the receives before a message moves to the dead-letter queue, from 1 to 1000", v)
+			}
+			if dlq > 0 {
+				return fmt.Errorf("dlq given twice")
+			}
+			dlq = n
+		default:
+			if _, dup := attrs[k]; dup {
+				return fmt.Errorf("attribute %s given twice", k)
+			}
+			attrs[k] = v
+		}
+	}
+	if dlq == 0 {
+		_, err := srv.CreateQueue(name, attrs)
+		return err
+	}
+	if _, ok := attrs["RedrivePolicy"]; ok {
+		return errors.New("dlq=N and RedrivePolicy both set the dead-letter queue: give one")
+	}
+	_, _, err := srv.CreateQueueWithDLQ(name, dlq, attrs)
 	return err
 }

@@ -104,6 +104,10 @@ func TestBadFlags(t *testing.T) {
 		{name: "stray argument", args: []string{"extra"}, code: 2},
 		{name: "bad queue name", args: []string{"-listen", "127.0.0.1:0", "-queue", "no spaces"}, code: 2},
 		{name: "negative history", args: []string{"-listen", "127.0.0.1:0", "-history", "-1"}, code: 2},
+		{name: "dlq out of range", args: []string{"-listen", "127.0.0.1:0", "-queue", "jobs,dlq=0"}, code: 2},
+		{name: "dlq not a number", args: []string{"-listen", "127.0.0.1:0", "-queue", "jobs,dlq=five"}, code: 2},
+		{name: "bare word", args: []string{"-listen", "127.0.0.1:0", "-queue", "jobs,dlq"}, code: 2},
+		{name: "unknown attribute", args: []string{"-listen", "127.0.0.1:0", "-queue", "jobs,Colour=blue"}, code: 2},
 		{name: "bad address", args: []string{"-listen", "not an address"}, code: 1},
 	}
 	for _, tt := range tests {
@@ -260,4 +264,49 @@ func TestHistoryFlag(t *testing.T) {
 	_, err = c.DeleteMessage(callCtx, &sqs.DeleteMessageInput{QueueUrl: &url, ReceiptHandle: &handles[0]})
 	var invalid *types.ReceiptHandleIsInvalid
 	require.ErrorAs(t, err, &invalid, "the first one is forgotten")
+}
+
+// -queue NAME,dlq=N makes the queue and its dead-letter queue (NAME-dlq, of the
+// same type, 14 days of retention) with a RedrivePolicy of N receives; other pairs
+// are the queue's attributes; conflicts and repeats are refused, naming both.
+func TestQueueFlagWithDLQ(t *testing.T) {
+	t.Parallel()
+	srv := sqstest.NewServer()
+	defer srv.Close()
+	require.NoError(t, createQueue(srv, "jobs,dlq=5,VisibilityTimeout=30"))
+	require.NoError(t, createQueue(srv, "orders.fifo,dlq=3"))
+	require.NoError(t, createQueue(srv, "plain,DelaySeconds=2"))
+
+	ctx := t.Context()
+	c := srv.Client()
+	attrs := func(name string) map[string]string {
+		t.Helper()
+		url, ok := srv.QueueURL(name)
+		require.True(t, ok, name)
+		out, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: &url,
+			AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameAll}})
+		require.NoError(t, err)
+		return out.Attributes
+	}
+	jobs, dlq := attrs("jobs"), attrs("jobs-dlq")
+	require.Equal(t, "30", jobs["VisibilityTimeout"])
+	require.JSONEq(t, `{"deadLetterTargetArn":"`+dlq["QueueArn"]+`","maxReceiveCount":5}`, jobs["RedrivePolicy"])
+	require.Equal(t, "1209600", dlq["MessageRetentionPeriod"])
+	fifo, fifoDLQ := attrs("orders.fifo"), attrs("orders-dlq.fifo")
+	require.Equal(t, "true", fifoDLQ["FifoQueue"])
+	require.JSONEq(t, `{"deadLetterTargetArn":"`+fifoDLQ["QueueArn"]+`","maxReceiveCount":3}`, fifo["RedrivePolicy"])
+	require.Equal(t, "2", attrs("plain")["DelaySeconds"])
+	_, ok := srv.QueueURL("plain-dlq")
+	require.False(t, ok, "no dlq= makes no dead-letter queue")
+
+	for spec, want := range map[string]string{
+		"x,dlq=2,dlq=3":                   "dlq given twice",
+		"x,DelaySeconds=1,DelaySeconds=2": "attribute DelaySeconds given twice",
+		"x,dlq=2,RedrivePolicy=y":         "dlq=N and RedrivePolicy",
+		"x,=1":                            "want dlq=N or Attribute=Value",
+	} {
+		require.ErrorContains(t, createQueue(srv, spec), want, spec)
+	}
+	_, ok = srv.QueueURL("x-dlq")
+	require.False(t, ok, "a refused flag makes nothing")
 }

@@ -56,6 +56,41 @@ const (
 	// TransientReceiveFatal ends Run on a receive error that can heal
 	// (throttling, 5xx) as on a permanent one (receive.go, poll).
 	TransientReceiveFatal
+
+	// FIFOBatchShutdownHang (issue 35 case 2): a Batch handler's batch
+	// (without middleware) that fails on a FIFO queue leaves the later
+	// members of its group, failed without running, unsettled: they hold
+	// their slots and leases for good, and at a shutdown Run never
+	// returns (batchrun.go, batcher.run).
+	FIFOBatchShutdownHang
+
+	// BatchShutdownBackoff (issue 35 case 1b): when the shutdown cancels a
+	// running Batch handler's call through one member, the members it has
+	// not cancelled yet settle as ordinary failures (released after their
+	// backoff, counted by the breaker) instead of as messages the shutdown
+	// cut (released at once) (batchrun.go, batcher.run).
+	BatchShutdownBackoff
+
+	// ShutdownStrandsReceive (issue 35 case 1, its Consumer-side race):
+	// the pollers are told to quit before the lanes close, so the release
+	// of a message that a receive in flight brings after the shutdown
+	// ended may wait for a parked poller that is leaving; it then waits
+	// for its lease's end, the message stays hidden, and Run returns a
+	// lease later (run.go, run.run). The race needs a parked poller
+	// descheduled at its quit while the release is submitted; the mode
+	// holds every parked poller there for 100 ms as well (receive.go,
+	// poll), so that a shutdown during a receive that brings messages
+	// shows it in virtual time.
+	ShutdownStrandsReceive
+
+	// UnguardedBodies (issue 35 case 1, its cause): the per-call guard of
+	// the request bodies (clienthttp.go, guardBodies) does nothing, so the
+	// SDK's own HTTP client can lose a receive's answer and retry (the
+	// messages stay hidden for the receive's visibility, never seen). Only
+	// a real socket shows it: the chaos suite's stranding scenario sets it
+	// in its worker process (-broken unguarded-bodies).
+	UnguardedBodies
+
 	modes
 )
 
@@ -73,6 +108,10 @@ var names = [...]string{
 	StatsSkipUnstarted:     "stats-skip-unstarted",
 	ResumeKeepsFlowPaused:  "resume-keeps-flow-paused",
 	TransientReceiveFatal:  "transient-receive-fatal",
+	FIFOBatchShutdownHang:  "fifo-batch-shutdown-hang",
+	BatchShutdownBackoff:   "batch-shutdown-backoff",
+	ShutdownStrandsReceive: "shutdown-strands-receive",
+	UnguardedBodies:        "unguarded-bodies",
 }
 
 // String is the mode's name, as a control's name.

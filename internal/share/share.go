@@ -19,14 +19,16 @@ package share
 
 import (
 	"math"
+	"slices"
 	"sync"
 	"time"
 )
 
 // Attach joins a Consumer (the root package's *Consumer, passed as any)
 // to a pool through m. The root package sets it in an init function;
-// package fleet calls it. It fails if the Consumer has started or already
-// belongs to a pool.
+// package fleet calls it. It fails if the Consumer's Run has been called
+// (Run reads its member before it sets up) or it already belongs to a
+// pool.
 var Attach func(consumer any, m *Member) error
 
 // Pool is a budget of handler slots. Safe for concurrent use.
@@ -70,6 +72,7 @@ type Member struct {
 	demand      int       // slots it could use now
 	share       int       // slots it is entitled to, for sizing receives
 	usage       float64   // slot-seconds held, divided by Weight
+	left        bool      // Leave took it out of the pool
 }
 
 // Join adds a member to p.
@@ -222,6 +225,11 @@ func (m *Member) SetWant(want bool) {
 func (m *Member) Release() {
 	p := m.pool
 	p.mu.Lock()
+	if m.left {
+		// Leave gave its slots back already.
+		p.mu.Unlock()
+		return
+	}
 	p.advanceLocked(time.Now())
 	m.held--
 	p.free++
@@ -253,7 +261,7 @@ func (p *Pool) grantLocked() {
 		p.mu.Unlock()
 		ok := grant()
 		p.mu.Lock()
-		if !ok {
+		if !ok && !w.left { // (a member that left gave the slot back then)
 			// It had nothing to start after all (and has said so with
 			// SetWant(false)): the slot is free again.
 			p.advanceLocked(time.Now())
@@ -392,14 +400,41 @@ func Divide(size int, demands, weights, prios []int) []float64 {
 	return out
 }
 
-// Leave removes a member that never started (its Consumer could not join).
+// Leave removes m from p: a member whose Consumer never started, or one
+// whose Consumer's Run has returned (its flow calls m no more). Members may
+// join and leave while the others run. Slots m still counts as held (a
+// grant that raced the end of its run) go back to the pool, the shares
+// are worked out again without it (waking the members whose share grew),
+// and free slots are handed to the waiting members. Call it with no flow
+// lock held; after it the member is inert (a Release or a grant's answer
+// from it changes nothing).
 func (p *Pool) Leave(m *Member) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	for i, o := range p.members {
-		if o == m {
-			p.members = append(p.members[:i:i], p.members[i+1:]...)
-			return
+	i := slices.Index(p.members, m)
+	if i < 0 {
+		p.mu.Unlock()
+		return
+	}
+	p.advanceLocked(time.Now())
+	old := make([]int, len(p.members))
+	for j, o := range p.members {
+		old[j] = o.share
+	}
+	old = slices.Delete(old, i, i+1)
+	p.members = slices.Delete(p.members, i, i+1)
+	m.left = true
+	p.free += m.held
+	m.held, m.want, m.demand, m.share = 0, false, 0, 0
+	p.divideLocked()
+	var wake []func()
+	for j, o := range p.members {
+		if o.share > old[j] && o.wake != nil {
+			wake = append(wake, o.wake)
 		}
+	}
+	p.grantLocked()
+	p.mu.Unlock()
+	for _, w := range wake {
+		w()
 	}
 }

@@ -138,3 +138,56 @@ func TestPoolKeepsSlotsForAHigherPriority(t *testing.T) {
 		require.Equal(t, []string{"lo", "lo"}, g.got())
 	})
 }
+
+// A member leaves while the others run: the shares are divided again
+// without it (the others are woken), slots it still counted (a grant that
+// raced the end of its run) go back and are handed to a waiting member at
+// once, and a Release or a refused grant from it afterwards changes
+// nothing.
+func TestPoolLeaveUnderLoad(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		p := NewPool(4)
+		a := p.Join(1, 0, 0)
+		b := p.Join(1, 0, 0)
+		g := &grants{ready: map[string]int{}}
+		g.bind(a, "a")
+		woken := 0
+		b.Bind(func() bool { return false }, func() {})
+		a.Bind(a.grant, func() { woken++ })
+		a.SetDemand(4, time.Time{})
+		b.SetDemand(4, time.Time{})
+		require.Equal(t, 2, a.Share())
+		require.Equal(t, 2, b.Share())
+		require.True(t, a.Acquire())
+		require.True(t, a.Acquire())
+		require.True(t, b.Acquire())
+		require.True(t, b.Acquire())
+		g.set("a", 3)
+		require.False(t, a.Acquire(), "the pool is used up")
+
+		p.Leave(b) // b's run ended while it still counted 2 slots
+		require.Equal(t, 4, a.Share(), "a's share grows")
+		require.Equal(t, 1, woken, "a is woken to receive for it")
+		require.Equal(t, []string{"a", "a"}, g.got(), "b's slots went to a at once")
+		p.mu.Lock()
+		require.Equal(t, 0, p.free)
+		require.Equal(t, 4, a.held)
+		require.Len(t, p.members, 1)
+		p.mu.Unlock()
+
+		b.Release() // late: nothing changes
+		p.mu.Lock()
+		require.Equal(t, 0, p.free)
+		p.mu.Unlock()
+		p.Leave(b) // twice: nothing either
+		a.Release()
+		require.Equal(t, []string{"a", "a", "a"}, g.got())
+
+		c := p.Join(1, 0, 0) // a member joins while a runs
+		c.Bind(func() bool { return false }, func() {})
+		c.SetDemand(4, time.Time{})
+		require.Equal(t, 2, c.Share())
+		require.Equal(t, 2, a.Share())
+	})
+}
