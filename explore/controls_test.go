@@ -40,13 +40,16 @@ var controls = []control{
 	{broken.StatsSkipUnstarted, chkStats, nil},
 	{broken.ResumeKeepsFlowPaused, chkReceiving, func(sc *Scenario) bool { return sc.has(evResume) }},
 	{broken.TransientReceiveFatal, chkRunErr, func(sc *Scenario) bool { return sc.FaultRate > 0 }},
+	// Issue 35's cases 1, 2 and 1b reintroduced.
+	{broken.FIFOBatchShutdownHang, chkReturn, func(sc *Scenario) bool { return sc.Queue == queueFIFO && sc.Handler == "batch" && !sc.Middleware && sc.Idempotent == "" }},
+	{broken.ShutdownStrandsReceive, chkReturn, nil},
 }
 
 // TestExploreControls switches each control on in turn and runs the seeds
 // TestExplore runs, in order, until the control's check reports it on a
 // seed whose scenario passes that check with the control off: the check
-// catches the bug, not the scenario. Each must be caught within the
-// seeds CI runs.
+// catches the bug, not the scenario (nor a known issue: the filter does
+// not apply here). Each must be caught within the seeds CI runs.
 func TestExploreControls(t *testing.T) {
 	if *seedFlag != 0 || *replayFlag != "" {
 		t.Skip("replaying a scenario")
@@ -81,8 +84,7 @@ func TestExploreControls(t *testing.T) {
 				// Confirm with the control off.
 				sc := drawScenario(seed)
 				out := runScenario(t, sc)
-				real, _ := split(sc, out)
-				if slices.ContainsFunc(real, func(x violation) bool { return x.Check == c.check }) {
+				if slices.ContainsFunc(out.violations, func(x violation) bool { return x.Check == c.check }) {
 					ruledOut = append(ruledOut, seed)
 					continue
 				}
@@ -158,8 +160,7 @@ func searchFrom(t *testing.T, c control, first uint64, next, runs *atomic.Int64,
 		}
 		runs.Add(1)
 		out := runScenario(t, sc)
-		real, _ := split(sc, out)
-		for _, x := range real {
+		for _, x := range out.violations {
 			if x.Check == c.check {
 				mu.Lock()
 				if i < *best {

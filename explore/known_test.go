@@ -14,9 +14,6 @@ func knownIssue(sc Scenario, seen map[string]bool, v violation) string {
 	// (Resume does not restart the stall clock).
 	case v.Check == chkHealth && (strings.Contains(v.Text, ", paused since ") || strings.Contains(v.Text, "resumed ")):
 		return "35.5 paused unhealthy"
-	// Issue 35, case 2: FIFO + Batch + shutdown: Run never returns.
-	case (v.Check == chkReturn || v.Check == chkLeak) && sc.Queue == queueFIFO && sc.Handler == "batch":
-		return "35.2 fifo+batch shutdown hangs"
 	// Issue 35, case 3: the breaker counts idempotency duplicates in
 	// progress.
 	case v.Check == chkBreaker && strings.Contains(v.Text, "inprogress"):
@@ -47,10 +44,6 @@ func knownIssue(sc Scenario, seen map[string]bool, v violation) string {
 	// the open breaker's hold, not at once.
 	case v.Check == chkStranded && strings.Contains(v.Text, "though the shutdown cancelled") && strings.Contains(v.Text, "still gathering for a batch"):
 		return "new: gathering member held by the breaker at shutdown"
-	// Issue 35, case 1b: a batch's members cancelled by the shutdown are
-	// released with the retry backoff.
-	case v.Check == chkStranded && strings.Contains(v.Text, "released for") && strings.Contains(v.Text, "though the shutdown cancelled") && sc.Handler == "batch":
-		return "35.1b batch released with backoff at shutdown"
 	// New: a receive cut by the hard stop is not taken out of Stats.Asked.
 	case v.Check == chkStats && strings.Contains(v.Text, "asked") && !strings.Contains(v.Text, "asked 0"):
 		return "new: Stats.Asked after a receive cut by the hard stop"
