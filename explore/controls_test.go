@@ -41,7 +41,9 @@ var controls = []control{
 	{broken.ResumeKeepsFlowPaused, chkReceiving, func(sc *Scenario) bool { return sc.has(evResume) }},
 	{broken.TransientReceiveFatal, chkRunErr, func(sc *Scenario) bool { return sc.FaultRate > 0 }},
 	// Issue 35's cases 1, 2 and 1b reintroduced.
-	{broken.FIFOBatchShutdownHang, chkReturn, func(sc *Scenario) bool { return sc.Queue == queueFIFO && sc.Handler == "batch" && !sc.Middleware && sc.Idempotent == "" }},
+	{broken.FIFOBatchShutdownHang, chkReturn, func(sc *Scenario) bool {
+		return sc.Queue == queueFIFO && sc.Handler == "batch" && !sc.Middleware && sc.Idempotent == ""
+	}},
 	{broken.ShutdownStrandsReceive, chkReturn, nil},
 }
 
