@@ -53,7 +53,14 @@ func (r *run) checkReturn(p *proc) {
 				p.name(), took, bound, r.sc.shutdownTimeout(), bound-r.sc.shutdownTimeout()-5*time.Second, idle, r.tailLocked(p, 40))
 		}
 	}
+	noDLQ := r.sc.Options.RequireDLQ != nil && *r.sc.Options.RequireDLQ && r.sc.Options.DLQ == nil
 	switch {
+	case noDLQ && p.runErr == nil:
+		r.violateLocked(chkConflict, "%s: Run accepted a queue without a dead-letter queue under WithRequireDeadLetterQueue", p.name())
+	case noDLQ && !errors.Is(p.runErr, sqsconsumer.ErrInvalidOption):
+		r.violateLocked(chkConflict, "%s: under WithRequireDeadLetterQueue Run refused a queue without a dead-letter queue with %v, which does not wrap ErrInvalidOption", p.name(), p.runErr)
+	case noDLQ:
+		r.seen["refused-at-run:require-dlq"] = true
 	case p.runErr != nil && !p.permanentFault:
 		r.violateLocked(chkRunErr, "%s: Run returned %v with no permanent error injected", p.name(), p.runErr)
 	case p.runErr == nil && !p.cancelled:
@@ -231,6 +238,10 @@ func (r *run) checkStrandedLocked(p *proc, msgs []sqstest.MessageState, now time
 		}
 		if hide != nil && slices.ContainsFunc(p.ownReleases[st.ID], func(d time.Duration) bool { return hide.Timeout <= d }) {
 			continue // its handler released it itself for that long (or less: the ceiling clips it)
+		}
+		if hide != nil && p.drainedAt[st.ID] > from && r.releasedLocked(p, st.ID, hide.Timeout, from) {
+			r.violateLocked(chkStranded, "%s: message %s hidden %v after Run returned: released for %v, though its handler returned RetryAfter(err, 0) at the drain\n%s", p.name(), r.label(st.ID), hidden, hide.Timeout, story)
+			continue
 		}
 		switch {
 		case hide == nil:

@@ -8,7 +8,8 @@
 // NewIdempotent on the memory store), the Consumer's options across their
 // ranges, what the handler does with each message (succeed, fail, a
 // Permanent error, RetryAfter, panic, run past its lease, ignore its
-// cancelled context for a bounded time, release or extend its own lease),
+// cancelled context for a bounded time, release or extend its own lease,
+// return RetryAfter(err, 0) when the drain begins (Draining)),
 // faults on the calls to SQS (every class the in-memory sqstest server
 // answers with, failed batch entries, delays, lost answers), leases the
 // server expires, and events at random instants or at chosen moments (a
@@ -50,7 +51,7 @@
 //
 // # Running it
 //
-//	go test ./explore                          # 2,000 seeds (200 with -race, 300 with -short)
+//	go test ./explore                          # 2,000 seeds (300 with -race or -short)
 //	go test ./explore -explore.seeds=50000     # a deep run (-explore.from=N: the first seed)
 //	go test ./explore -run 'TestExplore$' -explore.seed=N   # replay one seed
 //	go test ./explore -run 'TestExplore$' -explore.replay='{...}' # replay a scenario

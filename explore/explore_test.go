@@ -19,7 +19,7 @@ import (
 )
 
 var (
-	seedsFlag       = flag.Int("explore.seeds", 0, "seeds to run (0: 2,000; 200 with -race; 300 with -short, 100 with both)")
+	seedsFlag       = flag.Int("explore.seeds", 0, "seeds to run (0: 2,000; 300 with -race; 300 with -short, 100 with both)")
 	fromFlag        = flag.Uint64("explore.from", 1, "the first seed")
 	seedFlag        = flag.Uint64("explore.seed", 0, "replay this one seed")
 	replayFlag      = flag.String("explore.replay", "", "replay this scenario (the JSON a failure prints)")
@@ -55,7 +55,7 @@ func defaultSeeds() int {
 	case raceEnabled && testing.Short():
 		return 100
 	case raceEnabled:
-		return 200
+		return 300
 	case testing.Short():
 		return 300
 	}
@@ -395,6 +395,10 @@ func (o *Options) reset(name string) bool {
 		o.WaitTime = nil
 	case "CancelIdlePolls":
 		o.CancelIdlePolls = nil
+	case "PanicPolicy":
+		o.PanicPolicy = nil
+	case "RequireDLQ":
+		o.RequireDLQ = nil
 	}
 	return o.describe() != before
 }

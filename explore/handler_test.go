@@ -232,6 +232,8 @@ func (r *run) planFor(p *proc, m *sqsconsumer.Message, rec *msgRec) plan {
 	switch pl.kind {
 	case bOverrun, bExtend:
 		pl.work = lease + time.Duration(u*float64(2*lease))
+	case bDrain:
+		pl.work = max(b.Work.D(), lease) * time.Duration(2+int(u*3))
 	case bIgnore:
 		pl.work = max(b.Work.D(), lease) * time.Duration(1+int(u*3))
 		pl.ignore = time.Duration(r.unit(tagWork, append(keys, 1)...) * float64(b.Ignore.D()))
@@ -248,18 +250,26 @@ func (r *run) planFor(p *proc, m *sqsconsumer.Message, rec *msgRec) plan {
 // for up to ignore more (a handler that ignores its cancelled context).
 // It reports whether ctx ended first, and whether it was ignored.
 func (r *run) wait(ctx context.Context, d, ignore time.Duration) (cancelled, ignored bool) {
+	cancelled, ignored, _ = r.waitDrain(ctx, d, ignore, nil)
+	return cancelled, ignored
+}
+
+// waitDrain is wait that also ends when drain closes (drained).
+func (r *run) waitDrain(ctx context.Context, d, ignore time.Duration, drain <-chan struct{}) (cancelled, ignored, drained bool) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	begun := time.Now()
 	select {
 	case <-t.C:
-		return false, false
+		return false, false, false
+	case <-drain:
+		return false, false, true
 	case <-r.abort:
-		return true, false
+		return true, false, false
 	case <-ctx.Done():
 	}
 	if ignore <= 0 {
-		return true, false
+		return true, false, false
 	}
 	rest := min(d-time.Since(begun), ignore)
 	t2 := time.NewTimer(max(rest, 0))
@@ -268,7 +278,18 @@ func (r *run) wait(ctx context.Context, d, ignore time.Duration) (cancelled, ign
 	case <-t2.C:
 	case <-r.abort:
 	}
-	return true, true
+	return true, true, false
+}
+
+var errDrained = errors.New("the explorer's handler saw the drain and checkpointed")
+
+// drained records that p's handler of message id returned RetryAfter(err,
+// 0) at the drain: its message must be visible at once.
+func (r *run) drained(p *proc, id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p.drainedAt[id] = r.seq.Add(1)
+	r.seen["did:drained"] = true
 }
 
 var errExplorer = errors.New("the explorer's handler failed")
@@ -280,8 +301,7 @@ func (r *run) handleOne(p *proc, ctx context.Context, m *sqsconsumer.Message) (e
 	panicked := true
 	defer func() {
 		if panicked {
-			res.kind, res.downstream = "panic", true
-			res.shutdown = isShutdown(ctx)
+			res = r.panicOutcome(ctx)
 		}
 		r.end(c, []result{res})
 	}()
@@ -292,10 +312,22 @@ func (r *run) handleOne(p *proc, ctx context.Context, m *sqsconsumer.Message) (e
 			r.saw("did:extended-its-lease")
 		}
 	}
-	cancelled, ignored := r.wait(ctx, pl.work, pl.ignore)
+	var drain <-chan struct{}
+	if pl.kind == bDrain {
+		drain = sqsconsumer.Draining(ctx)
+	}
+	cancelled, ignored, drained := r.waitDrain(ctx, pl.work, pl.ignore, drain)
 	res.ignored = ignored
 	if ignored {
 		r.saw("did:ignored-its-cancelled-context")
+	}
+	if drained {
+		r.drained(p, m.ID)
+		err = sqsconsumer.RetryAfter(errDrained, 0)
+		res = outcomeOf(ctx, err, false)
+		res.kind = "retry"
+		panicked = false
+		return err
 	}
 	if cancelled {
 		err = context.Cause(ctx)
@@ -348,7 +380,7 @@ func (r *run) handleBatch(p *proc, ctx context.Context, msgs []*sqsconsumer.Mess
 	defer func() {
 		if !done { // panicked: every member failed
 			for i := range res {
-				res[i] = result{kind: "panic", downstream: true, shutdown: isShutdown(ctx)}
+				res[i] = r.panicOutcome(ctx)
 			}
 		}
 		r.end(c, res)
@@ -363,9 +395,23 @@ func (r *run) handleBatch(p *proc, ctx context.Context, msgs []*sqsconsumer.Mess
 			_ = m.Lease.Extend(ctx, plans[i].extend)
 		}
 	}
-	cancelled, ignored := r.wait(ctx, work, ignore)
+	var drain <-chan struct{}
+	if slices.ContainsFunc(plans, func(pl plan) bool { return pl.kind == bDrain }) {
+		drain = sqsconsumer.Draining(ctx)
+	}
+	cancelled, ignored, drained := r.waitDrain(ctx, work, ignore, drain)
 	if ignored {
 		r.saw("did:ignored-its-cancelled-context")
+	}
+	if drained {
+		err := sqsconsumer.RetryAfter(errDrained, 0)
+		for i, m := range msgs {
+			r.drained(p, m.ID)
+			res[i] = outcomeOf(ctx, err, false)
+			res[i].kind = "retry"
+		}
+		done = true
+		return err
 	}
 	if cancelled {
 		err := context.Cause(ctx)
@@ -448,7 +494,7 @@ func (r *run) recorder(p *proc) sqsconsumer.Middleware {
 				defer r.mu.Unlock()
 				p.outer[m.ID]--
 				if panicked {
-					r.recordLocked(p, m.ID, result{kind: "panic", downstream: true, shutdown: isShutdown(ctx)})
+					r.recordLocked(p, m.ID, r.panicOutcome(ctx))
 				}
 			}()
 			err = next.HandleMessage(ctx, m)
@@ -460,6 +506,16 @@ func (r *run) recorder(p *proc) sqsconsumer.Middleware {
 			return err
 		})
 	}
+}
+
+// panicOutcome is the outcome of a handler that panicked: what the
+// scenario's panic policy (WithPanicPolicy) makes of it, or a failure.
+func (r *run) panicOutcome(ctx context.Context) result {
+	res := result{kind: "panic", downstream: true, shutdown: isShutdown(ctx)}
+	if pp := r.sc.Options.PanicPolicy; pp != nil && *pp == "permanent" {
+		res.kind, res.downstream = "permanent", false
+	}
+	return res
 }
 
 func isShutdown(ctx context.Context) bool {

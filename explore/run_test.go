@@ -171,6 +171,7 @@ type proc struct {
 	recvLog                    []string                   // the latest receives, for a report
 	startedAt                  map[string]time.Time       // message ID: EventStarted not yet followed by Succeeded or Failed
 	outcomeAt                  map[string]time.Time       // message ID: its latest EventSucceeded or EventFailed
+	drainedAt                  map[string]uint64          // message ID: when its handler returned RetryAfter(err, 0) at the drain
 }
 
 func (p *proc) name() string { return fmt.Sprintf("process %d", p.id) }
@@ -672,7 +673,7 @@ func (r *run) newProc(id int) (*proc, bool) {
 	sc := r.sc
 	p := &proc{r: r, id: id, done: make(chan struct{}), outer: map[string]int{}, inner: map[string]int{},
 		groupRunning: map[string]int{}, results: map[string][]result{}, calls: map[string]int{},
-		ownReleases: map[string][]time.Duration{}, startedAt: map[string]time.Time{}, outcomeAt: map[string]time.Time{}}
+		ownReleases: map[string][]time.Duration{}, startedAt: map[string]time.Time{}, outcomeAt: map[string]time.Time{}, drainedAt: map[string]uint64{}}
 	client := r.srv.Client(cheapCalls, func(o *sqs.Options) {
 		o.HTTPClient = &http.Client{Transport: &wire{r: r, p: p, base: r.srv.Transport()}}
 		if !sc.SDKRetries {
@@ -870,6 +871,22 @@ func (r *run) consumerConfig(p *proc) (sqsconsumer.Handler, []sqsconsumer.Option
 	}
 	if v := o.CancelIdlePolls; v != nil && *v {
 		opts = append(opts, sqsconsumer.WithCancelIdlePollsAtShutdown())
+	}
+	if v := o.PanicPolicy; v != nil {
+		kind := *v
+		opts = append(opts, sqsconsumer.WithPanicPolicy(func(ctx context.Context, m *sqsconsumer.Message, pe *sqsconsumer.PanicError) error {
+			r.saw("panic-policy:" + kind)
+			switch kind {
+			case "permanent":
+				return sqsconsumer.Permanent(pe)
+			case "retry":
+				return sqsconsumer.RetryAfter(pe, time.Second)
+			}
+			return pe
+		}))
+	}
+	if v := o.RequireDLQ; v != nil && *v {
+		opts = append(opts, sqsconsumer.WithRequireDeadLetterQueue())
 	}
 	return h, opts, nil
 }

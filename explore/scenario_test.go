@@ -47,9 +47,10 @@ const (
 	bIgnore    = "ignore"  // long work; ignores its cancelled context for a bounded time
 	bRelease   = "release" // releases its own lease (Lease.Release), returns nil
 	bExtend    = "extend"  // extends its own lease (Lease.Extend), then works on
+	bDrain     = "drain"   // long work that watches Draining: at the drain it returns RetryAfter(err, 0)
 )
 
-var behaviours = []string{bSucceed, bFail, bPermanent, bRetry, bPanic, bOverrun, bIgnore, bRelease, bExtend}
+var behaviours = []string{bSucceed, bFail, bPermanent, bRetry, bPanic, bOverrun, bIgnore, bRelease, bExtend, bDrain}
 
 // Event kinds.
 const (
@@ -139,6 +140,12 @@ type Options struct {
 	ShutdownTimeout *Dur        `json:"shutdown_timeout,omitempty"`
 	WaitTime        *Dur        `json:"wait_time,omitempty"`
 	CancelIdlePolls *bool       `json:"cancel_idle_polls,omitempty"`
+	// PanicPolicy is WithPanicPolicy's: "permanent" (the panic becomes
+	// Permanent), "retry" (RetryAfter 1 s), "error" (the *PanicError).
+	PanicPolicy *string `json:"panic_policy,omitempty"`
+	// RequireDLQ is WithRequireDeadLetterQueue: Run refuses a queue
+	// without a dead-letter queue.
+	RequireDLQ *bool `json:"require_dlq,omitempty"`
 }
 
 // Behaviour is what the handler does: each call draws a behaviour by
@@ -424,6 +431,12 @@ func drawScenario(seed uint64) Scenario {
 	if p(0.2) {
 		o.CancelIdlePolls = ptr(true)
 	}
+	if p(0.15) {
+		o.PanicPolicy = ptr([]string{"permanent", "retry", "error"}[rng.IntN(3)])
+	}
+	if p(0.1) {
+		o.RequireDLQ = ptr(true)
+	}
 
 	if p(0.5) {
 		sc.RTT = ms(1, 20)
@@ -460,7 +473,7 @@ func drawBehaviour(rng *rand.Rand, lease time.Duration) Behaviour {
 	case "permanent":
 		w[bSucceed], w[bPermanent], w[bFail] = 35, 60, 5
 	case "slow":
-		w[bSucceed], w[bOverrun], w[bIgnore], w[bExtend] = 50, 25, 15, 10
+		w[bSucceed], w[bOverrun], w[bIgnore], w[bExtend], w[bDrain] = 50, 25, 15, 10, 10
 	case "random":
 		for _, k := range behaviours {
 			if rng.IntN(2) == 0 {
