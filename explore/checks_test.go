@@ -53,7 +53,10 @@ func (r *run) checkReturn(p *proc) {
 				p.name(), took, bound, r.sc.shutdownTimeout(), bound-r.sc.shutdownTimeout()-5*time.Second, idle, r.tailLocked(p, 40))
 		}
 	}
-	noDLQ := r.sc.Options.RequireDLQ != nil && *r.sc.Options.RequireDLQ && r.sc.Options.DLQ == nil
+	// A Run cancelled before it read the queue, or whose read was
+	// faulted, never got to judge the queue.
+	noDLQ := r.sc.Options.RequireDLQ != nil && *r.sc.Options.RequireDLQ && r.sc.Options.DLQ == nil &&
+		!p.permanentFault && !(p.cancelled && p.receivesSent == 0)
 	switch {
 	case noDLQ && p.runErr == nil:
 		r.violateLocked(chkConflict, "%s: Run accepted a queue without a dead-letter queue under WithRequireDeadLetterQueue", p.name())
@@ -428,7 +431,7 @@ func (r *run) checkEventsLocked(p *proc, byMsg map[string][]*handleRec) {
 				return rc.ReceiptHandle != e.handle && !rc.At.After(e.at) && rc.At.After(found.at.Add(-time.Hour)) && r.handles[rc.ReceiptHandle] != nil &&
 					r.handles[rc.ReceiptHandle].seq > r.handleSeq(e.handle)
 			})
-			if ok && !(st.Deleted && !st.DeletedAt.After(e.at)) && !superseded {
+			if ok && !(st.Deleted && !st.DeletedAt.After(e.at)) && !(st.MovedToDLQ && !st.MovedAt.After(e.at)) && !superseded {
 				r.violateLocked(chkEvents, "%s: deleted of %s at %v, but the server has not deleted it (deleted %v at %v)", p.name(), r.label(e.msg), r.at(e.at), st.Deleted, r.at(st.DeletedAt))
 			}
 		}
@@ -567,7 +570,19 @@ func (r *run) outcomesSinceLocked(p *proc, t time.Time) string {
 			}
 		}
 	}
-	return fmt.Sprintf("      outcomes since %v: %v", r.at(t), kinds)
+	// The Consumer's own failures too: a Batch member that failed before
+	// its batch ran reaches no handler of the explorer's.
+	failed := map[string]int{}
+	for _, e := range p.events {
+		if e.kind == sqsconsumer.EventFailed && !e.at.Before(t) && e.err != nil {
+			msg := e.err.Error()
+			if len(msg) > 80 {
+				msg = msg[:80]
+			}
+			failed[msg]++
+		}
+	}
+	return fmt.Sprintf("      outcomes since %v: %v; the Consumer's EventFailed since: %v", r.at(t), kinds, failed)
 }
 
 // healthEvery is how often the driver reads each Consumer's Health.

@@ -1087,7 +1087,10 @@ func (r *run) callAnswered(p *proc, action string, sent uint64, entries []handle
 	}
 	ok := resp.StatusCode == http.StatusOK
 	if ok && delivered {
-		if p.firstAnswer.IsZero() {
+		// The calls whose answers the Consumer counts for Health: the
+		// source queue's attributes, receives, visibility changes,
+		// deletes (not the dead-letter queue's check, nor a move).
+		if p.firstAnswer.IsZero() && action != "SendMessage" && (action != "GetQueueAttributes" || single.QueueURL == r.url) {
 			p.firstAnswer = now
 		}
 		switch action {

@@ -145,7 +145,7 @@ func (w *wire) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	var entries []handleEntry
 	var single singleRequest
-	if isHandleCall(action) || action == "SendMessage" {
+	if isHandleCall(action) || action == "SendMessage" || action == "GetQueueAttributes" {
 		entries, single = parseHandles(action, body)
 	}
 	callNo := r.callSent(p, action)
@@ -243,7 +243,7 @@ func (w *wire) RoundTrip(req *http.Request) (*http.Response, error) {
 func parseHandles(action string, body []byte) ([]handleEntry, singleRequest) {
 	var single singleRequest
 	switch action {
-	case "DeleteMessage", "ChangeMessageVisibility", "SendMessage":
+	case "DeleteMessage", "ChangeMessageVisibility", "SendMessage", "GetQueueAttributes":
 		_ = json.Unmarshal(body, &single)
 		if single.ReceiptHandle != "" {
 			return []handleEntry{{ID: "", ReceiptHandle: single.ReceiptHandle, Visibility: single.Visibility}}, single
