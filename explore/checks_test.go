@@ -57,13 +57,17 @@ func (r *run) checkReturn(p *proc) {
 	// faulted, never got to judge the queue.
 	noDLQ := r.sc.Options.RequireDLQ != nil && *r.sc.Options.RequireDLQ && r.sc.Options.DLQ == nil &&
 		!p.permanentFault && !(p.cancelled && p.receivesSent == 0)
+	refusedForDLQ := r.sc.Options.RequireDLQ != nil && *r.sc.Options.RequireDLQ && r.sc.Options.DLQ == nil &&
+		errors.Is(p.runErr, sqsconsumer.ErrInvalidOption) && strings.Contains(p.runErr.Error(), "WithRequireDeadLetterQueue")
 	switch {
+	case refusedForDLQ:
+		r.seen["refused-at-run:require-dlq"] = true
 	case noDLQ && p.runErr == nil:
 		r.violateLocked(chkConflict, "%s: Run accepted a queue without a dead-letter queue under WithRequireDeadLetterQueue", p.name())
 	case noDLQ && !errors.Is(p.runErr, sqsconsumer.ErrInvalidOption):
 		r.violateLocked(chkConflict, "%s: under WithRequireDeadLetterQueue Run refused a queue without a dead-letter queue with %v, which does not wrap ErrInvalidOption", p.name(), p.runErr)
 	case noDLQ:
-		r.seen["refused-at-run:require-dlq"] = true
+		r.violateLocked(chkConflict, "%s: under WithRequireDeadLetterQueue Run refused a queue without a dead-letter queue with %v, which does not name the option", p.name(), p.runErr)
 	case p.runErr != nil && !p.permanentFault:
 		r.violateLocked(chkRunErr, "%s: Run returned %v with no permanent error injected", p.name(), p.runErr)
 	case p.runErr == nil && !p.cancelled:
@@ -687,11 +691,21 @@ func (r *run) judgeHealth(p *proc, h sqsconsumer.Health, st sqsconsumer.Stats) {
 	// Not paused, the breaker closed, room for more, and nothing received
 	// for a long while: receiving has stopped.
 	idle := 60*time.Second + r.sc.pollWait() + time.Duration(r.sc.QueueWait)*time.Second
-	if !p.paused && !p.permanentFault && now.Sub(p.pauseChanged) > idle && (h.Breaker == "" || h.Breaker == "closed") &&
-		now.Sub(p.started) > idle && now.Sub(p.lastReceive) > idle && r.receiving[p.id] == 0 &&
-		st.Running+st.Waiting+st.Asked < r.sc.concurrency() && !faultSince(now.Add(-idle)) {
-		r.violateLocked(chkReceiving, "%s: at %v not paused, breaker %q, %d running and %d waiting of %d slots, but no receive sent since %v (Paused() = %v)",
-			p.name(), r.at(now), h.Breaker, st.Running, st.Waiting, r.sc.concurrency(), r.at(p.lastReceive), p.c.Paused())
+	// Room is judged at two polls in a row (a slot that frees at this
+	// very instant has not had its receive sent yet), and no receive went
+	// out since the first of them.
+	room := !p.paused && !p.permanentFault && (h.Breaker == "" || h.Breaker == "closed") &&
+		st.Running+st.Waiting+st.Asked < r.sc.concurrency()
+	roomSince := p.roomSince
+	if !room {
+		p.roomSince = time.Time{}
+	} else if p.roomSince.IsZero() {
+		p.roomSince = now
+	}
+	if room && !roomSince.IsZero() && p.lastReceive.Before(roomSince) && now.Sub(p.pauseChanged) > idle &&
+		now.Sub(p.started) > idle && now.Sub(p.lastReceive) > idle && r.receiving[p.id] == 0 && !faultSince(now.Add(-idle)) {
+		r.violateLocked(chkReceiving, "%s: at %v not paused, breaker %q, %d running, %d waiting and %d asked for of %d slots, but no receive sent since %v (Paused() = %v; receives ended %v)",
+			p.name(), r.at(now), h.Breaker, st.Running, st.Waiting, st.Asked, r.sc.concurrency(), r.at(p.lastReceive), p.c.Paused(), p.recvLog)
 	}
 	_ = strconv.Itoa
 }

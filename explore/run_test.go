@@ -172,6 +172,7 @@ type proc struct {
 	startedAt                  map[string]time.Time       // message ID: EventStarted not yet followed by Succeeded or Failed
 	outcomeAt                  map[string]time.Time       // message ID: its latest EventSucceeded or EventFailed
 	drainedAt                  map[string]uint64          // message ID: when its handler returned RetryAfter(err, 0) at the drain
+	roomSince                  time.Time                  // the first of the Health polls in a row that saw a free slot
 }
 
 func (p *proc) name() string { return fmt.Sprintf("process %d", p.id) }
