@@ -246,15 +246,10 @@ func (r *run) planFor(p *proc, m *sqsconsumer.Message, rec *msgRec) plan {
 	return pl
 }
 
-// wait works for d, or until ctx ends; then, if ignore > 0, it goes on
-// for up to ignore more (a handler that ignores its cancelled context).
-// It reports whether ctx ended first, and whether it was ignored.
-func (r *run) wait(ctx context.Context, d, ignore time.Duration) (cancelled, ignored bool) {
-	cancelled, ignored, _ = r.waitDrain(ctx, d, ignore, nil)
-	return cancelled, ignored
-}
-
-// waitDrain is wait that also ends when drain closes (drained).
+// waitDrain works for d, or until ctx ends or drain closes (drained);
+// then, if ctx ended and ignore > 0, it goes on for up to ignore more (a
+// handler that ignores its cancelled context). It reports whether ctx
+// ended first, and whether it was ignored.
 func (r *run) waitDrain(ctx context.Context, d, ignore time.Duration, drain <-chan struct{}) (cancelled, ignored, drained bool) {
 	t := time.NewTimer(d)
 	defer t.Stop()
