@@ -10,6 +10,7 @@ import (
 
 	"github.com/sqskit/sqsconsumer/ecsprotect"
 
+	"github.com/sqskit/sqsconsumer/internal/broken"
 	healthprobe "github.com/sqskit/sqsconsumer/internal/probe"
 	"github.com/sqskit/sqsconsumer/internal/scaling"
 	"github.com/sqskit/sqsconsumer/internal/share"
@@ -379,7 +380,7 @@ func (c *Consumer) Resume() {
 	}
 	c.pause.on.Store(false)
 	stamp(&c.progress.resumed)
-	if r := c.runOf(); r != nil {
+	if r := c.runOf(); r != nil && !broken.Is(broken.ResumeKeepsFlowPaused) {
 		r.resume()
 	}
 	c.ev.log(slog.LevelInfo, "sqsconsumer: resumed")

@@ -15,6 +15,8 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
+
+	"github.com/sqskit/sqsconsumer/internal/broken"
 )
 
 // Sentinel errors. Match them with errors.Is; a handler's context reports
@@ -253,6 +255,8 @@ func outcomeOf(err error, leaseErr error, shutdown bool) outcomeKind {
 	switch {
 	case err == nil:
 		return outcomeSuccess
+	case broken.Is(broken.BreakerCountsNeutral):
+		return outcomeFailure
 	case leaseErr != nil, shutdown,
 		errors.Is(err, ErrLeaseLost), errors.Is(err, ErrLeaseExpired), errors.Is(err, ErrLeaseCeiling), errors.Is(err, ErrShutdown),
 		errors.Is(err, errEarlierFailed), errors.Is(err, errRetryRequested),

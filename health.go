@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/sqskit/sqsconsumer/internal/broken"
 	healthprobe "github.com/sqskit/sqsconsumer/internal/probe"
 	"github.com/sqskit/sqsconsumer/internal/share"
 )
@@ -282,6 +283,9 @@ func health(s *settings, p *progress, member *share.Member, r *run, paused bool,
 	// Paused, a Consumer hears from SQS only while it renews running
 	// handlers' leases: without any, silence is the pause, not a stall.
 	last := max(p.receive.Load(), p.renewal.Load(), p.delete.Load(), p.resumed.Load())
+	if broken.Is(broken.HealthIgnoresReceives) {
+		last = max(p.renewal.Load(), p.delete.Load(), p.resumed.Load())
+	}
 	if idle := now.Sub(time.Unix(0, last)); closed && (!paused || h.Running > 0) && idle > lim.stall() {
 		msg := fmt.Sprintf("no ReceiveMessage, visibility change or delete was answered by SQS for %v (limit %v)", idle.Round(time.Second), lim.stall())
 		if e := p.recvErr.Load(); e != nil {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/sqskit/sqsconsumer/internal/broken"
 )
 
 // heartbeatInterval is the rule for how often a lease renews: every
@@ -164,7 +166,10 @@ func (l *Lease) renew(bg context.Context, now time.Time, p step, h heldHandle, f
 	l.asked = true
 	l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(bg, callTimeout)
-	err := l.cfg.calls.changeVisibility(ctx, h.handle, int32(p.renewFor/time.Second))
+	var err error
+	if !broken.Is(broken.RenewalWithoutCall) {
+		err = l.cfg.calls.changeVisibility(ctx, h.handle, int32(p.renewFor/time.Second))
+	}
 	cancel()
 	if bg.Err() != nil {
 		return true // stopped

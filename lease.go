@@ -12,6 +12,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqskit/sqsconsumer/internal/broken"
 )
 
 // ceilingMargin keeps a clipped renewal this far inside the maximum lease
@@ -551,6 +553,9 @@ func (l *Lease) Release(ctx context.Context, after time.Duration) error {
 	}
 	if err := l.beginSettle(false); err != nil {
 		return err
+	}
+	if broken.Is(broken.ReleaseReportedEarly) {
+		l.emit(EventReleased, after, nil)
 	}
 	var set time.Duration
 	return l.settleWithRetry(ctx, "ChangeMessageVisibility", func(cctx context.Context, handle string) error {

@@ -66,7 +66,7 @@ func (r *run) poll() {
 			r.fail(firstContactError(r.queueURL, why, err), "sqsconsumer: the first receive cannot succeed; shutting down")
 			return
 		}
-		if classify(err) == kindPermanent {
+		if classify(err) == kindPermanent || broken.Is(broken.TransientReceiveFatal) {
 			r.fail(err, "sqsconsumer: permanent receive error; shutting down")
 			return
 		}
@@ -311,7 +311,7 @@ func (r *run) deliver(raw types.Message, handedOver, arrived time.Time, cfg *lea
 			v = pv
 			break
 		}
-		if !(prev.lease.settled() && !prev.inHandler.Load()) {
+		if !(prev.lease.settled() && !prev.inHandler.Load()) && !broken.Is(broken.AdoptionSkipped) {
 			// Still held here. (A delivery whose handler has returned
 			// and whose message SQS has confirmed released or deleted
 			// is only being finished: a new receive of it is a new

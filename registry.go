@@ -6,6 +6,7 @@ import (
 
 	"github.com/sqskit/sqsconsumer/ecsprotect"
 
+	"github.com/sqskit/sqsconsumer/internal/broken"
 	"github.com/sqskit/sqsconsumer/internal/fifo"
 )
 
@@ -115,7 +116,7 @@ func (g *registry) leave(d *delivery, done bool) (next *delivery, back []*delive
 		delete(g.byID, d.msg.ID)
 	}
 	if g.ordered(d) {
-		next, _, back = g.order.Leave(d.msg.GroupID, d, done)
+		next, _, back = g.order.Leave(d.msg.GroupID, d, done || broken.Is(broken.FIFOHandBackSkipped))
 	}
 	return next, back
 }

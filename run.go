@@ -240,6 +240,9 @@ func (r *run) makeFlow(paused *atomic.Bool) {
 		paused:   paused, member: r.member,
 		// A FIFO queue's registry orders each group already.
 		fair: !r.reg.fifo && !r.s.fifoDispatch, groupLimit: r.s.groupLimit}
+	if broken.Is(broken.GroupLimitIgnored) {
+		fc.groupLimit = 0
+	}
 	if r.batch != nil {
 		fc.burst = r.batch.maxSize()
 	}
@@ -292,7 +295,9 @@ func (r *run) run(ctx context.Context) error {
 	if broken.Is(broken.ShutdownStrandsReceive) {
 		r.fl.closeLanes()
 	}
-	r.workers.Wait()
+	if !broken.Is(broken.RunSkipsHandlers) {
+		r.workers.Wait()
+	}
 	// The breaker's goroutines, the scaler and the quota's reads: none
 	// starts after shutdown stopped the breaker and runCtx ended, or after
 	// the pollers returned.
@@ -336,6 +341,12 @@ func (r *run) shutdown() {
 	running, _, _, _ := r.fl.snapshot()
 	r.log(slog.LevelInfo, "sqsconsumer: shutting down: receiving stopped, unstarted messages released, running handlers have the shutdown timeout to finish",
 		"running", running, "released_unstarted", len(unstarted), "receives_in_flight", r.fl.receivesInFlight(), "shutdown_timeout", r.s.shutdownTimeout.String())
+	if broken.Is(broken.ShutdownKeepsUnstarted) {
+		for _, d := range unstarted {
+			r.finish(d, false, false, nil) // left to SQS, hidden for the rest of its lease
+		}
+		unstarted = nil
+	}
 	r.handBack(unstarted)
 
 	done := r.reg.idle()
@@ -349,6 +360,9 @@ func (r *run) shutdown() {
 	r.log(slog.LevelWarn, "sqsconsumer: shutdown timeout reached; cancelling running handlers", "running", len(r.inHandler()))
 	for _, d := range r.reg.all() {
 		d.lease.abort(ErrShutdown)
+	}
+	if broken.Is(broken.RunSkipsHandlers) {
+		return
 	}
 	warn := time.NewTicker(max(r.cfg.interval, time.Second))
 	defer warn.Stop()

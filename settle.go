@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/sqskit/sqsconsumer/internal/broken"
 )
 
 // settleAction is what the settle door does with a delivery's message.
@@ -129,6 +131,9 @@ func (r *run) settle(d *delivery, err error, ran bool) (next *delivery) {
 		}
 	}
 	act, after := decide(in)
+	if broken.Is(broken.DeleteFailed) && ran && act == actRelease {
+		act = actDelete
+	}
 	r.throttleOutcome(kind, d, after)
 	switch {
 	case !ran:
@@ -312,7 +317,7 @@ func (r *run) finish(d *delivery, done, ran bool, doneErr error) {
 	r.stats.notVisible(inFlight+d.retryAfter, ran)
 	if ran {
 		r.stats.settled(inFlight, d.lease.renewalCount())
-	} else {
+	} else if !broken.Is(broken.StatsSkipUnstarted) {
 		r.stats.unstarted()
 	}
 	r.observe(EventDone, d, doneErr)

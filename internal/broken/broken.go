@@ -18,7 +18,44 @@ type Mode uint8
 // check in the explorer that must catch it.
 const (
 	none Mode = iota
-	// modes are added below, one line each
+	// DeleteFailed deletes a message whose handler failed (settle.go).
+	DeleteFailed
+	// FIFOHandBackSkipped lets the next message of a FIFO group start
+	// after an earlier one was not done, instead of handing the rest of
+	// the group back (registry.go, leave).
+	FIFOHandBackSkipped
+	// ReleaseReportedEarly reports EventReleased before the release's
+	// call is made (lease.go, Release).
+	ReleaseReportedEarly
+	// RenewalWithoutCall reports a renewal without making its call
+	// (heartbeat.go, renew).
+	RenewalWithoutCall
+	// AdoptionSkipped runs a redelivery of a message still handled here
+	// as a delivery of its own, beside the first (receive.go, deliver).
+	AdoptionSkipped
+	// HealthIgnoresReceives judges the stall limit without the receives'
+	// answers, so an idle Consumer turns unhealthy (health.go).
+	HealthIgnoresReceives
+	// BreakerCountsNeutral counts every handler error as a failure of
+	// the downstream (breaker.go, outcomeOf).
+	BreakerCountsNeutral
+	// ShutdownKeepsUnstarted ends the shutdown's unstarted deliveries
+	// without releasing their messages (run.go, shutdown).
+	ShutdownKeepsUnstarted
+	// RunSkipsHandlers lets the shutdown stop waiting for handlers that
+	// outlive their cancelled context (run.go, shutdown and run).
+	RunSkipsHandlers
+	// GroupLimitIgnored drops WithGroupLimit's cap (run.go, makeFlow).
+	GroupLimitIgnored
+	// StatsSkipUnstarted leaves the deliveries that never started out of
+	// Stats.ReleasedUnstarted (settle.go, finish).
+	StatsSkipUnstarted
+	// ResumeKeepsFlowPaused lets Resume clear Paused() but leave the
+	// flow paused, so nothing is received again (consumer.go, Resume).
+	ResumeKeepsFlowPaused
+	// TransientReceiveFatal ends Run on a receive error that can heal
+	// (throttling, 5xx) as on a permanent one (receive.go, poll).
+	TransientReceiveFatal
 
 	// FIFOBatchShutdownHang (issue 35 case 2): a Batch handler's batch
 	// (without middleware) that fails on a FIFO queue leaves the later
@@ -56,6 +93,34 @@ const (
 
 	modes
 )
+
+var names = [...]string{
+	DeleteFailed:           "delete-failed",
+	FIFOHandBackSkipped:    "fifo-hand-back-skipped",
+	ReleaseReportedEarly:   "release-reported-early",
+	RenewalWithoutCall:     "renewal-without-call",
+	AdoptionSkipped:        "adoption-skipped",
+	HealthIgnoresReceives:  "health-ignores-receives",
+	BreakerCountsNeutral:   "breaker-counts-neutral",
+	ShutdownKeepsUnstarted: "shutdown-keeps-unstarted",
+	RunSkipsHandlers:       "run-skips-handlers",
+	GroupLimitIgnored:      "group-limit-ignored",
+	StatsSkipUnstarted:     "stats-skip-unstarted",
+	ResumeKeepsFlowPaused:  "resume-keeps-flow-paused",
+	TransientReceiveFatal:  "transient-receive-fatal",
+	FIFOBatchShutdownHang:  "fifo-batch-shutdown-hang",
+	BatchShutdownBackoff:   "batch-shutdown-backoff",
+	ShutdownStrandsReceive: "shutdown-strands-receive",
+	UnguardedBodies:        "unguarded-bodies",
+}
+
+// String is the mode's name, as a control's name.
+func (m Mode) String() string {
+	if int(m) < len(names) && names[m] != "" {
+		return names[m]
+	}
+	return "none"
+}
 
 var on atomic.Uint64 // bit m set: Mode m is on
 
