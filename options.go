@@ -643,6 +643,7 @@ func WithAdaptiveVisibility(lo, hi time.Duration) Option {
 // Default: off.
 func WithBreaker(b Breaker) Option {
 	return option(func(s *settings) {
+		b := b // each application fills in its own copy: the Option may be shared
 		if b.Failures == 0 {
 			b.Failures = defaultBreakerFailures
 		}
@@ -719,6 +720,7 @@ func WithScalingTarget(wait time.Duration) Option {
 // the same settings and work, compute about the same figure.
 func WithScaling(p ScalingPolicy) Option {
 	return option(func(s *settings) {
+		p := p // each application fills in its own copy: the Option may be shared
 		if p.Interval == 0 {
 			p.Interval = DefaultScalingInterval
 		}
