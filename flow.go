@@ -110,6 +110,9 @@ type flow[T ticketed] struct {
 	pollers   int             // poller goroutines started
 	idle      int             // pollers parked on kick
 	recvSince []time.Duration // when each receive in flight was sent (since epoch)
+	// recvEnded is closed once the flow is stopped and no receive is in
+	// flight (receivesEnded); nil until asked for.
+	recvEnded chan struct{}
 	kick      chan struct{}
 
 	// The pollers are the Consumer's lanes: between receives they make its
@@ -697,6 +700,7 @@ func (f *flow[T]) begin() {
 func (f *flow[T]) stop() []T {
 	f.mu.Lock()
 	f.stopped = true
+	f.endedLocked()
 	if f.timer != nil {
 		f.timer.Stop()
 	}

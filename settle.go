@@ -162,6 +162,15 @@ func (r *run) settle(d *delivery, err error, ran bool) (next *delivery) {
 		r.logFailure(d, err, actRelease, after) // the move failed: an ordinary failure after all
 		fallthrough
 	case actRelease:
+		if after < r.pollWait && r.shuttingDown() {
+			// A receive of this Consumer still in flight (they end
+			// within their wait: none starts in the shutdown) would
+			// take the message as soon as it is visible and hand it
+			// back, once per poll, each receive counted towards the
+			// queue's maxReceiveCount. It waits for them, its lease
+			// still renewed.
+			<-r.fl.receivesEnded()
+		}
 		if rerr := l.Release(ctx, after); rerr != nil {
 			what := "could not set the failed message's retry visibility"
 			if !ran {
