@@ -145,14 +145,18 @@ func (c *stallConn) Close() error {
 }
 
 // tracing is an HTTP client that adds the stall's trace to every request
-// (a shallow copy: the body is the SDK's, as it was).
+// (a shallow copy: the body is the SDK's, as it was). Each request gets a
+// copy of the trace: WithClientTrace composes the one it is given with the
+// Consumer's own (inflight.go) by writing into it, and the Consumer's
+// calls run at once.
 type tracing struct {
 	next  aws.HTTPClient
 	trace *httptrace.ClientTrace
 }
 
 func (t tracing) Do(req *http.Request) (*http.Response, error) {
-	return t.next.Do(req.WithContext(httptrace.WithClientTrace(req.Context(), t.trace)))
+	trace := *t.trace
+	return t.next.Do(req.WithContext(httptrace.WithClientTrace(req.Context(), &trace)))
 }
 
 // stallClient returns an sqstest server over plain HTTP on loopback, a
