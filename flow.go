@@ -708,6 +708,31 @@ func (f *flow[T]) stop() []T {
 	return f.takeReady()
 }
 
+// receivesEnded returns a channel that is closed once the flow is stopped
+// (no receive starts any more) and no receive is in flight: from then on
+// none of the Consumer's receives can take a message it hands back.
+func (f *flow[T]) receivesEnded() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.recvEnded == nil {
+		f.recvEnded = make(chan struct{})
+		f.endedLocked()
+	}
+	return f.recvEnded
+}
+
+// endedLocked closes recvEnded, once, when it is due.
+func (f *flow[T]) endedLocked() {
+	if f.recvEnded == nil || !f.stopped || len(f.recvSince) > 0 {
+		return
+	}
+	select {
+	case <-f.recvEnded:
+	default:
+		close(f.recvEnded)
+	}
+}
+
 // pause stops receiving and starting messages until resume, and returns
 // the ready messages, which will not start (they count as waiting until
 // they leave).
