@@ -442,3 +442,39 @@ func TestShutdownHandsBackAfterItsReceives(t *testing.T) {
 		require.Equal(t, 1, b.state(t, late).ReceiveCount, "the late one was received in the drain")
 	})
 }
+
+// A receive that hangs past its wait (a half-open connection) does not
+// hold a drained message beyond the shutdown budget: the release waits
+// for the receives in flight at most until the budget's end, when every
+// answer due within its long-poll wait has come, and is sent then, before
+// the hard stop would make it fail (the message would stay hidden until
+// its lease ran out).
+func TestShutdownHungReceiveBoundsTheWait(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		id := b.send(t, 1)[0]
+		job := &longJob{d: time.Hour}
+		started := make(chan struct{}, 1)
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			started <- struct{}{}
+			return job.run(ctx)
+		}), WithVisibilityTimeout(30*time.Second), WithShutdownTimeout(2*time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		<-started
+		b.srv.DelayNext("ReceiveMessage", 1, time.Hour) // the next receive hangs
+		time.Sleep(5 * time.Second)                     // the poll in flight (a 2 s wait) ends, the next one hangs
+		begin := time.Now()
+		require.NoError(t, stop())
+		// Run waits for the hung receive until its own deadline (its wait
+		// plus receiveCallTimeout after it was sent), as before.
+		require.LessOrEqual(t, time.Since(begin), 2*time.Second+receiveCallTimeout)
+		st := b.state(t, id)
+		release := st.VisibilityChanges[len(st.VisibilityChanges)-1]
+		require.Zero(t, release.Timeout)
+		require.Empty(t, release.Err)
+		require.Equal(t, begin.Add(2*time.Second), release.At.Truncate(time.Second), "at the budget's end")
+		require.False(t, st.InFlight)
+	})
+}
