@@ -201,7 +201,8 @@ func (c *Consumer) QueueURL() string { return c.queueURL }
 // messages are released (visibility 0). Messages whose handlers have not
 // started are released too, and so is every message a handler hands back
 // during the shutdown, but only once the last receive in flight has
-// returned (their leases renewed until then), unless they are to stay
+// returned (their leases renewed until then; at the latest when the
+// shutdown timeout ends, should a receive hang), unless they are to stay
 // invisible for longer than the long-poll wait: released earlier, a
 // message would be taken again by a receive still in flight and handed
 // back, once per poll, each receive counted towards the queue's
