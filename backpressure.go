@@ -104,6 +104,7 @@ const (
 // refuses them otherwise, naming both options.
 func WithAdaptiveConcurrency(a AdaptiveConcurrency) Option {
 	return option(func(s *settings) {
+		a := a // each application fills in its own copy: the Option may be shared
 		if a.Floor == 0 {
 			a.Floor = 1
 		}

@@ -214,9 +214,15 @@ func (c *Consumer) QueueURL() string { return c.queueURL }
 // never cancels one in flight, which may already hold messages (they would
 // stay invisible for a whole lease); such a receive returns within its
 // long-poll wait, which is never longer than the shutdown timeout, and its
-// messages are released at once (visibility 0; another receive still in
-// flight may take such a message once more, and release it too). Messages
-// whose handlers have not started are released too, and running handlers
+// messages are released (visibility 0). Messages whose handlers have not
+// started are released too, and so is every message a handler hands back
+// during the shutdown, but only once the last receive in flight has
+// returned (their leases renewed until then; at the latest when the
+// shutdown timeout ends, should a receive hang), unless they are to stay
+// invisible for longer than the long-poll wait: released earlier, a
+// message would be taken again by a receive still in flight and handed
+// back, once per poll, each receive counted towards the queue's
+// maxReceiveCount. Running handlers
 // get the shutdown timeout to finish while their leases stay renewed; then
 // their contexts are cancelled with ErrShutdown and, unless they succeed,
 // their messages are released. Calls to SQS still pending one call timeout

@@ -8,8 +8,10 @@ import "context"
 // From then on no message starts, and the running handlers have the
 // shutdown timeout (WithShutdownTimeout) before their contexts are
 // cancelled with ErrShutdown. A long job can watch it, checkpoint, and
-// return RetryAfter(err, 0): its message is released at once (visibility
-// 0) rather than held until the budget's end and cut there.
+// return RetryAfter(err, 0): its message is released (visibility 0) as
+// soon as the Consumer's receives in flight have returned (within the
+// long-poll wait, see Consumer.Run; at once when none is in flight) rather
+// than held until the budget's end and cut there.
 //
 //	select {
 //	case <-sqsconsumer.Draining(ctx):

@@ -111,6 +111,9 @@ type flow[T ticketed] struct {
 	pollers   int             // poller goroutines started
 	idle      int             // pollers parked on kick
 	recvSince []time.Duration // when each receive in flight was sent (since epoch)
+	// recvEnded is closed once the flow is stopped and no receive is in
+	// flight (receivesEnded); nil until asked for.
+	recvEnded chan struct{}
 	kick      chan struct{}
 
 	// The pollers are the Consumer's lanes: between receives they make its
@@ -703,11 +706,37 @@ func (f *flow[T]) begin() {
 func (f *flow[T]) stop() []T {
 	f.mu.Lock()
 	f.stopped = true
+	f.endedLocked()
 	if f.timer != nil {
 		f.timer.Stop()
 	}
 	f.mu.Unlock()
 	return f.takeReady()
+}
+
+// receivesEnded returns a channel that is closed once the flow is stopped
+// (no receive starts any more) and no receive is in flight: from then on
+// none of the Consumer's receives can take a message it hands back.
+func (f *flow[T]) receivesEnded() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.recvEnded == nil {
+		f.recvEnded = make(chan struct{})
+		f.endedLocked()
+	}
+	return f.recvEnded
+}
+
+// endedLocked closes recvEnded, once, when it is due.
+func (f *flow[T]) endedLocked() {
+	if f.recvEnded == nil || !f.stopped || len(f.recvSince) > 0 {
+		return
+	}
+	select {
+	case <-f.recvEnded:
+	default:
+		close(f.recvEnded)
+	}
 }
 
 // capacityNow is capacity under the flow's lock, for the scaling signal.

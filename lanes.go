@@ -71,9 +71,10 @@ func (f *flow[T]) endReceiveLocked(sent time.Time) {
 	for i, s := range f.recvSince {
 		if s == at {
 			f.recvSince = append(f.recvSince[:i], f.recvSince[i+1:]...)
-			return
+			break
 		}
 	}
+	f.endedLocked()
 }
 
 // stuckLocked reports whether every poller that may make a call is busy

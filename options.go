@@ -657,6 +657,7 @@ func WithAdaptiveVisibility(lo, hi time.Duration) Option {
 // Default: off.
 func WithBreaker(b Breaker) Option {
 	return option(func(s *settings) {
+		b := b // each application fills in its own copy: the Option may be shared
 		if b.Failures == 0 {
 			b.Failures = defaultBreakerFailures
 		}
@@ -744,6 +745,7 @@ func WithScaling(p ScalingPolicy) Option { return scalingOption("WithScaling", p
 // not both be given.
 func scalingOption(name string, p ScalingPolicy) Option {
 	return option(func(s *settings) {
+		p := p // each application fills in its own copy: the Option may be shared
 		if s.scalingBy != "" && s.scalingBy != name {
 			s.fail("WithScaling and WithScalingTarget cannot be combined: WithScalingTarget is WithScaling with every field but Target at its default, so whichever came last would silently replace the other's policy; give one WithScaling with the Target")
 			return

@@ -110,9 +110,12 @@ type run struct {
 
 	// stopping is set at shutdown: no handler starts any more. paused is
 	// the Consumer's paused state (pauseState.on), which only Pause and
-	// Resume write; set by makeFlow.
-	stopping atomic.Bool
-	paused   *atomic.Bool
+	// Resume write; set by makeFlow. budgetEnd is when the shutdown
+	// budget ends: written once before stopping is set, read only after
+	// stopping is seen set.
+	stopping  atomic.Bool
+	paused    *atomic.Bool
+	budgetEnd time.Time
 
 	// drain is closed when the shutdown begins (Draining); handlerBase,
 	// which carries it, is the parent of every handler's context. Set by
@@ -327,6 +330,7 @@ func (r *run) shutdown() {
 	}
 	r.bp.stop() // no more wakes at a pause's end
 	r.cancelProbe()
+	r.budgetEnd = begun.Add(r.s.shutdownTimeout)
 	r.stopping.Store(true)
 	r.beginDrain() // Draining: running handlers may hand their messages back early
 	if r.batch != nil {

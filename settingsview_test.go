@@ -15,6 +15,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -98,6 +99,42 @@ func TestOptionsBundlePlatformAndTeam(t *testing.T) {
 }
 
 // LeaseOptions configures NewLease, and New too.
+// An Option holds no state: one value (a platform's bundle) applied by
+// many New calls, one after another or at once, gives each Consumer the
+// same settings and a copy of its own. WithBreaker, WithScaling and
+// WithAdaptiveConcurrency once filled their defaults into the value they
+// captured: ScalingPolicy's ScaleInAfter -1 (none) then became 0 at the
+// first New and DefaultScaleInAfter at the second, every Consumer shared
+// one *Breaker and one *ScalingPolicy, and concurrent News raced (seen by
+// -race).
+func TestOptionsSharedAcrossNews(t *testing.T) {
+	t.Parallel()
+	shared := Options(
+		WithConcurrency(20),
+		WithBreaker(Breaker{Ratio: 0.5}),
+		WithScaling(ScalingPolicy{Target: time.Minute, ScaleInAfter: -1}),
+		WithAdaptiveConcurrency(AdaptiveConcurrency{}),
+	)
+	const n = 4
+	cs := make([]*Consumer, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range cs {
+		wg.Go(func() { cs[i], errs[i] = New(&sqs.Client{}, testQueueURL, noop, shared) })
+	}
+	wg.Wait()
+	c, err := New(&sqs.Client{}, testQueueURL, noop, shared) // after the others
+	require.NoError(t, err)
+	for i := range cs {
+		require.NoError(t, errs[i])
+		require.Equal(t, c.Settings(), cs[i].Settings(), "Consumer %d", i)
+		require.NotSame(t, c.s.breaker, cs[i].s.breaker)
+		require.NotSame(t, c.s.scaling, cs[i].s.scaling)
+	}
+	require.Zero(t, c.Settings().Scaling.ScaleInAfter, "ScaleInAfter -1: none, at every New")
+	require.Equal(t, 1, c.Settings().AdaptiveConcurrency.Floor)
+}
+
 func TestLeaseOptionsBundle(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {

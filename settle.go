@@ -167,6 +167,9 @@ func (r *run) settle(d *delivery, err error, ran bool) (next *delivery) {
 		r.logFailure(d, err, actRelease, after) // the move failed: an ordinary failure after all
 		fallthrough
 	case actRelease:
+		if after < r.pollWait && r.shuttingDown() {
+			r.awaitReceives()
+		}
 		if rerr := l.Release(ctx, after); rerr != nil {
 			what := "could not set the failed message's retry visibility"
 			if !ran {
@@ -179,6 +182,23 @@ func (r *run) settle(d *delivery, err error, ran bool) (next *delivery) {
 		r.finish(d, false, ran, err)
 	}
 	return nil
+}
+
+// awaitReceives holds a release in the shutdown until no receive of the
+// run is in flight: one still in flight would take the message as soon as
+// it is visible and hand it back, once per poll, each receive counted
+// towards the queue's maxReceiveCount. The lease is renewed meanwhile.
+// None starts in the shutdown and each answers within its long-poll wait,
+// which the shutdown timeout bounds; so it waits at most until the
+// budget's end (a receive still in flight then is hung), when the release
+// can still be sent before the hard stop.
+func (r *run) awaitReceives() {
+	wait := time.NewTimer(time.Until(r.budgetEnd))
+	defer wait.Stop()
+	select {
+	case <-r.fl.receivesEnded():
+	case <-wait.C:
+	}
 }
 
 // throttleOutcome tells the back pressure of a handler's outcome once its

@@ -3,6 +3,7 @@ package sqsconsumer
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -375,4 +376,105 @@ func TestShutdownAtAnyInstantStrandsNothing(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A shutdown hands messages back only once its own receives in flight
+// have returned: one handed back (visibility 0) while long polls of the
+// same Consumer wait would be taken by one of them and handed back again,
+// once per poll, each receive counted towards the queue's
+// maxReceiveCount, so that a deploy could move a message to the
+// dead-letter queue without its handler ever failing. A busy queue (several
+// polls in flight), three ways a message is handed back during the drain:
+// handlers that see Draining and ask to be retried at once; messages sent
+// during the drain, which the polls in flight bring back; a message whose
+// retry delay ends during the drain. Each is received at most once in the
+// drain, and visible again once Run has returned.
+func TestShutdownHandsBackAfterItsReceives(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		long := b.send(t, 3)
+		retry, err := b.srv.Send(b.url, "retry")
+		require.NoError(t, err)
+		job := &longJob{d: time.Hour}
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			switch {
+			case m.Body == "retry" && m.ReceiveCount == 1:
+				return RetryAfter(errors.New("not yet"), 61*time.Second)
+			case m.Body == "quick":
+				time.Sleep(50 * time.Millisecond)
+				return nil
+			}
+			return job.run(ctx)
+		}), WithVisibilityTimeout(30*time.Second), WithConcurrency(16))
+		require.NoError(t, err)
+		feeding, stopFeeding := context.WithCancel(context.Background())
+		var feeder sync.WaitGroup
+		feeder.Go(func() {
+			for feeding.Err() == nil {
+				_, err := b.srv.Send(b.url, "quick")
+				require.NoError(t, err)
+				time.Sleep(100 * time.Millisecond)
+			}
+		})
+		stop := running(t, c)
+		time.Sleep(time.Minute) // the retry becomes visible 1 s into the drain
+		stopFeeding()
+		feeder.Wait()
+		done := make(chan error, 1)
+		go func() { done <- stop() }()
+		time.Sleep(2 * time.Second)
+		late := b.send(t, 1)[0] // sent during the drain, while polls wait
+		require.NoError(t, <-done)
+
+		most := map[string]int{"quick": 1, "retry": 2} // the retry's first receive was before the drain
+		for _, id := range long {
+			st := b.state(t, id)
+			require.Equal(t, 1, st.ReceiveCount, "%s: handed back by its handler at the drain", st.Body)
+		}
+		for _, st := range b.srv.Messages(b.url) {
+			if n, ok := most[st.Body]; ok {
+				require.LessOrEqual(t, st.ReceiveCount, n, "%s", st.Body)
+			}
+			require.False(t, st.InFlight, "%s: visible once Run returned", st.Body)
+		}
+		require.Equal(t, 2, b.state(t, retry).ReceiveCount, "the retry was received in the drain")
+		require.Equal(t, 1, b.state(t, late).ReceiveCount, "the late one was received in the drain")
+	})
+}
+
+// A receive that hangs past its wait (a half-open connection) does not
+// hold a drained message beyond the shutdown budget: the release waits
+// for the receives in flight at most until the budget's end, when every
+// answer due within its long-poll wait has come, and is sent then, before
+// the hard stop would make it fail (the message would stay hidden until
+// its lease ran out).
+func TestShutdownHungReceiveBoundsTheWait(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		id := b.send(t, 1)[0]
+		job := &longJob{d: time.Hour}
+		started := make(chan struct{}, 1)
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			started <- struct{}{}
+			return job.run(ctx)
+		}), WithVisibilityTimeout(30*time.Second), WithShutdownTimeout(2*time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		<-started
+		b.srv.DelayNext("ReceiveMessage", 1, time.Hour) // the next receive hangs
+		time.Sleep(5 * time.Second)                     // the poll in flight (a 2 s wait) ends, the next one hangs
+		begin := time.Now()
+		require.NoError(t, stop())
+		// Run waits for the hung receive until its own deadline (its wait
+		// plus receiveCallTimeout after it was sent), as before.
+		require.LessOrEqual(t, time.Since(begin), 2*time.Second+receiveCallTimeout)
+		st := b.state(t, id)
+		release := st.VisibilityChanges[len(st.VisibilityChanges)-1]
+		require.Zero(t, release.Timeout)
+		require.Empty(t, release.Err)
+		require.Equal(t, begin.Add(2*time.Second), release.At.Truncate(time.Second), "at the budget's end")
+		require.False(t, st.InFlight)
+	})
 }
