@@ -36,7 +36,7 @@ type settleInput struct {
 	ran      bool          // its handler (or its batch) ran for it
 	err      error         // the handler's result, when ran
 	settled  bool          // the handler deleted or released the message itself
-	leaseErr error         // why its lease ended, nil while it lives
+	leaseErr error         // why its lease ended (lost, expired) or is ending (ErrLeaseCeiling: the handle still holds), nil while it lives
 	shutdown bool          // the shutdown cancelled its handler (ErrShutdown)
 	backoff  time.Duration // WithBackoff's delay for its receive count (ran with an error)
 	hold     time.Duration // the least visibility the breaker asks of a failure of the downstream now (0: closed, or the shutdown has begun)
@@ -50,7 +50,11 @@ type settleInput struct {
 //   - A message whose handler never ran is handed back at once (visibility
 //     0), unless its lease ended meanwhile (then SQS hands it out again).
 //   - A success is deleted.
-//   - A failure whose lease ended is left to SQS.
+//   - A failure whose lease ended (lost or expired) is left to SQS: its
+//     handle is no good. A lease at its ceiling has not ended: its
+//     handler was told to stop (ErrLeaseCeiling), but its handle holds
+//     until the deadline, so its failure is released as any other, and
+//     the lease clips the visibility to the ceiling.
 //   - A message failed without running because an earlier message of its
 //     FIFO group failed is handed back at once: no backoff, no breaker.
 //   - A Permanent failure goes to the dead-letter queue.
@@ -62,16 +66,17 @@ type settleInput struct {
 //     hours, rounded up to whole seconds; at shutdown it is released at
 //     once.
 func decide(in settleInput) (act settleAction, after time.Duration) {
+	ended := in.leaseErr != nil && !errors.Is(in.leaseErr, ErrLeaseCeiling)
 	switch {
 	case in.settled:
 		return actSettled, 0
-	case !in.ran && in.leaseErr != nil:
+	case !in.ran && ended:
 		return actLeave, 0
 	case !in.ran:
 		return actRelease, 0
 	case in.err == nil:
 		return actDelete, 0
-	case in.leaseErr != nil:
+	case ended:
 		return actLeave, 0
 	case errors.Is(in.err, errEarlierFailed):
 		return actRelease, 0
