@@ -18,9 +18,6 @@ func knownIssue(sc Scenario, seen map[string]bool, v violation) string {
 	// progress.
 	case v.Check == chkBreaker && strings.Contains(v.Text, "inprogress"):
 		return "35.3 breaker counts duplicates"
-	// New: the breaker counts handlers cancelled at the lease ceiling.
-	case v.Check == chkBreaker && strings.Contains(v.Text, "lease ceiling reached"):
-		return "new: breaker counts the lease ceiling"
 	// New: a handler that ignores its cancelled context past the hard
 	// stop has its message left hidden (its release runs under the
 	// cancelled settle context).
