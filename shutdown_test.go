@@ -376,3 +376,33 @@ func TestShutdownAtAnyInstantStrandsNothing(t *testing.T) {
 		})
 	}
 }
+
+// A receive in flight at the hard stop is cut by it: the flow must hear
+// of it, so that Stats (and the flow's counts) no longer count it asked.
+// Here a handler that ignores its cancelled context holds the shutdown
+// past the hard stop while SQS does not answer the receive in flight;
+// before, Stats.Asked stayed above 0 after Run returned.
+func TestReceiveCutByTheHardStopIsNotAskedAnyMore(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		b.send(t, 1)
+		started := make(chan struct{})
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, _ *Message) error {
+			close(started)
+			<-ctx.Done()
+			time.Sleep(20 * time.Second) // ignores its cancelled context past the hard stop
+			return ctx.Err()
+		}), WithVisibilityTimeout(30*time.Second), WithConcurrency(2), WithShutdownTimeout(2*time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		<-started
+		b.srv.DelayNext("ReceiveMessage", 100, time.Hour) // from now on SQS does not answer receives
+		time.Sleep(3 * time.Second)                       // past the poll in flight (2 s): the next one hangs
+		require.Positive(t, c.Stats().Asked, "a receive in flight")
+		begin := time.Now()
+		require.NoError(t, stop())
+		require.LessOrEqual(t, time.Since(begin), 22*time.Second+shutdownCallTimeout, "the handler's 20 s past the budget, then one call timeout")
+		require.Zero(t, c.Stats().Asked, "the receive the hard stop cut is not asked any more")
+	})
+}

@@ -41,9 +41,6 @@ func knownIssue(sc Scenario, seen map[string]bool, v violation) string {
 	// the open breaker's hold, not at once.
 	case v.Check == chkStranded && strings.Contains(v.Text, "though the shutdown cancelled") && strings.Contains(v.Text, "still gathering for a batch"):
 		return "new: gathering member held by the breaker at shutdown"
-	// New: a receive cut by the hard stop is not taken out of Stats.Asked.
-	case v.Check == chkStats && strings.Contains(v.Text, "asked") && !strings.Contains(v.Text, "asked 0"):
-		return "new: Stats.Asked after a receive cut by the hard stop"
 	// New: the flow takes long polls that waited for messages for round
 	// trips; calls then wait seconds for a poller, and renewals, deletes
 	// and releases miss their deadlines with no fault injected.
