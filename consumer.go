@@ -220,7 +220,8 @@ func (c *Consumer) QueueURL() string { return c.queueURL }
 // get the shutdown timeout to finish while their leases stay renewed; then
 // their contexts are cancelled with ErrShutdown and, unless they succeed,
 // their messages are released. Calls to SQS still pending one call timeout
-// (shutdownCallTimeout, 5 s) after the shutdown timeout are abandoned, so
+// (shutdownCallTimeout, 5 s) after the shutdown timeout are abandoned (the
+// hard stop: receives in flight too, whatever the shutdown waited for), so
 // Run returns within the shutdown timeout plus that, unless a handler
 // ignores its cancelled context: Run waits for every handler it started.
 //

@@ -121,9 +121,10 @@ type run struct {
 	handlerBase context.Context
 
 	// settleCtx bounds every settling call (deletes, releases) and
-	// pollCtx every receive; both are cancelled at the hard stop, one
-	// call timeout after the shutdown budget, so Run returns in time
-	// even when SQS does not answer.
+	// pollCtx every receive; both are cancelled at the hard stop
+	// (hardStop), one call timeout after the shutdown budget, which stays
+	// armed from the shutdown's start until Run returns, so Run returns
+	// in time even when SQS does not answer.
 	settleCtx   context.Context
 	pollCtx     context.Context
 	hardStop    context.CancelFunc
@@ -280,7 +281,14 @@ func (r *run) run(ctx context.Context) error {
 	<-runCtx.Done()
 
 	r.prog.stage.Store(runDraining)
-	r.shutdown()
+	// The hard stop bounds the whole wind-down, not only the shutdown's
+	// wait for what the run holds: the pollers' receives in flight and
+	// their hand-backs, the workers, the calls. It stays armed until Run
+	// returns.
+	begun := time.Now()
+	hard := time.AfterFunc(r.s.shutdownTimeout+shutdownCallTimeout, r.hardStop)
+	defer hard.Stop()
+	r.shutdown(begun)
 	// The lanes close before the pollers are told to quit: a poller still
 	// in a receive hands its messages back after the quit, and their
 	// calls must not wait for a poller that is leaving (a parked one may
@@ -314,14 +322,12 @@ func (r *run) run(ctx context.Context) error {
 // given before they are abandoned.
 const shutdownCallTimeout = 5 * time.Second
 
-// shutdown stops receiving, hands back what has not started, waits for
-// running handlers within the shutdown timeout, then cancels them with
-// ErrShutdown and waits for them to return. One call timeout after the
-// shutdown timeout it abandons calls to SQS still pending (hardStop).
-func (r *run) shutdown() {
-	begun := time.Now()
-	hard := time.AfterFunc(r.s.shutdownTimeout+shutdownCallTimeout, r.hardStop)
-	defer hard.Stop()
+// shutdown, begun at begun, stops receiving, hands back what has not
+// started, waits for running handlers within the shutdown timeout, then
+// cancels them with ErrShutdown and waits for them to return. Run's hard
+// stop, one call timeout after the shutdown timeout, abandons the calls
+// to SQS still pending.
+func (r *run) shutdown(begun time.Time) {
 	if r.br != nil {
 		r.br.stop() // no more releases, probes or wakes of its own
 	}

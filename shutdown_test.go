@@ -406,3 +406,27 @@ func TestReceiveCutByTheHardStopIsNotAskedAnyMore(t *testing.T) {
 		require.Zero(t, c.Stats().Asked, "the receive the hard stop cut is not asked any more")
 	})
 }
+
+// The hard stop bounds the whole wind-down, not only the shutdown's wait
+// for what the Consumer holds: an idle Consumer (nothing held, so that
+// wait ends at once) whose receive in flight SQS does not answer still
+// returns within the shutdown timeout plus one call timeout. Before, the
+// hard stop was disarmed when that wait ended, and Run waited out the
+// receive's own timeout (its long-poll wait plus 10 s).
+func TestShutdownHardStopCoversAReceiveInFlight(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error { return nil }),
+			WithVisibilityTimeout(30*time.Second), WithShutdownTimeout(5*time.Second))
+		require.NoError(t, err)
+		b.srv.DelayNext("ReceiveMessage", 100, time.Hour) // SQS does not answer receives
+		stop := running(t, c)
+		time.Sleep(time.Second)
+		require.Positive(t, c.Stats().Asked, "a receive in flight")
+		begin := time.Now()
+		require.NoError(t, stop())
+		require.Equal(t, begin.Add(5*time.Second+shutdownCallTimeout), time.Now(), "cut at the hard stop")
+		require.Zero(t, c.Stats().Asked)
+	})
+}

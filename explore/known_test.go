@@ -27,11 +27,6 @@ func knownIssue(sc Scenario, seen map[string]bool, v violation) string {
 	// lets the later messages of its FIFO group run.
 	case v.Check == chkFIFO && strings.Contains(v.Text, "while its previous delivery wound down"):
 		return "new: fifo order after a wind-down release"
-	// New: once the shutdown's wait ends (nothing held) its hard stop is
-	// disarmed; receives in flight and the releases of what they bring
-	// are then bounded by nothing.
-	case v.Check == chkReturn && strings.Contains(v.Text, "the shutdown's wait ended then"):
-		return "new: hard stop disarmed once idle"
 	// New: WithWaitTime(0) leaves the queue's long poll to the queue, but
 	// the receive's call timeout assumes no wait: idle polls time out, and
 	// a poll in flight at shutdown outlasts the shutdown timeout.
