@@ -430,3 +430,95 @@ func TestShutdownHardStopCoversAReceiveInFlight(t *testing.T) {
 		require.Zero(t, c.Stats().Asked)
 	})
 }
+
+// A handler that ignores its cancelled context past the hard stop, or
+// returns shortly before it while its release waits for the coalesced
+// call, still has its message released at once when it returns: a
+// handler that returns after the shutdown timeout gets a call timeout of
+// its own from its return to settle its message, which the hard stop
+// does not cut, and its lease stays renewed meanwhile. Run returns when
+// that release is answered. Before, the release ran under the settling
+// context the hard stop had cancelled ("could not set the failed
+// message's retry visibility"), and the message stayed hidden for the
+// rest of its lease.
+func TestShutdownReleasesAHandlerThatOutlastsTheHardStop(t *testing.T) {
+	t.Parallel()
+	for _, ignore := range []time.Duration{shutdownCallTimeout - 10*time.Millisecond, 40 * time.Second} {
+		for _, succeed := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v/succeed=%v", ignore, succeed), func(t *testing.T) {
+				t.Parallel()
+				synctest.Test(t, func(t *testing.T) {
+					b := setup(t, nil)
+					ids := b.send(t, 1)
+					started := make(chan struct{})
+					var rec recorder
+					c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, _ *Message) error {
+						close(started)
+						<-ctx.Done()
+						time.Sleep(ignore) // ignores its cancelled context
+						if succeed {
+							return nil // and finishes its work after all: deleted
+						}
+						return ctx.Err()
+					}), WithVisibilityTimeout(30*time.Second), WithShutdownTimeout(2*time.Second), WithObserver(&rec))
+					require.NoError(t, err)
+					stop := running(t, c)
+					<-started
+					begin := time.Now()
+					require.NoError(t, stop())
+					require.Equal(t, begin.Add(2*time.Second+ignore+coalesceWindow), time.Now(), "Run returned when the settling call was answered")
+					require.Zero(t, rec.count(EventLeaseExpired), "renewed while the handler ran on")
+					st := b.state(t, ids[0])
+					if succeed {
+						require.True(t, st.Deleted)
+						require.Equal(t, 1, rec.count(EventDeleted))
+						return
+					}
+					require.False(t, st.Deleted)
+					require.False(t, st.InFlight, "visible at once")
+					last := st.VisibilityChanges[len(st.VisibilityChanges)-1]
+					require.Empty(t, last.Err)
+					require.Zero(t, last.Timeout, "released at once, as the shutdown releases")
+					require.Equal(t, 1, rec.count(EventReleased))
+				})
+			})
+		}
+	}
+}
+
+// The settling call of a handler that returns after the hard stop has one
+// call timeout of its own, no more: when SQS does not answer it, Run
+// returns one call timeout after the handler did, a success's delete
+// (coalesced, without waiting) as much as a failure's release.
+func TestShutdownLateSettleHasOneCallTimeout(t *testing.T) {
+	t.Parallel()
+	for _, succeed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("succeed=%v", succeed), func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				b := setup(t, nil)
+				ids := b.send(t, 1)
+				started := make(chan struct{})
+				c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, _ *Message) error {
+					close(started)
+					<-ctx.Done()
+					time.Sleep(20 * time.Second) // past the hard stop
+					// From now on SQS does not answer.
+					b.srv.DelayNext("ChangeMessageVisibilityBatch", 100, time.Hour)
+					b.srv.DelayNext("DeleteMessageBatch", 100, time.Hour)
+					if succeed {
+						return nil
+					}
+					return ctx.Err()
+				}), WithVisibilityTimeout(30*time.Second), WithShutdownTimeout(2*time.Second))
+				require.NoError(t, err)
+				stop := running(t, c)
+				<-started
+				begin := time.Now()
+				require.NoError(t, stop())
+				require.Equal(t, begin.Add(22*time.Second+shutdownCallTimeout), time.Now(), "one call timeout after the handler returned")
+				require.False(t, b.state(t, ids[0]).Deleted)
+			})
+		})
+	}
+}

@@ -18,11 +18,6 @@ func knownIssue(sc Scenario, seen map[string]bool, v violation) string {
 	// progress.
 	case v.Check == chkBreaker && strings.Contains(v.Text, "inprogress"):
 		return "35.3 breaker counts duplicates"
-	// New: a handler that ignores its cancelled context past the hard
-	// stop has its message left hidden (its release runs under the
-	// cancelled settle context).
-	case v.Check == chkStranded && strings.Contains(v.Text, "after the hard stop (it ignored"):
-		return "new: stranded after the hard stop"
 	// New: a redelivery released while its previous delivery winds down
 	// lets the later messages of its FIFO group run.
 	case v.Check == chkFIFO && strings.Contains(v.Text, "while its previous delivery wound down"):
