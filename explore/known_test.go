@@ -18,23 +18,10 @@ func knownIssue(sc Scenario, seen map[string]bool, v violation) string {
 	// progress.
 	case v.Check == chkBreaker && strings.Contains(v.Text, "inprogress"):
 		return "35.3 breaker counts duplicates"
-	// New: the breaker counts handlers cancelled at the lease ceiling.
-	case v.Check == chkBreaker && strings.Contains(v.Text, "lease ceiling reached"):
-		return "new: breaker counts the lease ceiling"
-	// New: a handler that ignores its cancelled context past the hard
-	// stop has its message left hidden (its release runs under the
-	// cancelled settle context).
-	case v.Check == chkStranded && strings.Contains(v.Text, "after the hard stop (it ignored"):
-		return "new: stranded after the hard stop"
 	// New: a redelivery released while its previous delivery winds down
 	// lets the later messages of its FIFO group run.
 	case v.Check == chkFIFO && strings.Contains(v.Text, "while its previous delivery wound down"):
 		return "new: fifo order after a wind-down release"
-	// New: once the shutdown's wait ends (nothing held) its hard stop is
-	// disarmed; receives in flight and the releases of what they bring
-	// are then bounded by nothing.
-	case v.Check == chkReturn && strings.Contains(v.Text, "the shutdown's wait ended then"):
-		return "new: hard stop disarmed once idle"
 	// New: WithWaitTime(0) leaves the queue's long poll to the queue, but
 	// the receive's call timeout assumes no wait: idle polls time out, and
 	// a poll in flight at shutdown outlasts the shutdown timeout.
@@ -44,9 +31,6 @@ func knownIssue(sc Scenario, seen map[string]bool, v violation) string {
 	// the open breaker's hold, not at once.
 	case v.Check == chkStranded && strings.Contains(v.Text, "though the shutdown cancelled") && strings.Contains(v.Text, "still gathering for a batch"):
 		return "new: gathering member held by the breaker at shutdown"
-	// New: a receive cut by the hard stop is not taken out of Stats.Asked.
-	case v.Check == chkStats && strings.Contains(v.Text, "asked") && !strings.Contains(v.Text, "asked 0"):
-		return "new: Stats.Asked after a receive cut by the hard stop"
 	// New: the flow takes long polls that waited for messages for round
 	// trips; calls then wait seconds for a poller, and renewals, deletes
 	// and releases miss their deadlines with no fault injected.
