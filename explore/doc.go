@@ -71,7 +71,8 @@
 // Bugs already diagnosed and being fixed are set aside by knownIssue
 // (known_test.go), each under its name, and listed at the end of a run;
 // -explore.known=false fails on them. Each entry goes once its fix lands.
-// -explore.strict=true fails when New accepts a pair of conflicting options.
+// -explore.strict (on by default) fails when New, or Run for what only the
+// queue tells, accepts a pair of conflicting options.
 //
 // # Adding to it
 //

@@ -9,15 +9,6 @@ import "strings"
 func knownIssue(sc Scenario, seen map[string]bool, v violation) string {
 	waitZero := sc.Options.WaitTime != nil && *sc.Options.WaitTime == 0 && sc.QueueWait > 0
 	switch {
-	// Issue 35, case 5: a paused Consumer is reported unhealthy; so is
-	// one resumed after a long pause, until its first receive answers
-	// (Resume does not restart the stall clock).
-	case v.Check == chkHealth && (strings.Contains(v.Text, ", paused since ") || strings.Contains(v.Text, "resumed ")):
-		return "35.5 paused unhealthy"
-	// Issue 35, case 3: the breaker counts idempotency duplicates in
-	// progress.
-	case v.Check == chkBreaker && strings.Contains(v.Text, "inprogress"):
-		return "35.3 breaker counts duplicates"
 	// New: the breaker counts handlers cancelled at the lease ceiling.
 	case v.Check == chkBreaker && strings.Contains(v.Text, "lease ceiling reached"):
 		return "new: breaker counts the lease ceiling"
