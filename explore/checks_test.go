@@ -1049,6 +1049,9 @@ func (r *run) judgeHealth(p *proc, h sqsconsumer.Health, st sqsconsumer.Stats) {
 				if p.pauses > 0 && now.Sub(p.pauseChanged) < limit {
 					resumed = fmt.Sprintf(" (resumed %v ago after a pause)", now.Sub(p.pauseChanged))
 				}
+				if st.ThrottledUntil.After(now) {
+					resumed += fmt.Sprintf(" (a Throttled's pause holds until %v)", r.at(st.ThrottledUntil))
+				}
 				r.violateLocked(chkHealth, "%s: at %v Health says %q with no fault injected in that time%s (last answer at %v, last receive sent at %v, %d running; receives ended %v)",
 					p.name(), r.at(now), prob, resumed, r.at(p.lastAnswer), r.at(p.lastReceive), st.Running, p.recvLog)
 			}
@@ -1105,6 +1108,7 @@ func (r *run) judgeHealth(p *proc, h sqsconsumer.Health, st sqsconsumer.Stats) {
 // Retrying during a first contact that can heal.
 func (r *run) judgeFiguresLocked(p *proc, h sqsconsumer.Health, st sqsconsumer.Stats, now time.Time) {
 	r.checkLimitLocked(p, st)
+	r.judgeProtectionLocked(p, st, now)
 	if n := st.MaxCallsInFlight; n < 1 || p.pollersBound > 0 && n > p.pollersBound {
 		r.violateLocked(chkCalls, "%s: at %v Stats.MaxCallsInFlight = %d, outside [1, Settings().Pollers %d]", p.name(), r.at(now), n, p.pollersBound)
 	}

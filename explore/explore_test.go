@@ -365,6 +365,7 @@ func candidates(sc Scenario) []Scenario {
 	add(func(c *Scenario) bool { ok := c.BigShare > 0; c.BigBody, c.BigShare = 0, 0; return ok })
 	add(func(c *Scenario) bool { ok := c.BodySize > 0 && c.BigShare == 0; c.BodySize = 0; return ok })
 	add(func(c *Scenario) bool { ok := c.Idem != nil; c.Idem = nil; return ok })
+	add(func(c *Scenario) bool { ok := c.Protect > 0; c.Protect = 0; return ok })
 	add(func(c *Scenario) bool {
 		// Not under WithWaitTime(0): short polls would loop at no cost
 		// in virtual time.
@@ -521,6 +522,9 @@ func (c *coverage) add(res seedResult) {
 	}
 	if sc.Bundle > 0 {
 		mark(fmt.Sprintf("drawn:bundle-%d", sc.Bundle))
+	}
+	if sc.Protect > 0 {
+		mark("option:ScaleInProtection")
 	}
 	if io := sc.Idem; io != nil {
 		if io.TTL > 0 {

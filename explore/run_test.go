@@ -22,6 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqskit/sqsconsumer"
+	"github.com/sqskit/sqsconsumer/ecsprotect"
 	"github.com/sqskit/sqsconsumer/sqstest"
 )
 
@@ -89,6 +90,7 @@ const (
 	chkPaused    = "paused-agrees"
 	chkFirst     = "first-contact"
 	chkSettings  = "settings-final"
+	chkProtect   = "scale-in-protection"
 )
 
 // result is one handler outcome a process recorded for a message.
@@ -199,6 +201,10 @@ type proc struct {
 	firstContactFails          int                        // calls the wire failed with the scenario's first-contact error
 	firstDeciding              time.Time                  // the first of them that decides whether Run goes on
 	pool                       *connPool                  // the emulated connection pool (Scenario.Pool)
+	agent                      *ecsAgent                  // the ECS agent of its Protector (Scenario.Protect)
+	protector                  *ecsprotect.Protector
+	held                       int       // messages between EventReceived and EventDone
+	heldSince                  time.Time // held went from 0 to 1
 	running                    int                        // messages in the explorer's innermost handler calls
 	throttledUntil             time.Time                  // the latest Stats.ThrottledUntil seen
 }
@@ -776,6 +782,10 @@ func (r *run) newProc(id int) (*proc, bool) {
 		}
 	})
 	h, opts, err := r.consumerConfig(p)
+	if err == nil && sc.Protect > 0 {
+		p.protector, err = r.newProtector(p)
+		opts = append(opts, sqsconsumer.WithScaleInProtection(p.protector))
+	}
 	var c *sqsconsumer.Consumer
 	if err == nil {
 		c, err = sqsconsumer.New(client, r.url, h, opts...)
@@ -839,6 +849,7 @@ func (p *proc) start() {
 		p.returned, p.retTime, p.runErr = true, time.Now(), err
 		r.mu.Unlock()
 		r.checkReturn(p)
+		r.checkProtectionAfter(p)
 		close(p.done)
 	}()
 }
@@ -1116,6 +1127,14 @@ func (r *run) observe(p *proc, e sqsconsumer.Event) {
 	case sqsconsumer.EventAdopted, sqsconsumer.EventLeaseLost, sqsconsumer.EventLeaseExpired, sqsconsumer.EventCeilingReached,
 		sqsconsumer.EventDeadLettered, sqsconsumer.EventRenewalFailed:
 		r.seen["event-seen:"+e.Kind.String()] = true
+	}
+	switch e.Kind {
+	case sqsconsumer.EventReceived:
+		if p.held++; p.held == 1 {
+			p.heldSince = e.Time
+		}
+	case sqsconsumer.EventDone:
+		p.held--
 	}
 	switch e.Kind {
 	case sqsconsumer.EventStarted:

@@ -230,6 +230,10 @@ type Scenario struct {
 	// can heal stops at Heal after the start.
 	FirstContact string `json:"first_contact,omitempty"`
 	Heal         Dur    `json:"heal,omitempty"`
+	// Protect, when above 0, protects the task from scale-in while the
+	// Consumer holds a message (WithScaleInProtection, with a Protector
+	// of its own over an in-memory ECS agent, whose quiet period it is).
+	Protect Dur `json:"protect,omitempty"`
 	// Bundle passes the options through Options bundles: 1, a platform
 	// bundle (with values the team's options after it override) and the
 	// team's; 2, the same nested one level deeper.
@@ -547,6 +551,9 @@ func drawScenario(seed uint64) Scenario {
 	}
 	if p(0.15) {
 		sc.Bundle = 1 + rng.IntN(2)
+	}
+	if p(0.1) {
+		sc.Protect = ms(1, 180_000)
 	}
 	if sc.Idempotent != "" && p(0.5) {
 		sc.Idem = &IdemOpt{Validate: p(0.3)}
