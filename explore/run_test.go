@@ -205,8 +205,8 @@ type proc struct {
 	protector                  *ecsprotect.Protector
 	held                       int       // messages between EventReceived and EventDone
 	heldSince                  time.Time // held went from 0 to 1
-	running                    int                        // messages in the explorer's innermost handler calls
-	throttledUntil             time.Time                  // the latest Stats.ThrottledUntil seen
+	running                    int       // messages in the explorer's innermost handler calls
+	throttledUntil             time.Time // the latest Stats.ThrottledUntil seen
 }
 
 // limitSample is Stats.MaxCallsInFlight read at a receive's send.
