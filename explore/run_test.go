@@ -454,7 +454,7 @@ func (r *run) main() {
 	// after Run returned.
 	for _, e := range sc.Events {
 		if e.Trigger == trShutdown {
-			if d := shutdownAt.Add(e.At.D()).Sub(time.Now()); d > 0 {
+			if d := time.Until(shutdownAt.Add(e.At.D())); d > 0 {
 				time.Sleep(d + time.Millisecond)
 			}
 		}
