@@ -674,16 +674,26 @@ func (r *run) checkThrottlePausesLocked(p *proc) {
 // outcome p's handler returned for message id, as that outcome (nil if
 // it did not): the next EventFailed of id, carrying the same delay asked,
 // Throttled as res was (a Batch member behind a failed one of its FIFO
-// group fails without its own result).
+// group fails without its own result), its lease alive.
 func (r *run) tookAsLocked(p *proc, id string, res result) *obs {
+	ended := false // the delivery's lease ended: its outcome says nothing (a Batch's context does not tell)
 	for i := range p.events {
 		e := &p.events[i]
-		if e.msg != id || e.seq <= res.seq {
+		if e.msg != id {
+			continue
+		}
+		switch e.kind {
+		case sqsconsumer.EventReceived:
+			ended = false
+		case sqsconsumer.EventLeaseLost, sqsconsumer.EventLeaseExpired, sqsconsumer.EventCeilingReached:
+			ended = true
+		}
+		if e.seq <= res.seq {
 			continue
 		}
 		switch e.kind {
 		case sqsconsumer.EventFailed:
-			if e.err == nil {
+			if e.err == nil || ended {
 				return nil
 			}
 			if d, ok := sqsconsumer.RetryDelay(e.err); d != res.asked || ok != res.hasAsked || sqsconsumer.IsThrottled(e.err) != (res.kind == "throttled") {
@@ -779,14 +789,22 @@ func (r *run) checkEventsLocked(p *proc, byMsg map[string][]*handleRec) {
 		default:
 			continue
 		}
+		// A call on the event's own handle first (several deliveries of
+		// one message may settle at one instant), then on another of
+		// the message's (a lease that adopted a newer handle).
 		var found *callRec
-		for _, h := range byMsg[e.msg] {
-			if h.proc != p.id {
-				continue
-			}
-			for _, c := range match(h) {
-				if c.ok && !c.used && c.answered < e.seq && (e.kind == sqsconsumer.EventDeleted || c.timeout == e.vis.Round(time.Second)) {
-					found = c
+		for _, own := range []bool{true, false} {
+			for _, h := range byMsg[e.msg] {
+				if h.proc != p.id || (h.handle == e.handle) != own {
+					continue
+				}
+				for _, c := range match(h) {
+					if c.ok && !c.used && c.answered < e.seq && (e.kind == sqsconsumer.EventDeleted || c.timeout == e.vis.Round(time.Second)) {
+						found = c
+						break
+					}
+				}
+				if found != nil {
 					break
 				}
 			}
