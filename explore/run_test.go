@@ -1344,7 +1344,7 @@ func (r *run) noteFault(p *proc, action string, fc *faultClass, entries []handle
 	defer r.mu.Unlock()
 	r.seen["fault:"+fc.name] = true
 	p.faultTimes = append(p.faultTimes, now)
-	if fc.permanent && (action == "ReceiveMessage" || action == "GetQueueAttributes") || action == "GetQueueAttributes" {
+	if fc.permanent && (action == "ReceiveMessage" || action == "GetQueueAttributes") {
 		p.permanentFault = true
 		if fc.permanent && action == "ReceiveMessage" {
 			p.permanentAt = now
