@@ -753,7 +753,13 @@ func (r *run) checkReleasesLocked(p *proc) {
 			want := roundUp(res.asked)
 			ok := vis == want
 			if !res.hasAsked {
-				want, ok = time.Second, vis >= time.Second // Throttled without a delay: its backoff, at least a second
+				// Throttled without a delay: its backoff, at least a
+				// second (DefaultBackoff's is jittered).
+				want, ok = time.Second, vis >= time.Second
+				if b := o.Backoff; b != nil && res.receiveCount > 0 {
+					want = roundUp(max(backoffFunc(*b)(res.receiveCount), time.Second))
+					ok = vis == want
+				}
 			}
 			switch {
 			case ok:

@@ -155,6 +155,7 @@ func (r *run) end(c *call, res []result) {
 			p.groupRunning[rec.group]--
 		}
 		if !r.hasOuter() {
+			res[i].receiveCount = m.ReceiveCount
 			r.recordLocked(p, m.ID, res[i])
 		}
 	}
@@ -547,6 +548,7 @@ func (r *run) recorder(p *proc) sqsconsumer.Middleware {
 			err = next.HandleMessage(ctx, m)
 			panicked = false
 			res := outcomeOf(ctx, err, false)
+			res.receiveCount = m.ReceiveCount
 			r.mu.Lock()
 			r.recordLocked(p, m.ID, res)
 			r.mu.Unlock()

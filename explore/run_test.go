@@ -107,6 +107,9 @@ type result struct {
 	throttled  bool          // Throttled, with its lease alive and no shutdown: back pressure
 	asked      time.Duration // the delay RetryAfter (or Throttled) asked for
 	hasAsked   bool
+	// receiveCount is its message's ApproximateReceiveCount, for the
+	// backoff it is released for.
+	receiveCount int
 }
 
 // callRec is one entry of a delete or visibility change call.
