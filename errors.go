@@ -262,6 +262,8 @@ func outcomeOf(err error, leaseErr error, shutdown bool) outcomeKind {
 		errors.Is(err, errEarlierFailed), errors.Is(err, errRetryRequested),
 		IsPermanent(err), IsNeutral(err):
 		return outcomeNeutral
+	case IsThrottled(err) && broken.Is(broken.ThrottledCountsForBreaker):
+		return outcomeFailure
 	case IsThrottled(err):
 		return outcomeThrottled
 	}

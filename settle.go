@@ -82,6 +82,9 @@ func decide(in settleInput) (act settleAction, after time.Duration) {
 		return actRelease, 0
 	}
 	after, ok := retryAfterOf(in.err)
+	if broken.Is(broken.RetryAfterIgnored) {
+		after, ok = 0, false
+	}
 	if !ok {
 		after = max(in.backoff, time.Second)
 	}

@@ -9,15 +9,23 @@ import "strings"
 func knownIssue(sc Scenario, seen map[string]bool, v violation) string {
 	waitZero := sc.Options.WaitTime != nil && *sc.Options.WaitTime == 0 && sc.QueueWait > 0
 	switch {
-	// Issue 35, case 5: a paused Consumer is reported unhealthy; so is
-	// one resumed after a long pause, until its first receive answers
-	// (Resume does not restart the stall clock).
-	case v.Check == chkHealth && (strings.Contains(v.Text, ", paused since ") || strings.Contains(v.Text, "resumed ")):
-		return "35.5 paused unhealthy"
-	// Issue 35, case 3: the breaker counts idempotency duplicates in
-	// progress.
-	case v.Check == chkBreaker && strings.Contains(v.Text, "inprogress"):
-		return "35.3 breaker counts duplicates"
+	// New: Pause and Resume (and the breaker's closing) restart Health's
+	// stall clock at their instant (consumer.go, Pause and Resume:
+	// stamp(&c.progress.resumed); run.go, breakerClosed), over the end
+	// of a Throttled's pause that run.throttlePaused set: a Throttled
+	// pause longer than the stall limit that spans one makes the
+	// Consumer unhealthy, though it holds back on purpose.
+	case v.Check == chkHealth && strings.Contains(v.Text, "a Throttled's pause holds until"):
+		return "new: stall clock restarted over a Throttled pause"
+	// New: under WithVisibilityTimeout (the queue's attributes optional)
+	// and WithRequireDeadLetterQueue, an error that can heal (throttling,
+	// 5xx) on Run's read of the attributes is not retried: Run refuses the
+	// queue, which has a RedrivePolicy, as having no dead-letter queue
+	// ("its RedrivePolicy could not be read"; run.go, setup: readQueue's
+	// optional is WithVisibilityTimeout alone; deadletter.go,
+	// requireDeadLetter).
+	case v.Check == chkRunErr && strings.Contains(v.Text, "its RedrivePolicy could not be read"):
+		return "new: a first contact that heals fails WithRequireDeadLetterQueue"
 	// New: a redelivery released while its previous delivery winds down
 	// lets the later messages of its FIFO group run.
 	case v.Check == chkFIFO && strings.Contains(v.Text, "while its previous delivery wound down"):
