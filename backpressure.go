@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sqskit/sqsconsumer/internal/broken"
 )
 
 // Back pressure: what the Consumer does when a handler says the downstream
@@ -191,7 +193,7 @@ func newBackPressure(s *settings) *backPressure {
 
 // slots is how many handler slots may be filled: conc, or the limit.
 func (b *backPressure) slots(conc int) int {
-	if !b.adaptive {
+	if !b.adaptive || broken.Is(broken.AdaptiveLimitIgnored) {
 		return conc
 	}
 	return min(conc, int(b.slotsNow.Load()))
@@ -269,6 +271,10 @@ func (b *backPressure) throttled(started time.Time, after time.Duration) {
 	if b.adaptive {
 		b.setLimitLocked(float64(b.floor))
 		b.gain, b.calmAt = 1, now
+	}
+	if broken.Is(broken.ThrottlePauseIgnored) {
+		b.mu.Unlock()
+		return
 	}
 	until := now.Add(after)
 	if after <= 0 || b.stopped || !until.After(b.until) {

@@ -548,3 +548,65 @@ func TestBreakerIgnoresNeutralBatchEntries(t *testing.T) {
 		})
 	}
 }
+
+// A handler cancelled at its lease's ceiling (ErrLeaseCeiling) says
+// nothing of the downstream, whatever it returns (here ctx.Err(), a bare
+// context.Canceled): the breaker does not count it, alone or in a batch.
+// Its message is not deleted but released (its handle still holds),
+// within the ceiling. Before, the lease still lived when the handler
+// returned, so the ceiling read as an ordinary failure: one in a row
+// opened this breaker.
+func TestBreakerIgnoresTheLeaseCeiling(t *testing.T) {
+	t.Parallel()
+	waitCtx := func(ctx context.Context) error {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	batch, err := Batch(func(ctx context.Context, _ []*Message) error { return waitCtx(ctx) }, 10, time.Second)
+	require.NoError(t, err)
+	for _, tt := range []struct {
+		name string
+		h    Handler
+	}{
+		{"single", HandlerFunc(func(ctx context.Context, _ *Message) error { return waitCtx(ctx) })},
+		{"batch", batch},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				b := setup(t, nil)
+				ids := b.send(t, 3)
+				var rec recorder
+				c, err := New(b.client, b.url, tt.h, WithVisibilityTimeout(30*time.Second),
+					WithMaxLeaseDuration(time.Minute), WithObserver(&rec), WithBreaker(Breaker{Failures: 1}))
+				require.NoError(t, err)
+				stop := running(t, c)
+				time.Sleep(52 * time.Second) // the ceiling fires at 50 s (one heartbeat interval before it)
+				st, reason, opens := c.runOf().br.status()
+				require.NoError(t, stop())
+				require.Equal(t, 3, rec.count(EventCeilingReached))
+				require.Equal(t, 3, rec.count(EventFailed))
+				require.Equal(t, breakerClosed, st, "opened: %s", reason)
+				require.Zero(t, opens)
+				for _, id := range ids {
+					m := b.state(t, id)
+					require.False(t, m.Deleted)
+					// The first delivery's last visibility change: its
+					// release (a receive in flight at the shutdown may take
+					// the message again once it is visible, and hand it back).
+					first := m.Receives[0]
+					var last sqstest.VisibilityChange
+					for _, vc := range m.VisibilityChanges {
+						if vc.ReceiptHandle == first.ReceiptHandle {
+							last = vc
+						}
+					}
+					require.Empty(t, last.Err)
+					require.Equal(t, first.At.Add(50*time.Second+coalesceWindow), last.At, "released when its handler returned")
+					require.Positive(t, last.Timeout, "a failure's backoff, not at once")
+					require.False(t, last.At.Add(last.Timeout).After(first.At.Add(time.Minute)), "released within the ceiling")
+				}
+			})
+		})
+	}
+}

@@ -1,6 +1,10 @@
 package sqsconsumer
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/sqskit/sqsconsumer/internal/broken"
+)
 
 // Options bundles opts into one Option, applied in the order given, as if
 // each had been passed to New in its place: a platform's defaults as one
@@ -53,6 +57,14 @@ func LeaseOptions(opts ...LeaseOption) LeaseOption {
 type optionBundle []Option
 
 func (b optionBundle) apply(s *settings) {
+	if broken.Is(broken.BundleReversed) {
+		for _, o := range slices.Backward(b) {
+			if o != nil {
+				o.apply(s)
+			}
+		}
+		return
+	}
 	for _, o := range b {
 		if o != nil {
 			o.apply(s)

@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqskit/sqsconsumer/internal/broken"
 )
 
 // The byte bound (WithMaxBytes): how many bytes of messages a Consumer
@@ -89,7 +91,7 @@ type byteBudget struct {
 // beside the bytes held and asked at the estimate each; one when nothing
 // is held or asked; 0 (starved) when none fits.
 func (b *byteBudget) capLocked(want, asked int) int {
-	if b.max <= 0 {
+	if b.max <= 0 || broken.Is(broken.ByteBoundIgnored) {
 		return want
 	}
 	// Starved first, then the bytes held: a message that lets go of its

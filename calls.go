@@ -99,7 +99,8 @@ type coalescedCalls struct {
 // most maxDeletes calls in flight (0: no limit): deletes come no faster
 // than receives, and more calls at once would only open connections.
 // Renewals are not limited: their rate follows the number of leases held.
-// Cancelling base abandons every call in flight (nil: never).
+// Cancelling base abandons every call sent under it (nil: never); rebase
+// gives the later calls another.
 func newCoalescedCalls(client Client, queueURL string, maxDeletes int, base context.Context) *coalescedCalls {
 	var b *coalescedCalls // the calls report through it
 	b = &coalescedCalls{
@@ -144,6 +145,13 @@ func newCoalescedCalls(client Client, queueURL string, maxDeletes int, base cont
 		b.del.SetBase(base)
 	}
 	return b
+}
+
+// rebase makes ctx the parent of the batch calls of the entries added
+// from now on; the entries added before keep theirs (coalesce.SetBase).
+func (b *coalescedCalls) rebase(ctx context.Context) {
+	b.vis.SetBase(ctx)
+	b.del.SetBase(ctx)
 }
 
 func (b *coalescedCalls) reported(deleting bool, err error) {

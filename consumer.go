@@ -226,9 +226,15 @@ func (c *Consumer) QueueURL() string { return c.queueURL }
 // get the shutdown timeout to finish while their leases stay renewed; then
 // their contexts are cancelled with ErrShutdown and, unless they succeed,
 // their messages are released. Calls to SQS still pending one call timeout
-// (shutdownCallTimeout, 5 s) after the shutdown timeout are abandoned, so
-// Run returns within the shutdown timeout plus that, unless a handler
-// ignores its cancelled context: Run waits for every handler it started.
+// (shutdownCallTimeout, 5 s) after the shutdown timeout are abandoned (the
+// hard stop: receives in flight too), so Run returns within the shutdown
+// timeout plus that, unless a handler ignores its cancelled context: Run
+// waits for every handler it started. A handler that returns after the
+// shutdown timeout has its message settled (released at once, or deleted
+// after a success) within one call timeout of its own from its return,
+// which the hard stop does not cut, and its lease stays renewed until
+// then: Run returns within the shutdown timeout plus one call timeout, or
+// one call timeout after the last handler returns, whichever is later.
 //
 // Run returns only after every goroutine it started has exited: nil after a
 // clean shutdown, the permanent error otherwise. The handlers' contexts

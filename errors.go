@@ -226,9 +226,9 @@ const (
 
 // outcomeOf is the one place that sorts a handler's result (err, for a
 // message whose handler ran, alone or in a batch) for the breaker and the
-// adaptive limit, given why its lease ended (leaseErr, nil while it lives)
-// and whether the shutdown cancelled its handler. In order, the first
-// that applies:
+// adaptive limit, given why its lease ended or is ending (leaseErr: lost,
+// expired, at its ceiling; nil while it lives) and whether the shutdown
+// cancelled its handler. In order, the first that applies:
 //
 //   - nil: a success.
 //   - The lease ended (lost, expired, at its ceiling), the shutdown
@@ -262,6 +262,8 @@ func outcomeOf(err error, leaseErr error, shutdown bool) outcomeKind {
 		errors.Is(err, errEarlierFailed), errors.Is(err, errRetryRequested),
 		IsPermanent(err), IsNeutral(err):
 		return outcomeNeutral
+	case IsThrottled(err) && broken.Is(broken.ThrottledCountsForBreaker):
+		return outcomeFailure
 	case IsThrottled(err):
 		return outcomeThrottled
 	}

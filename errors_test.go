@@ -117,6 +117,7 @@ func TestOutcomeOf(t *testing.T) {
 		{"RetryAfter around an error", RetryAfter(boom, time.Minute), nil, false, outcomeFailure},
 		{"RetryAfter(nil): a retry asked for, nothing failed", RetryAfter(nil, time.Minute), nil, false, outcomeNeutral},
 		{"the lease ended", boom, ErrLeaseExpired, false, outcomeNeutral},
+		{"cancelled at the lease's ceiling, whatever it returns", context.Canceled, ErrLeaseCeiling, false, outcomeNeutral},
 		{"the shutdown cancelled it", boom, nil, true, outcomeNeutral},
 		{"returns ErrShutdown", ErrShutdown, nil, false, outcomeNeutral},
 		{"returns the lease's cause", ErrLeaseLost, nil, false, outcomeNeutral},

@@ -16,6 +16,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
+
+	"github.com/sqskit/sqsconsumer/internal/broken"
 )
 
 // Run's first contact with SQS. Until SQS has answered a call, an error
@@ -47,6 +49,9 @@ var signatureCodes = map[string]bool{
 // cannotSucceed reports whether err, met before SQS ever answered, is one
 // no retry can cure, and why in a few words for the error Run returns.
 func cannotSucceed(err error) (why string, fatal bool) {
+	if broken.Is(broken.FirstContactRetried) {
+		return "", false
+	}
 	var dns *net.DNSError
 	if errors.As(err, &dns) {
 		if dns.IsNotFound {

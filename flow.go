@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/sqskit/sqsconsumer/internal/share"
+
+	"github.com/sqskit/sqsconsumer/internal/broken"
 )
 
 // flow decides when the Consumer receives and how many messages it asks
@@ -317,7 +319,7 @@ func (f *flow[T]) giveSlotLocked(s slot, now time.Time) time.Duration {
 // arms the timer for when it will not (a Throttled's pause wakes it
 // itself).
 func (f *flow[T]) nextLocked(now time.Time) int {
-	if f.stopped || f.paused.Load() || f.throttledLocked(now) {
+	if f.stopped || f.paused.Load() && !broken.Is(broken.PauseKeepsReceiving) || f.throttledLocked(now) {
 		return 0
 	}
 	if at := later(f.retryAt, f.idleUntil); now.Before(at) {
@@ -820,7 +822,7 @@ func (f *flow[T]) runningNow() int {
 // limitLocked is how many pollers may be busy at once: the calls in
 // flight the HTTP client sustains (callLimit), or maxPollers when fixed.
 func (f *flow[T]) limitLocked(now time.Time) int {
-	if f.calls == nil {
+	if f.calls == nil || broken.Is(broken.CallLimitIgnored) {
 		return f.maxPollers
 	}
 	return f.calls.current(now)

@@ -349,11 +349,18 @@ func (l *Lease) cancelPendingLocked() {
 }
 
 // settleState reports, in one look, whether a Delete or Release already
-// succeeded (settled) and why the lease ended, if it did (Err).
+// succeeded (settled) and why the lease ended or is ending, if it is:
+// ErrLeaseLost or ErrLeaseExpired once it ended (Err), ErrLeaseCeiling
+// once its holder was told to stop at the ceiling while the lease still
+// holds (its handle is good until the deadline, which the ceiling caps).
 func (l *Lease) settleState() (settled bool, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.state == leaseDeleted || l.state == leaseReleased, l.stateErrLocked(false)
+	err = l.stateErrLocked(false)
+	if err == nil && l.state == leaseActive && l.ceilingFired {
+		err = ErrLeaseCeiling
+	}
+	return l.state == leaseDeleted || l.state == leaseReleased, err
 }
 
 // settled reports whether a Delete or Release already succeeded.

@@ -30,6 +30,12 @@ func (l *Lease) deleteCall(ctx context.Context, handle string) error {
 // another call of the lease is in flight or the lease cannot be deleted:
 // the caller then uses Delete.
 func (l *Lease) deleteAsync(done func(*Lease, error)) bool {
+	return l.deleteAsyncBy(done, time.Time{})
+}
+
+// deleteAsyncBy is deleteAsync with the first attempt's call bounded by by
+// as well as by the lease's deadline (zero: by the deadline alone).
+func (l *Lease) deleteAsyncBy(done func(*Lease, error), by time.Time) bool {
 	bc, ok := l.cfg.calls.(*coalescedCalls)
 	if !ok {
 		return false
@@ -44,6 +50,9 @@ func (l *Lease) deleteAsync(done func(*Lease, error)) bool {
 	handle, deadline, gen := l.handle, l.deadline, l.handleGen
 	l.deleteSent = handle
 	l.mu.Unlock()
+	if !by.IsZero() && by.Before(deadline) {
+		deadline = by
+	}
 	if err := bc.del.Submit(delEntry{handle: handle, l: l, gen: gen, done: done}, deadline, deleteAnswered); err != nil {
 		l.mu.Lock()
 		l.settling, l.deleting, l.deleteSent = false, false, ""

@@ -51,11 +51,10 @@ func (r *run) poll() {
 		if err == nil {
 			continue
 		}
-		if r.pollCtx.Err() != nil {
-			return
-		}
-		if r.shuttingDown() && errors.Is(err, context.Canceled) {
-			r.fl.abandoned(n, sent) // an idle poll the shutdown cancelled
+		if r.pollCtx.Err() != nil || r.shuttingDown() && errors.Is(err, context.Canceled) {
+			// Cut by the hard stop, or an idle poll the shutdown
+			// cancelled: it got nothing this process will see.
+			r.fl.abandoned(n, sent)
 			return
 		}
 		same, backoff := r.fl.failed(n, sent, err, persistentClientError(err))

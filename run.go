@@ -123,13 +123,26 @@ type run struct {
 	drain       chan struct{}
 	handlerBase context.Context
 
-	// settleCtx bounds every settling call (deletes, releases) and
-	// pollCtx every receive; both are cancelled at the hard stop, one
-	// call timeout after the shutdown budget, so Run returns in time
-	// even when SQS does not answer.
+	// settleCtx bounds the settling calls (deletes, releases) and is the
+	// coalesced calls' base, pollCtx bounds every receive; both are
+	// cancelled at the hard stop (hardStop), one call timeout after the
+	// shutdown timeout, which stays armed from the shutdown's start until
+	// Run returns, so Run returns in time even when SQS does not answer.
+	// A handler that returns once the shutdown timeout has run out (it
+	// was cancelled, and may ignore that past the hard stop) has its
+	// message settled under a call timeout of its own instead, from its
+	// return (settle): under lateCtx, which the hard stop leaves alone.
+	// From the shutdown timeout's end (late) what is added to the
+	// coalesced calls (those settlements, the renewals of leases whose
+	// handlers run on) goes under lateCtx (calls.rebase; what was added
+	// before stays under the hard stop), and Run cancels it (endLate) once
+	// every handler has returned and settled.
 	settleCtx   context.Context
 	pollCtx     context.Context
 	hardStop    context.CancelFunc
+	lateCtx     context.Context
+	endLate     context.CancelFunc
+	late        atomic.Bool        // the shutdown timeout ran out: settle under lateCtx
 	fatalStop   context.CancelFunc // ends Run's wait after a permanent receive error
 	probeCtx    context.Context    // a probe's (and the quota's read's) context; cancelled at shutdown
 	cancelProbe context.CancelFunc // cancels probeCtx
@@ -204,6 +217,7 @@ func (r *run) setup(ctx context.Context) error {
 	pollCtx, cancelPolls := context.WithCancel(r.conns.attach(context.Background()))
 	r.settleCtx, r.pollCtx = settleCtx, pollCtx
 	r.hardStop = func() { cancelPolls(); cancelSettle() }
+	r.lateCtx, r.endLate = context.WithCancel(r.conns.attach(context.Background()))
 	cfg.calls, cfg.events.queueURL, cfg.settleCtx = r.calls, r.queueURL, settleCtx
 	r.cfg = cfg
 	r.reg = newRegistry(fifo, r.s.protector)
@@ -283,7 +297,14 @@ func (r *run) run(ctx context.Context) error {
 	<-runCtx.Done()
 
 	r.prog.stage.Store(runDraining)
-	r.shutdown()
+	// The hard stop bounds the whole wind-down, not only the shutdown's
+	// wait for what the run holds: the pollers' receives in flight and
+	// their hand-backs, the workers, the calls. It stays armed until Run
+	// returns.
+	begun := time.Now()
+	hard := time.AfterFunc(r.s.shutdownTimeout+shutdownCallTimeout, r.hardStop)
+	defer hard.Stop()
+	r.shutdown(begun)
 	// The lanes close before the pollers are told to quit: a poller still
 	// in a receive hands its messages back after the quit, and their
 	// calls must not wait for a poller that is leaving (a parked one may
@@ -305,6 +326,10 @@ func (r *run) run(ctx context.Context) error {
 	// starts after shutdown stopped the breaker and runCtx ended, or after
 	// the pollers returned.
 	r.aux.Wait()
+	// Every handler has returned and settled: a call still under lateCtx
+	// (a renewal of a lease since stopped, a hand-back whose wait the hard
+	// stop ended) concerns nobody.
+	r.endLate()
 	r.calls.close()
 	r.hardStop()
 	r.mu.Lock()
@@ -314,17 +339,17 @@ func (r *run) run(ctx context.Context) error {
 
 // shutdownCallTimeout is how long after the shutdown timeout calls to SQS
 // still pending (a delete, a release, a receive that does not return) are
-// given before they are abandoned.
+// given before they are abandoned (the hard stop), and how long a handler
+// that returns after the shutdown timeout has to settle its message.
 const shutdownCallTimeout = 5 * time.Second
 
-// shutdown stops receiving, hands back what has not started, waits for
-// running handlers within the shutdown timeout, then cancels them with
-// ErrShutdown and waits for them to return. One call timeout after the
-// shutdown timeout it abandons calls to SQS still pending (hardStop).
-func (r *run) shutdown() {
-	begun := time.Now()
-	hard := time.AfterFunc(r.s.shutdownTimeout+shutdownCallTimeout, r.hardStop)
-	defer hard.Stop()
+// shutdown, begun at begun, stops receiving, hands back what has not
+// started, waits for running handlers within the shutdown timeout, then
+// cancels them with ErrShutdown and waits for them to return; each that
+// returns from then on settles its message with a call timeout of its own
+// (late). Run's hard stop, one call timeout after the shutdown timeout,
+// abandons the other calls to SQS still pending.
+func (r *run) shutdown(begun time.Time) {
 	if r.br != nil {
 		r.br.stop() // no more releases, probes or wakes of its own
 	}
@@ -361,6 +386,12 @@ func (r *run) shutdown() {
 		return
 	case <-timer.C:
 	}
+	// From now on a handler that returns settles under lateCtx, which the
+	// hard stop does not cut, and what is added to the coalesced calls goes
+	// under it (the leases of handlers that run on stay renewed); what was
+	// added before (in flight, pending, queued) stays under the hard stop.
+	r.late.Store(true)
+	r.calls.rebase(r.lateCtx)
 	r.log(slog.LevelWarn, "sqsconsumer: shutdown timeout reached; cancelling running handlers", "running", len(r.inHandler()))
 	for _, d := range r.reg.all() {
 		d.lease.abort(ErrShutdown)
@@ -376,7 +407,8 @@ func (r *run) shutdown() {
 			return
 		case <-warn.C:
 			// Only handlers still inside their function hold Run up for
-			// good; settling calls end at the hard stop.
+			// good; settling calls end at the hard stop, or one call
+			// timeout after their handler returned.
 			if ids := r.inHandler(); len(ids) > 0 {
 				r.log(slog.LevelWarn, "sqsconsumer: still waiting for handlers that ignore their cancelled context", "message_ids", ids)
 			}

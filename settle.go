@@ -36,7 +36,7 @@ type settleInput struct {
 	ran      bool          // its handler (or its batch) ran for it
 	err      error         // the handler's result, when ran
 	settled  bool          // the handler deleted or released the message itself
-	leaseErr error         // why its lease ended, nil while it lives
+	leaseErr error         // why its lease ended (lost, expired) or is ending (ErrLeaseCeiling: the handle still holds), nil while it lives
 	shutdown bool          // the shutdown cancelled its handler (ErrShutdown)
 	backoff  time.Duration // WithBackoff's delay for its receive count (ran with an error)
 	hold     time.Duration // the least visibility the breaker asks of a failure of the downstream now (0: closed, or the shutdown has begun)
@@ -50,7 +50,11 @@ type settleInput struct {
 //   - A message whose handler never ran is handed back at once (visibility
 //     0), unless its lease ended meanwhile (then SQS hands it out again).
 //   - A success is deleted.
-//   - A failure whose lease ended is left to SQS.
+//   - A failure whose lease ended (lost or expired) is left to SQS: its
+//     handle is no good. A lease at its ceiling has not ended: its
+//     handler was told to stop (ErrLeaseCeiling), but its handle holds
+//     until the deadline, so its failure is released as any other, and
+//     the lease clips the visibility to the ceiling.
 //   - A message failed without running because an earlier message of its
 //     FIFO group failed is handed back at once: no backoff, no breaker.
 //   - A Permanent failure goes to the dead-letter queue.
@@ -62,21 +66,25 @@ type settleInput struct {
 //     hours, rounded up to whole seconds; at shutdown it is released at
 //     once.
 func decide(in settleInput) (act settleAction, after time.Duration) {
+	ended := in.leaseErr != nil && !errors.Is(in.leaseErr, ErrLeaseCeiling)
 	switch {
 	case in.settled:
 		return actSettled, 0
-	case !in.ran && in.leaseErr != nil:
+	case !in.ran && ended:
 		return actLeave, 0
 	case !in.ran:
 		return actRelease, 0
 	case in.err == nil:
 		return actDelete, 0
-	case in.leaseErr != nil:
+	case ended:
 		return actLeave, 0
 	case errors.Is(in.err, errEarlierFailed):
 		return actRelease, 0
 	}
 	after, ok := retryAfterOf(in.err)
+	if broken.Is(broken.RetryAfterIgnored) {
+		after, ok = 0, false
+	}
 	if !ok {
 		after = max(in.backoff, time.Second)
 	}
@@ -108,7 +116,11 @@ func decide(in settleInput) (act settleAction, after time.Duration) {
 // the next ready message, which settle returns for the caller to run (nil:
 // none). Settling uses its own context, not the handler's (which may be
 // cancelled): the lease's deadline bounds every call, and the hard stop
-// bounds them at shutdown.
+// bounds them at shutdown, except for a handler that returns once the
+// shutdown timeout has run out: its message's calls get one call timeout
+// of their own from then (shutdownCallTimeout), which the hard stop does
+// not cut, so that a handler that ignored its cancelled context past the
+// hard stop still has its message released at once.
 func (r *run) settle(d *delivery, err error, ran bool) (next *delivery) {
 	l := &d.lease
 	in := settleInput{ran: ran, err: err}
@@ -143,7 +155,13 @@ func (r *run) settle(d *delivery, err error, ran bool) (next *delivery) {
 		r.observe(EventFailed, d, err)
 		r.logFailure(d, err, act, after)
 	}
-	ctx := r.settleCtx
+	ctx, by := r.settleCtx, time.Time{}
+	if ran && r.late.Load() && act != actSettled && act != actLeave {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(r.lateCtx, shutdownCallTimeout)
+		defer cancel() // an asynchronous delete is bounded by by instead
+		by, _ = ctx.Deadline()
+	}
 	switch act {
 	case actSettled:
 		r.finish(d, l.deleted(), ran, err)
@@ -156,13 +174,13 @@ func (r *run) settle(d *delivery, err error, ran bool) (next *delivery) {
 		}
 		r.finish(d, false, ran, err)
 	case actDelete:
-		return r.settleDelete(d, r.afterDelete)
+		return r.settleDelete(ctx, by, d, r.afterDelete)
 	case actDeadLetter:
-		if r.moveToDeadLetter(d, err) {
+		if r.moveToDeadLetter(ctx, d, err) {
 			// The copy is in the dead-letter queue: the source's message
 			// goes as a success's would (a FIFO group moves on). A rare
 			// path: the closure's allocation does not matter.
-			return r.settleDelete(d, func(l *Lease, derr error) { r.movedDeleted(d, derr, err) })
+			return r.settleDelete(ctx, by, d, func(l *Lease, derr error) { r.movedDeleted(d, derr, err) })
 		}
 		r.logFailure(d, err, actRelease, after) // the move failed: an ordinary failure after all
 		fallthrough
@@ -288,17 +306,19 @@ func (r *run) settleAndStart(d *delivery, err error, ran bool) {
 // finishes it) when SQS has answered. While SQS confirms the delete the
 // handler slot can take the next message, which settleDelete returns for
 // the caller to run: the lease keeps renewing until then. At most
-// concurrency + max read-ahead such messages are held at once.
-func (r *run) settleDelete(d *delivery, after func(*Lease, error)) (next *delivery) {
+// concurrency + max read-ahead such messages are held at once. ctx bounds
+// a delete that waits, by (zero: none) the first attempt of one that does
+// not (settle's).
+func (r *run) settleDelete(ctx context.Context, by time.Time, d *delivery, after func(*Lease, error)) (next *delivery) {
 	next, _ = r.fl.settleEarly(d)
-	if !d.lease.deleteAsync(after) {
+	if !d.lease.deleteAsyncBy(after, by) {
 		// A call of the lease is in flight (a renewal): this delete
 		// waits for SQS, and the next message must not wait with it.
 		if next != nil {
 			r.start(next)
 			next = nil
 		}
-		after(&d.lease, d.lease.Delete(r.settleCtx))
+		after(&d.lease, d.lease.Delete(ctx))
 	} // else after runs when SQS answers
 	return next
 }
@@ -431,10 +451,10 @@ func (r *run) backoff(receiveCount int) (d time.Duration) {
 }
 
 // moveToDeadLetter moves a message whose handler returned the permanent
-// error err to the dead-letter queue. It reports false, having done
-// nothing to the message, when the move could not be made: the caller
-// then settles it as an ordinary failure.
-func (r *run) moveToDeadLetter(d *delivery, err error) bool {
+// error err to the dead-letter queue, within ctx. It reports false,
+// having done nothing to the message, when the move could not be made:
+// the caller then settles it as an ordinary failure.
+func (r *run) moveToDeadLetter(ctx context.Context, d *delivery, err error) bool {
 	m := &d.msg
 	if !r.dlq.ready() {
 		if r.dlqWarned.CompareAndSwap(false, true) {
@@ -443,7 +463,7 @@ func (r *run) moveToDeadLetter(d *delivery, err error) bool {
 		}
 		return false
 	}
-	id, dropped, serr := r.dlq.move(r.settleCtx, m, err)
+	id, dropped, serr := r.dlq.move(ctx, m, err)
 	if serr != nil {
 		r.log(slog.LevelWarn, "sqsconsumer: could not move a permanently failing message to the dead-letter queue; retrying it as an ordinary failure",
 			"message_id", m.ID, "dead_letter_queue", r.dlq.url, "error", serr)

@@ -251,6 +251,10 @@ func TestDecide(t *testing.T) {
 		{"Permanent: to the dead-letter queue, with the failure's visibility if the move fails", settleInput{ran: true, err: Permanent(boom), backoff: 7 * time.Second}, actDeadLetter, 7 * time.Second},
 		{"Permanent with RetryAfter", settleInput{ran: true, err: RetryAfter(Permanent(boom), 30*time.Second)}, actDeadLetter, 30 * time.Second},
 		{"Permanent with a lost lease: left to SQS", settleInput{ran: true, err: Permanent(boom), leaseErr: ErrLeaseLost}, actLeave, 0},
+		{"never ran, at the ceiling: the handle holds, handed back at once", settleInput{leaseErr: ErrLeaseCeiling}, actRelease, 0},
+		{"success at the ceiling: deleted", settleInput{ran: true, leaseErr: ErrLeaseCeiling}, actDelete, 0},
+		{"failure at the ceiling: released for its backoff (the lease clips it to the ceiling)", settleInput{ran: true, err: boom, leaseErr: ErrLeaseCeiling, backoff: 7 * time.Second}, actRelease, 7 * time.Second},
+		{"Permanent at the ceiling: to the dead-letter queue", settleInput{ran: true, err: Permanent(boom), leaseErr: ErrLeaseCeiling}, actDeadLetter, time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -478,3 +478,149 @@ func TestShutdownHungReceiveBoundsTheWait(t *testing.T) {
 		require.False(t, st.InFlight)
 	})
 }
+
+// A receive in flight at the hard stop is cut by it: the flow must hear
+// of it, so that Stats (and the flow's counts) no longer count it asked.
+// Here a handler that ignores its cancelled context holds the shutdown
+// past the hard stop while SQS does not answer the receive in flight;
+// before, Stats.Asked stayed above 0 after Run returned.
+func TestReceiveCutByTheHardStopIsNotAskedAnyMore(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		b.send(t, 1)
+		started := make(chan struct{})
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, _ *Message) error {
+			close(started)
+			<-ctx.Done()
+			time.Sleep(20 * time.Second) // ignores its cancelled context past the hard stop
+			return ctx.Err()
+		}), WithVisibilityTimeout(30*time.Second), WithConcurrency(2), WithShutdownTimeout(2*time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		<-started
+		b.srv.DelayNext("ReceiveMessage", 100, time.Hour) // from now on SQS does not answer receives
+		time.Sleep(3 * time.Second)                       // past the poll in flight (2 s): the next one hangs
+		require.Positive(t, c.Stats().Asked, "a receive in flight")
+		begin := time.Now()
+		require.NoError(t, stop())
+		require.LessOrEqual(t, time.Since(begin), 22*time.Second+shutdownCallTimeout, "the handler's 20 s past the budget, then one call timeout")
+		require.Zero(t, c.Stats().Asked, "the receive the hard stop cut is not asked any more")
+	})
+}
+
+// The hard stop bounds the whole wind-down, not only the shutdown's wait
+// for what the Consumer holds: an idle Consumer (nothing held, so that
+// wait ends at once) whose receive in flight SQS does not answer still
+// returns within the shutdown timeout plus one call timeout. Before, the
+// hard stop was disarmed when that wait ended, and Run waited out the
+// receive's own timeout (its long-poll wait plus 10 s).
+func TestShutdownHardStopCoversAReceiveInFlight(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error { return nil }),
+			WithVisibilityTimeout(30*time.Second), WithShutdownTimeout(5*time.Second))
+		require.NoError(t, err)
+		b.srv.DelayNext("ReceiveMessage", 100, time.Hour) // SQS does not answer receives
+		stop := running(t, c)
+		time.Sleep(time.Second)
+		require.Positive(t, c.Stats().Asked, "a receive in flight")
+		begin := time.Now()
+		require.NoError(t, stop())
+		require.Equal(t, begin.Add(5*time.Second+shutdownCallTimeout), time.Now(), "cut at the hard stop")
+		require.Zero(t, c.Stats().Asked)
+	})
+}
+
+// A handler that ignores its cancelled context past the hard stop, or
+// returns shortly before it while its release waits for the coalesced
+// call, still has its message released at once when it returns: a
+// handler that returns after the shutdown timeout gets a call timeout of
+// its own from its return to settle its message, which the hard stop
+// does not cut, and its lease stays renewed meanwhile. Run returns when
+// that release is answered. Before, the release ran under the settling
+// context the hard stop had cancelled ("could not set the failed
+// message's retry visibility"), and the message stayed hidden for the
+// rest of its lease.
+func TestShutdownReleasesAHandlerThatOutlastsTheHardStop(t *testing.T) {
+	t.Parallel()
+	for _, ignore := range []time.Duration{shutdownCallTimeout - 10*time.Millisecond, 40 * time.Second} {
+		for _, succeed := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v/succeed=%v", ignore, succeed), func(t *testing.T) {
+				t.Parallel()
+				synctest.Test(t, func(t *testing.T) {
+					b := setup(t, nil)
+					ids := b.send(t, 1)
+					started := make(chan struct{})
+					var rec recorder
+					c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, _ *Message) error {
+						close(started)
+						<-ctx.Done()
+						time.Sleep(ignore) // ignores its cancelled context
+						if succeed {
+							return nil // and finishes its work after all: deleted
+						}
+						return ctx.Err()
+					}), WithVisibilityTimeout(30*time.Second), WithShutdownTimeout(2*time.Second), WithObserver(&rec))
+					require.NoError(t, err)
+					stop := running(t, c)
+					<-started
+					begin := time.Now()
+					require.NoError(t, stop())
+					require.Equal(t, begin.Add(2*time.Second+ignore+coalesceWindow), time.Now(), "Run returned when the settling call was answered")
+					require.Zero(t, rec.count(EventLeaseExpired), "renewed while the handler ran on")
+					st := b.state(t, ids[0])
+					if succeed {
+						require.True(t, st.Deleted)
+						require.Equal(t, 1, rec.count(EventDeleted))
+						return
+					}
+					require.False(t, st.Deleted)
+					require.False(t, st.InFlight, "visible at once")
+					last := st.VisibilityChanges[len(st.VisibilityChanges)-1]
+					require.Empty(t, last.Err)
+					require.Zero(t, last.Timeout, "released at once, as the shutdown releases")
+					require.Equal(t, 1, rec.count(EventReleased))
+				})
+			})
+		}
+	}
+}
+
+// The settling call of a handler that returns after the hard stop has one
+// call timeout of its own, no more: when SQS does not answer it, Run
+// returns one call timeout after the handler did, a success's delete
+// (coalesced, without waiting) as much as a failure's release.
+func TestShutdownLateSettleHasOneCallTimeout(t *testing.T) {
+	t.Parallel()
+	for _, succeed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("succeed=%v", succeed), func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				b := setup(t, nil)
+				ids := b.send(t, 1)
+				started := make(chan struct{})
+				c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, _ *Message) error {
+					close(started)
+					<-ctx.Done()
+					time.Sleep(20 * time.Second) // past the hard stop
+					// From now on SQS does not answer.
+					b.srv.DelayNext("ChangeMessageVisibilityBatch", 100, time.Hour)
+					b.srv.DelayNext("DeleteMessageBatch", 100, time.Hour)
+					if succeed {
+						return nil
+					}
+					return ctx.Err()
+				}), WithVisibilityTimeout(30*time.Second), WithShutdownTimeout(2*time.Second))
+				require.NoError(t, err)
+				stop := running(t, c)
+				<-started
+				begin := time.Now()
+				require.NoError(t, stop())
+				require.Equal(t, begin.Add(22*time.Second+shutdownCallTimeout), time.Now(), "one call timeout after the handler returned")
+				require.False(t, b.state(t, ids[0]).Deleted)
+			})
+		})
+	}
+}

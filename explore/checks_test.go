@@ -18,10 +18,13 @@ import (
 // what it returned, the Stats, and what it left hidden.
 func (r *run) checkReturn(p *proc) {
 	st := p.c.Stats()
+	set := p.c.Settings()
+	h := p.c.Health()
 	msgs := r.srv.Messages(r.url)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := p.retTime
+	r.checkAfterRunLocked(p, st, set, h)
 	if p.cancelled {
 		if took, bound := now.Sub(p.cancelAt), r.returnBound(); took > bound {
 			// Whether it held nothing at some instant after the
@@ -59,7 +62,16 @@ func (r *run) checkReturn(p *proc) {
 		!p.permanentFault && !(p.cancelled && p.receivesSent == 0)
 	refusedForDLQ := r.sc.Options.RequireDLQ != nil && *r.sc.Options.RequireDLQ && r.sc.Options.DLQ == nil &&
 		errors.Is(p.runErr, sqsconsumer.ErrInvalidOption) && strings.Contains(p.runErr.Error(), "WithRequireDeadLetterQueue")
-	switch {
+	switch c, ok := conflicts[r.sc.Conflict]; {
+	case ok && c.atRun && p.runErr == nil && !p.queueRead:
+		// Cancelled before it read the queue: nothing to judge.
+	case ok && c.atRun:
+		// New let through what only the queue tells: Run refuses it,
+		// before its first receive.
+		r.judgeConflictLocked("Run", p.runErr)
+		if p.runErr != nil && p.receivesSent > 0 {
+			r.violateLocked(chkConflict, "%s: Run refused %s only after %d receives", p.name(), r.sc.Conflict, p.receivesSent)
+		}
 	case refusedForDLQ:
 		r.seen["refused-at-run:require-dlq"] = true
 	case noDLQ && p.runErr == nil:
@@ -83,6 +95,220 @@ func (r *run) checkReturn(p *proc) {
 	}
 	r.checkStatsLocked(p, st)
 	r.checkStrandedLocked(p, msgs, now)
+}
+
+// checkAfterRunLocked: what Run returned, against the first contact
+// drawn; and, once Run has returned, its Health, its byte bound, its
+// concurrency limit and its Settings.
+func (r *run) checkAfterRunLocked(p *proc, st sqsconsumer.Stats, set sqsconsumer.Settings, h sqsconsumer.Health) {
+	if fc := firstContactOf(r.sc.FirstContact); fc != nil && fc.fatal && !p.firstDeciding.IsZero() {
+		// A wrong endpoint: Run fails at once, naming the queue.
+		bound := time.Second + 2*r.sc.RTT.D()
+		if r.sc.SDKRetries {
+			bound = time.Minute // the SDK's own retries of what it takes for a connection error
+		}
+		took := p.retTime.Sub(p.firstDeciding)
+		cancelledFirst := p.cancelled && !p.cancelAt.After(p.firstDeciding.Add(bound))
+		switch {
+		case p.runErr == nil && !cancelledFirst:
+			r.violateLocked(chkFirst, "%s: the first contact failed with %s, which cannot succeed, but Run went on and returned nil %v later", p.name(), fc.name, took)
+		case p.runErr != nil && !strings.Contains(p.runErr.Error(), "queue "+r.url):
+			r.violateLocked(chkFirst, "%s: the first contact failed with %s; Run's error does not name the queue: %v", p.name(), fc.name, p.runErr)
+		case p.runErr != nil && took > bound && !cancelledFirst:
+			r.violateLocked(chkFirst, "%s: the first contact failed with %s, which cannot succeed; Run failed only %v later (bound %v): %v", p.name(), fc.name, took, bound, p.runErr)
+		case p.runErr != nil:
+			r.seen["first-contact:failed-run"] = true
+		}
+	}
+	switch {
+	case p.runErr != nil && (h.Status != "failed" || h.Healthy):
+		r.violateLocked(chkHealth, "%s: Run returned %v, but Health says %q, healthy %v", p.name(), p.runErr, h.Status, h.Healthy)
+	case p.runErr == nil && (h.Status != "stopped" || !h.Healthy):
+		r.violateLocked(chkHealth, "%s: Run returned nil, but Health says %q, healthy %v %q", p.name(), h.Status, h.Healthy, h.Problems)
+	}
+	if h.Ready {
+		r.violateLocked(chkHealth, "%s: Health is ready after Run returned", p.name())
+	}
+	// The byte bound.
+	b := st.Bytes
+	want := int64(sqsconsumer.DefaultMaxBytes)
+	if v := r.sc.Options.MaxBytes; v != nil {
+		want = *v
+	}
+	if b.Max != want {
+		r.violateLocked(chkBytes, "%s: Stats.Bytes.Max = %d, WithMaxBytes gave %d", p.name(), b.Max, want)
+	}
+	if b.Held != 0 {
+		r.violateLocked(chkBytes, "%s: after Run returned Stats.Bytes.Held = %d, not 0", p.name(), b.Held)
+	}
+	if bound := r.byteBoundLocked(p, b.Peak); p.minMsg > 0 && b.Peak > bound {
+		r.violateLocked(chkBytes, "%s: Stats.Bytes.Peak = %d, above the bound %d allows with messages of %d to %d bytes (%d)", p.name(), b.Peak, b.Max, p.minMsg, p.maxMsg, bound)
+	}
+	if p.minMsg > 0 && b.Peak > b.Max {
+		r.seen["bytes:above-the-bound"] = true
+	}
+	if b.Limited {
+		r.seen["bytes:limited"] = true
+	}
+	r.checkLimitLocked(p, st)
+	if p.queueRead && p.receivesSent > 0 {
+		// Run read the queue and ran (a refusal at Run's setup leaves
+		// the queue's values pending).
+		r.checkSettingsLocked(p, set)
+	}
+}
+
+// byteBoundLocked is the most bytes p may hold when it holds held (Stats
+// .Bytes): the bound, and as much more as the spread of its messages'
+// sizes allows (a receive is sized at an estimate between them), or one
+// message alone, however large.
+func (r *run) byteBoundLocked(p *proc, held int64) int64 {
+	n := int64(sqsconsumer.DefaultMaxBytes)
+	if v := r.sc.Options.MaxBytes; v != nil {
+		n = *v
+	}
+	if p.minMsg == 0 {
+		return n
+	}
+	return max(n+(p.maxMsg-p.minMsg)*(held/p.minMsg+1), p.maxMsg)
+}
+
+// checkLimitLocked: Stats.ConcurrencyLimit stays within
+// WithAdaptiveConcurrency's range, and is the concurrency without it.
+func (r *run) checkLimitLocked(p *proc, st sqsconsumer.Stats) {
+	conc := r.sc.concurrency()
+	if st.Concurrency != conc {
+		r.violateLocked(chkLimit, "%s: Stats.Concurrency = %d, WithConcurrency gave %d", p.name(), st.Concurrency, conc)
+	}
+	if ac := r.sc.Options.AdaptiveConc; ac != nil {
+		if st.ConcurrencyLimit < ac[0] || st.ConcurrencyLimit > conc {
+			r.violateLocked(chkLimit, "%s: Stats.ConcurrencyLimit = %d, outside [Floor %d, WithConcurrency %d]", p.name(), st.ConcurrencyLimit, ac[0], conc)
+		}
+		if st.ConcurrencyLimit < conc {
+			r.seen["adaptive-concurrency:below-concurrency"] = true
+		}
+	} else if st.ConcurrencyLimit != conc {
+		r.violateLocked(chkLimit, "%s: Stats.ConcurrencyLimit = %d without WithAdaptiveConcurrency, not WithConcurrency(%d)", p.name(), st.ConcurrencyLimit, conc)
+	}
+	if st.Throttled > 0 {
+		r.seen["throttled:counted"] = true
+	}
+}
+
+// checkSettingsLocked: once Run has read the queue, Settings holds every
+// value final (Pending empty), and each option the scenario gave (through
+// bundles too: the later value wins) shows as given.
+func (r *run) checkSettingsLocked(p *proc, set sqsconsumer.Settings) {
+	o := r.sc.Options
+	var bad []string
+	expect := func(name string, got, want any) {
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			bad = append(bad, fmt.Sprintf("%s = %v, want %v", name, got, want))
+		}
+	}
+	if len(set.Pending) > 0 {
+		bad = append(bad, fmt.Sprintf("Pending %v after Run read the queue", set.Pending))
+	}
+	expect("Concurrency", set.Concurrency, r.sc.concurrency())
+	if v := o.ReceiveSize; v != nil {
+		expect("BatchSize", set.BatchSize, *v)
+	}
+	if v := o.ReadAhead; v != nil {
+		expect("MaxReadAhead", set.MaxReadAhead, *v)
+	}
+	if v := o.Pollers; v != nil {
+		expect("Pollers", set.Pollers, *v)
+	}
+	expect("PollersAdaptive", set.PollersAdaptive, o.Pollers == nil)
+	switch {
+	case o.Visibility != nil:
+		expect("VisibilityTimeout", set.VisibilityTimeout, o.Visibility.D())
+		expect("VisibilitySource", set.VisibilitySource, "option")
+	case o.Adaptive == nil:
+		expect("VisibilityTimeout", set.VisibilityTimeout, time.Duration(r.sc.QueueVisibility)*time.Second)
+		expect("VisibilitySource", set.VisibilitySource, "queue")
+	}
+	if v := o.Heartbeat; v != nil {
+		expect("HeartbeatInterval", set.HeartbeatInterval, v.D())
+	}
+	if v := o.MaxLease; v != nil {
+		expect("MaxLeaseDuration", set.MaxLeaseDuration, v.D())
+	}
+	if v := o.CeilingGrace; v != nil {
+		expect("CeilingGrace", set.CeilingGrace, v.D())
+	}
+	if v := o.Adaptive; v != nil {
+		expect("AdaptiveVisibility", [2]time.Duration{set.AdaptiveVisibilityMin, set.AdaptiveVisibilityMax}, [2]time.Duration{v[0].D(), v[1].D()})
+	}
+	if v := o.Rate; v != nil {
+		expect("Rate", [2]any{set.RateLimit, set.RateBurst}, [2]any{v.Limit, v.Burst})
+	}
+	if v := o.GroupLimit; v != nil {
+		expect("GroupLimit", set.GroupLimit, *v)
+	}
+	if v := o.FairDispatch; v != nil {
+		expect("FairDispatch", set.FairDispatch, *v)
+	}
+	if v := o.HandlerTimeout; v != nil {
+		expect("HandlerTimeout", set.HandlerTimeout, v.D())
+	}
+	expect("ShutdownTimeout", set.ShutdownTimeout, r.sc.shutdownTimeout())
+	want := int64(sqsconsumer.DefaultMaxBytes)
+	if v := o.MaxBytes; v != nil {
+		want = *v
+	}
+	expect("MaxBytes", set.MaxBytes, want)
+	if v := o.AdaptiveConc; v != nil {
+		if set.AdaptiveConcurrency == nil {
+			bad = append(bad, "AdaptiveConcurrency nil")
+		} else {
+			expect("AdaptiveConcurrency.Floor", set.AdaptiveConcurrency.Floor, v[0])
+			if v[1] > 0 {
+				expect("AdaptiveConcurrency.Initial", set.AdaptiveConcurrency.Initial, v[1])
+			}
+		}
+	} else if set.AdaptiveConcurrency != nil {
+		bad = append(bad, fmt.Sprintf("AdaptiveConcurrency %+v without the option", *set.AdaptiveConcurrency))
+	}
+	if v := o.Breaker; v != nil {
+		if set.Breaker == nil {
+			bad = append(bad, "Breaker nil")
+		} else {
+			expect("Breaker", [4]any{set.Breaker.Failures, set.Breaker.CallFailures, set.Breaker.Pause, set.Breaker.MaxPause},
+				[4]any{v.Failures, v.CallFailures, v.Pause.D(), v.MaxPause.D()})
+		}
+	} else if set.Breaker != nil {
+		bad = append(bad, "Breaker set without the option")
+	}
+	expect("RequireDeadLetterQueue", set.RequireDeadLetterQueue, o.RequireDLQ != nil && *o.RequireDLQ)
+	expect("CancelIdlePollsAtShutdown", set.CancelIdlePollsAtShutdown, o.CancelIdlePolls != nil && *o.CancelIdlePolls)
+	if d := o.DLQ; d != nil && d.Kind == "option" {
+		expect("DeadLetterQueue", set.DeadLetterQueue, r.dlqURL)
+		expect("DeadLetterSource", set.DeadLetterSource, "option")
+	}
+	if v := o.Backoff; v != nil {
+		expect("Backoff", set.Backoff, "set")
+	}
+	if o.PanicPolicy != nil {
+		expect("PanicPolicy", set.PanicPolicy, "set")
+	}
+	if v := o.StartupLimit; v != nil {
+		expect("StartupLimit", set.StartupLimit, v.D())
+	}
+	if v := o.HealthLimits; v != nil && v[0] > 0 {
+		expect("StallLimit", set.StallLimit, v[0].D())
+	}
+	if v := o.Scaling; v != nil && set.Scaling != nil {
+		expect("Scaling.Target", set.Scaling.Target, v.Target.D())
+	} else if v != nil {
+		bad = append(bad, "Scaling nil")
+	}
+	if len(bad) > 0 {
+		r.violateLocked(chkSettings, "%s: after Run, Settings disagrees with the options given (bundle %d): %s", p.name(), r.sc.Bundle, strings.Join(bad, "; "))
+	}
+	if r.sc.Bundle > 0 {
+		r.seen["settings:bundle-checked"] = true
+	}
 }
 
 // checkStatsLocked: the Stats agree with the events seen, and balance once
@@ -382,6 +608,176 @@ func (r *run) finalChecks() {
 	for _, p := range r.procs {
 		r.checkEventsLocked(p, byMsg)
 		r.checkDeletesLocked(p, byMsg)
+		r.checkThrottlePausesLocked(p)
+		r.checkReleasesLocked(p)
+	}
+}
+
+// throttleLog is the line the Consumer logs as a Throttled's pause begins.
+const throttleLog = "sqsconsumer: a handler returned Throttled: receiving and starting paused"
+
+// checkThrottlePausesLocked: between a Throttled and the end of the pause
+// it begins, p sends no receive and starts no message. The pauses are
+// those p logged (with their length), and, without
+// WithAdaptiveConcurrency (which pauses only at its floor), each Throttled
+// with a delay its handler returned with its lease alive (the delay, in
+// whole seconds, from the result).
+func (r *run) checkThrottlePausesLocked(p *proc) {
+	type pause struct {
+		from, until time.Time
+		what        string
+	}
+	var pauses []pause
+	for _, l := range p.logs {
+		if l.msg != throttleLog {
+			continue
+		}
+		d, err := time.ParseDuration(l.attrs["for"])
+		if err != nil {
+			r.violateLocked(chkThrottle, "%s: the pause's log line at %v has no duration: %v", p.name(), r.at(l.at), l.attrs)
+			continue
+		}
+		pauses = append(pauses, pause{l.at, l.at.Add(d), "logged for " + d.String()})
+		r.seen["throttle:paused"] = true
+	}
+	if r.sc.Options.AdaptiveConc == nil {
+		for id, rs := range p.results {
+			for _, res := range rs {
+				// The pause begins as the Consumer settles the message (a
+				// Batch's members settle one after another), with its
+				// EventFailed.
+				if e := r.tookAsLocked(p, id, res); res.throttled && res.hasAsked && res.asked > 0 && e != nil {
+					d := roundUp(res.asked)
+					pauses = append(pauses, pause{e.at, e.at.Add(d), fmt.Sprintf("Throttled(err, %v) of %s", res.asked, r.label(id))})
+				}
+			}
+		}
+	}
+	for _, pa := range pauses {
+		inside := func(t time.Time) bool { return t.After(pa.from) && t.Before(pa.until) }
+		for _, t := range p.receiveTimes {
+			if inside(t) {
+				r.violateLocked(chkThrottle, "%s: a receive sent at %v, within the pause of a Throttled from %v to %v (%s)", p.name(), r.at(t), r.at(pa.from), r.at(pa.until), pa.what)
+				break
+			}
+		}
+		for _, e := range p.events {
+			if e.kind == sqsconsumer.EventStarted && inside(e.at) {
+				r.violateLocked(chkThrottle, "%s: %s started at %v, within the pause of a Throttled from %v to %v (%s)\n%s", p.name(), r.label(e.msg), r.at(e.at), r.at(pa.from), r.at(pa.until), pa.what, r.eventStoryLocked(p, e.msg))
+				break
+			}
+		}
+	}
+}
+
+// tookAsLocked returns the EventFailed by which the Consumer took res, an
+// outcome p's handler returned for message id, as that outcome (nil if
+// it did not): the next EventFailed of id, carrying the same delay asked,
+// Throttled as res was (a Batch member behind a failed one of its FIFO
+// group fails without its own result), its lease alive.
+func (r *run) tookAsLocked(p *proc, id string, res result) *obs {
+	ended := false // the delivery's lease ended: its outcome says nothing (a Batch's context does not tell)
+	for i := range p.events {
+		e := &p.events[i]
+		if e.msg != id {
+			continue
+		}
+		switch e.kind {
+		case sqsconsumer.EventReceived:
+			ended = false
+		case sqsconsumer.EventLeaseLost, sqsconsumer.EventLeaseExpired, sqsconsumer.EventCeilingReached:
+			ended = true
+		}
+		if e.seq <= res.seq {
+			continue
+		}
+		switch e.kind {
+		case sqsconsumer.EventFailed:
+			if e.err == nil || ended {
+				return nil
+			}
+			if d, ok := sqsconsumer.RetryDelay(e.err); d != res.asked || ok != res.hasAsked || sqsconsumer.IsThrottled(e.err) != (res.kind == "throttled") {
+				return nil
+			}
+			return e
+		case sqsconsumer.EventSucceeded, sqsconsumer.EventReceived, sqsconsumer.EventAdopted:
+			return nil
+		}
+	}
+	return nil
+}
+
+// roundUp is d in whole seconds, rounded up, at most 12 hours: the
+// visibility a release for d sets.
+func roundUp(d time.Duration) time.Duration {
+	d = min(d, sqsconsumer.MaxVisibilityTimeout)
+	if d%time.Second != 0 {
+		d = d.Truncate(time.Second) + time.Second
+	}
+	return d
+}
+
+// checkReleasesLocked: a message whose handler asked for a delay
+// (RetryAfter, Throttled, NewIdempotent's duplicate in progress) is
+// released for that delay, in whole seconds (less when the lease ceiling
+// clips it, more when the breaker holds a failure back, at once when the
+// shutdown cancelled it); a Throttled without a delay for its backoff, at
+// least a second.
+func (r *run) checkReleasesLocked(p *proc) {
+	o := r.sc.Options
+	for id, rs := range p.results {
+		for _, res := range rs {
+			if res.shutdown || res.leaseEnded || res.kind == "permanent" || res.kind == "cancelled" || !res.hasAsked && res.kind != "throttled" {
+				continue
+			}
+			if r.tookAsLocked(p, id, res) == nil {
+				continue
+			}
+			var rel *obs
+			for i := range p.events {
+				e := &p.events[i]
+				if e.msg != id || e.seq <= res.seq {
+					continue
+				}
+				if e.kind == sqsconsumer.EventReleased {
+					rel = e
+				}
+				if e.kind == sqsconsumer.EventReleased || e.kind == sqsconsumer.EventReceived || e.kind == sqsconsumer.EventAdopted || e.kind == sqsconsumer.EventDeleted {
+					break
+				}
+			}
+			if rel == nil {
+				continue
+			}
+			vis := rel.vis.Round(time.Second)
+			want := roundUp(res.asked)
+			ok := vis == want
+			if !res.hasAsked {
+				// Throttled without a delay: its backoff, at least a
+				// second (DefaultBackoff's is jittered).
+				want, ok = time.Second, vis >= time.Second
+				if b := o.Backoff; b != nil && res.receiveCount > 0 {
+					want = roundUp(max(backoffFunc(*b)(res.receiveCount), time.Second))
+					ok = vis == want
+				}
+			}
+			switch {
+			case ok:
+			case vis < want && o.MaxLease != nil:
+				ok = true // the ceiling clips it
+			case vis > want && res.downstream && o.Breaker != nil:
+				ok = true // the breaker holds a failure back longer
+			case vis == 0 && p.cancelled && !p.cancelAt.After(res.at):
+				ok = true // the shutdown cancelled it as it returned
+			}
+			if res.throttled || res.kind == "throttled" {
+				r.seen["throttle:released"] = true
+			}
+			if !ok {
+				r.violateLocked(chkRelease, "%s: %s released for %v after its handler returned %s asking %v at %v (want %v)\n%s",
+					p.name(), r.label(id), rel.vis, res.kind, res.asked, r.at(res.at), want, r.eventStoryLocked(p, id))
+			}
+		}
 	}
 }
 
@@ -399,14 +795,22 @@ func (r *run) checkEventsLocked(p *proc, byMsg map[string][]*handleRec) {
 		default:
 			continue
 		}
+		// A call on the event's own handle first (several deliveries of
+		// one message may settle at one instant), then on another of
+		// the message's (a lease that adopted a newer handle).
 		var found *callRec
-		for _, h := range byMsg[e.msg] {
-			if h.proc != p.id {
-				continue
-			}
-			for _, c := range match(h) {
-				if c.ok && !c.used && c.answered < e.seq && (e.kind == sqsconsumer.EventDeleted || c.timeout == e.vis.Round(time.Second)) {
-					found = c
+		for _, own := range []bool{true, false} {
+			for _, h := range byMsg[e.msg] {
+				if h.proc != p.id || (h.handle == e.handle) != own {
+					continue
+				}
+				for _, c := range match(h) {
+					if c.ok && !c.used && c.answered < e.seq && (e.kind == sqsconsumer.EventDeleted || c.timeout == e.vis.Round(time.Second)) {
+						found = c
+						break
+					}
+				}
+				if found != nil {
 					break
 				}
 			}
@@ -628,9 +1032,11 @@ func (r *run) judgeHealth(p *proc, h sqsconsumer.Health, st sqsconsumer.Stats) {
 	if p.cancelled || p.returned {
 		return
 	}
-	if p.paused {
+	paused := p.paused || h.Paused
+	if paused {
 		r.seen["health:while-paused"] = true
 	}
+	r.judgeFiguresLocked(p, h, st, now)
 	// The Consumer's handlers running: from their EventStarted (a Batch
 	// member starts as it joins its batch), and since their receive.
 	longest, oldest := time.Duration(0), time.Duration(0)
@@ -657,7 +1063,8 @@ func (r *run) judgeHealth(p *proc, h sqsconsumer.Health, st sqsconsumer.Stats) {
 				limit, _ = time.ParseDuration(m[2])
 			}
 			switch {
-			case p.paused:
+			case paused && h.Running == 0:
+				// Paused, a Consumer without handlers asks nothing of SQS.
 				r.violateLocked(chkHealth, "%s: at %v, paused since %v, Health is unhealthy: %s", p.name(), r.at(now), r.at(p.pauseChanged), prob)
 			case !p.lastAnswer.IsZero() && now.Sub(p.lastAnswer) < limit:
 				r.violateLocked(chkHealth, "%s: at %v Health says %q, though SQS answered at %v", p.name(), r.at(now), prob, r.at(p.lastAnswer))
@@ -665,6 +1072,9 @@ func (r *run) judgeHealth(p *proc, h sqsconsumer.Health, st sqsconsumer.Stats) {
 				resumed := ""
 				if p.pauses > 0 && now.Sub(p.pauseChanged) < limit {
 					resumed = fmt.Sprintf(" (resumed %v ago after a pause)", now.Sub(p.pauseChanged))
+				}
+				if st.ThrottledUntil.After(now) {
+					resumed += fmt.Sprintf(" (a Throttled's pause holds until %v)", r.at(st.ThrottledUntil))
 				}
 				r.violateLocked(chkHealth, "%s: at %v Health says %q with no fault injected in that time%s (last answer at %v, last receive sent at %v, %d running; receives ended %v)",
 					p.name(), r.at(now), prob, resumed, r.at(p.lastAnswer), r.at(p.lastReceive), st.Running, p.recvLog)
@@ -694,8 +1104,14 @@ func (r *run) judgeHealth(p *proc, h sqsconsumer.Health, st sqsconsumer.Stats) {
 	// Room is judged at two polls in a row (a slot that frees at this
 	// very instant has not had its receive sent yet), and no receive went
 	// out since the first of them.
-	room := !p.paused && !p.permanentFault && (h.Breaker == "" || h.Breaker == "closed") &&
-		st.Running+st.Waiting+st.Asked < r.sc.concurrency()
+	// (Not held back by a Throttled's pause, recent or not, nor by the
+	// byte bound.)
+	if st.ThrottledUntil.After(p.throttledUntil) {
+		p.throttledUntil = st.ThrottledUntil
+	}
+	bytesRoom := st.Bytes.Held == 0 || st.Bytes.Max-st.Bytes.Held >= max(st.Bytes.Estimate, 1)
+	room := !h.Paused && !p.permanentFault && (h.Breaker == "" || h.Breaker == "closed") &&
+		st.Running+st.Waiting+st.Asked < st.ConcurrencyLimit && bytesRoom && now.Sub(p.throttledUntil) > idle
 	roomSince := p.roomSince
 	if !room {
 		p.roomSince = time.Time{}
@@ -708,6 +1124,73 @@ func (r *run) judgeHealth(p *proc, h sqsconsumer.Health, st sqsconsumer.Stats) {
 			p.name(), r.at(now), h.Breaker, st.Running, st.Waiting, st.Asked, r.sc.concurrency(), r.at(p.lastReceive), p.c.Paused(), p.recvLog)
 	}
 	_ = strconv.Itoa
+}
+
+// judgeFiguresLocked checks the figures one Health poll reads while Run
+// runs: the adaptive concurrency limit, the calls in flight, the byte
+// bound, the paused state against Health and the receives, and Health's
+// Retrying during a first contact that can heal.
+func (r *run) judgeFiguresLocked(p *proc, h sqsconsumer.Health, st sqsconsumer.Stats, now time.Time) {
+	r.checkLimitLocked(p, st)
+	r.judgeProtectionLocked(p, st, now)
+	if n := st.MaxCallsInFlight; n < 1 || p.pollersBound > 0 && n > p.pollersBound {
+		r.violateLocked(chkCalls, "%s: at %v Stats.MaxCallsInFlight = %d, outside [1, Settings().Pollers %d]", p.name(), r.at(now), n, p.pollersBound)
+	}
+	if v := r.sc.Options.Pollers; v != nil && st.MaxCallsInFlight != *v {
+		r.violateLocked(chkCalls, "%s: at %v Stats.MaxCallsInFlight = %d, though WithPollers(%d) fixes it", p.name(), r.at(now), st.MaxCallsInFlight, *v)
+	}
+	if r.sc.Pool > 0 && st.Conns.Traced {
+		r.seen["calls:traced"] = true
+	}
+	if st.MaxCallsInFlight < p.pollersBound {
+		r.seen["calls:below-the-need"] = true
+	}
+	b := st.Bytes
+	if b.Peak < b.Held {
+		r.violateLocked(chkBytes, "%s: at %v Stats.Bytes.Peak %d < Held %d", p.name(), r.at(now), b.Peak, b.Held)
+	}
+	if bound := r.byteBoundLocked(p, b.Held); p.minMsg > 0 && b.Held > bound {
+		r.violateLocked(chkBytes, "%s: at %v Stats.Bytes.Held = %d, above the bound %d allows with messages of %d to %d bytes (%d)", p.name(), r.at(now), b.Held, b.Max, p.minMsg, p.maxMsg, bound)
+	}
+	// Paused: Health says so, healthy and not ready.
+	switch {
+	case h.Paused && h.Status != "paused" && h.Status != "draining" && h.Status != "failed" && h.Status != "stopped":
+		r.violateLocked(chkPaused, "%s: at %v Health.Paused, but Status %q", p.name(), r.at(now), h.Status)
+	case !h.Paused && h.Status == "paused":
+		r.violateLocked(chkPaused, "%s: at %v Health.Status %q, but not Health.Paused", p.name(), r.at(now), h.Status)
+	case h.Paused && h.Ready:
+		r.violateLocked(chkPaused, "%s: at %v Health is ready while paused", p.name(), r.at(now))
+	}
+	// Paused at two polls in a row, with no Pause or Resume between:
+	// no receive went out between them.
+	switch {
+	case !h.Paused || !p.pauseChanged.Before(now):
+		p.pausedPoll = time.Time{}
+	case p.pausedPoll.IsZero() || !p.pauseChanged.Before(p.pausedPoll):
+		p.pausedPoll = now
+	default:
+		for _, t := range p.receiveTimes {
+			if t.After(p.pausedPoll) && !t.After(now) {
+				r.violateLocked(chkPaused, "%s: a receive sent at %v, though Paused() held from %v to %v with no Pause or Resume between", p.name(), r.at(t), r.at(p.pausedPoll), r.at(now))
+				break
+			}
+		}
+		r.seen["paused:judged"] = true
+		p.pausedPoll = now
+	}
+	// A first contact that can heal: Health says why it retries.
+	if fc := firstContactOf(r.sc.FirstContact); fc != nil && !fc.fatal && p.id == 0 && p.firstContactFails > 0 && p.firstAnswer.IsZero() {
+		settle := time.Second
+		if r.sc.SDKRetries {
+			settle = time.Minute
+		}
+		if now.Sub(p.firstCall) > settle && r.since() < r.sc.Heal.D() && !h.Paused && !p.paused {
+			r.seen["first-contact:retrying-judged"] = true
+			if h.Retrying == "" {
+				r.violateLocked(chkFirst, "%s: at %v its calls have failed with %s since %v, and Health.Retrying is empty (status %q)", p.name(), r.at(now), fc.name, r.at(p.firstCall), h.Status)
+			}
+		}
+	}
 }
 
 // storyLines is how many lines of a message's story a report shows.

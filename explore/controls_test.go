@@ -45,6 +45,30 @@ var controls = []control{
 		return sc.Queue == queueFIFO && sc.Handler == "batch" && !sc.Middleware && sc.Idempotent == ""
 	}},
 	{broken.ShutdownStrandsReceive, chkReturn, nil},
+	// The options and behaviours that joined later, one per invariant.
+	{broken.ThrottlePauseIgnored, chkThrottle, func(sc *Scenario) bool {
+		return sc.Behaviour.Weights[bThrottled] > 0 && sc.Options.AdaptiveConc == nil
+	}},
+	{broken.ThrottledCountsForBreaker, chkBreaker, func(sc *Scenario) bool {
+		return sc.Behaviour.Weights[bThrottled] > 0 && sc.Options.Breaker != nil
+	}},
+	{broken.RetryAfterIgnored, chkRelease, func(sc *Scenario) bool {
+		return sc.Behaviour.Weights[bThrottled] > 0 || sc.Behaviour.Weights[bRetryNil] > 0 || sc.Behaviour.Weights[bRetry] > 0
+	}},
+	{broken.AdaptiveLimitIgnored, chkLimit, func(sc *Scenario) bool {
+		return sc.Options.AdaptiveConc != nil && sc.Handler == "single"
+	}},
+	{broken.ByteBoundIgnored, chkBytes, func(sc *Scenario) bool { return sc.Options.MaxBytes != nil }},
+	{broken.CallLimitIgnored, chkCalls, func(sc *Scenario) bool { return sc.Pool > 0 }},
+	// (With a round trip: what a paused Consumer receives it hands back
+	// at once, and receives again, a loop that takes no virtual time
+	// without one.)
+	{broken.PauseKeepsReceiving, chkPaused, func(sc *Scenario) bool { return sc.has(evPause) && sc.RTT >= Dur(5*time.Millisecond) }},
+	{broken.FirstContactRetried, chkFirst, func(sc *Scenario) bool {
+		fc := firstContactOf(sc.FirstContact)
+		return fc != nil && fc.fatal
+	}},
+	{broken.BundleReversed, chkSettings, func(sc *Scenario) bool { return sc.Bundle > 0 }},
 }
 
 // TestExploreControls switches each control on in turn and runs the seeds

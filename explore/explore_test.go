@@ -26,7 +26,7 @@ var (
 	repeatFlag      = flag.Int("explore.repeat", 1, "runs of each seed (the interleaving at one virtual instant varies)")
 	shrinkFlag      = flag.Int("explore.shrink", 3, "failing seeds to shrink (0: none)")
 	knownFlag       = flag.Bool("explore.known", true, "set known issues aside (knownIssue) instead of failing on them")
-	strictConflicts = flag.Bool("explore.strict", false, "fail when New accepts a pair of conflicting options (on once New refuses all of them)")
+	strictConflicts = flag.Bool("explore.strict", true, "fail when New (or Run, for what only the queue tells) accepts a pair of conflicting options")
 	storyFlag       = flag.Int("explore.story", 30, "lines of a message's story in a report")
 	covFlag         = flag.Bool("explore.coverage", false, "print the coverage table even without -v")
 )
@@ -96,10 +96,14 @@ type seedResult struct {
 // split sets known issues aside.
 func split(sc Scenario, out outcome) (real, known []violation) {
 	for _, v := range out.violations {
-		if k := knownIssue(sc, out.seen, v); k != "" && *knownFlag {
+		if k := knownIssue(sc, out.seen, v); k != "" {
+			// Labelled either way, so that -explore.known=false tells
+			// the known from the new.
 			v.Text = "[" + k + "] " + v.Text
-			known = append(known, v)
-			continue
+			if *knownFlag {
+				known = append(known, v)
+				continue
+			}
 		}
 		real = append(real, v)
 	}
@@ -187,24 +191,51 @@ func TestExplore(t *testing.T) {
 	if testing.Verbose() || *covFlag {
 		t.Logf("coverage (seeds drawing or meeting each):\n%s", cov.table())
 	}
-	if len(knownOnly) > 0 {
-		byIssue := map[string][]uint64{}
-		for _, res := range knownOnly {
-			for _, v := range res.known {
-				k := v.Text[1:strings.Index(v.Text, "]")]
-				if s := byIssue[k]; len(s) == 0 || s[len(s)-1] != res.sc.Seed {
-					byIssue[k] = append(s, res.sc.Seed)
-				}
+	byIssue := map[string][]uint64{}
+	var unknown []uint64 // failing seeds with a violation no known issue explains
+	for _, res := range append(slices.Clone(knownOnly), failed...) {
+		isNew := false
+		for _, v := range append(slices.Clone(res.known), res.vs...) {
+			if !strings.HasPrefix(v.Text, "[") {
+				isNew = true
+				continue
+			}
+			k := v.Text[1:strings.Index(v.Text, "]")]
+			if s := byIssue[k]; len(s) == 0 || s[len(s)-1] != res.sc.Seed {
+				byIssue[k] = append(s, res.sc.Seed)
 			}
 		}
+		if isNew {
+			unknown = append(unknown, res.sc.Seed)
+		}
+	}
+	if !*knownFlag && len(failed) > 0 {
+		slices.Sort(unknown)
+		t.Logf("failing seeds with a violation no known issue explains: %d, %v", len(unknown), unknown[:min(len(unknown), 50)])
+	}
+	if len(byIssue) > 0 {
 		keys := sortedKeys(byIssue)
 		var b strings.Builder
 		for _, k := range keys {
 			s := byIssue[k]
 			fmt.Fprintf(&b, "\n  %s: %d seeds, e.g. %v", k, len(s), s[:min(len(s), 8)])
 		}
-		t.Logf("known issues set aside (knownIssue; -explore.known=false fails on them):%s", b.String())
+		t.Logf("known issues (knownIssue; set aside unless -explore.known=false):%s", b.String())
 	}
+	// The seeds whose violations no known issue explains first: those
+	// are reported (and shrunk) before the known ones.
+	slices.SortStableFunc(failed, func(a, b seedResult) int {
+		isNew := func(r seedResult) bool {
+			return slices.ContainsFunc(r.vs, func(v violation) bool { return !strings.HasPrefix(v.Text, "[") })
+		}
+		switch na, nb := isNew(a), isNew(b); {
+		case na && !nb:
+			return -1
+		case nb && !na:
+			return 1
+		}
+		return 0
+	})
 	for i, res := range failed {
 		if i >= 20 {
 			t.Errorf("... and %d more failing seeds", len(failed)-20)
@@ -328,6 +359,13 @@ func candidates(sc Scenario) []Scenario {
 	add(func(c *Scenario) bool { ok := c.Idempotent != ""; c.Idempotent, c.SameBody = "", 0; return ok })
 	add(func(c *Scenario) bool { ok := c.Middleware; c.Middleware = false; return ok })
 	add(func(c *Scenario) bool { ok := c.SDKRetries; c.SDKRetries = false; return ok })
+	add(func(c *Scenario) bool { ok := c.Bundle > 0; c.Bundle = 0; return ok })
+	add(func(c *Scenario) bool { ok := c.Pool > 0; c.Pool, c.PoolKnown = 0, false; return ok })
+	add(func(c *Scenario) bool { ok := c.FirstContact != ""; c.FirstContact, c.Heal = "", 0; return ok })
+	add(func(c *Scenario) bool { ok := c.BigShare > 0; c.BigBody, c.BigShare = 0, 0; return ok })
+	add(func(c *Scenario) bool { ok := c.BodySize > 0 && c.BigShare == 0; c.BodySize = 0; return ok })
+	add(func(c *Scenario) bool { ok := c.Idem != nil; c.Idem = nil; return ok })
+	add(func(c *Scenario) bool { ok := c.Protect > 0; c.Protect = 0; return ok })
 	add(func(c *Scenario) bool {
 		// Not under WithWaitTime(0): short polls would loop at no cost
 		// in virtual time.
@@ -399,6 +437,10 @@ func (o *Options) reset(name string) bool {
 		o.PanicPolicy = nil
 	case "RequireDLQ":
 		o.RequireDLQ = nil
+	case "AdaptiveConc":
+		o.AdaptiveConc = nil
+	case "MaxBytes":
+		o.MaxBytes = nil
 	}
 	return o.describe() != before
 }
@@ -455,6 +497,51 @@ func (c *coverage) add(res seedResult) {
 	}
 	if o := sc.Options.DLQ; o != nil {
 		mark("option:DLQ=" + o.Kind)
+	}
+	if o := sc.Options.AdaptiveConc; o != nil && o[1] == 0 {
+		mark("option:AdaptiveConc.Initial=default")
+	}
+	if o := sc.Options.MaxBytes; o != nil && sc.BigShare > 0 {
+		mark("option:MaxBytes+big-bodies")
+	}
+	if sc.BodySize > 0 {
+		mark("drawn:body-size")
+	}
+	if sc.BigShare > 0 {
+		mark("drawn:big-bodies")
+	}
+	if sc.Pool > 0 {
+		k := "drawn:pool"
+		if sc.PoolKnown {
+			k += "-known"
+		}
+		mark(k)
+	}
+	if sc.FirstContact != "" {
+		mark("first-contact-drawn:" + sc.FirstContact)
+	}
+	if sc.Bundle > 0 {
+		mark(fmt.Sprintf("drawn:bundle-%d", sc.Bundle))
+	}
+	if sc.Protect > 0 {
+		mark("option:ScaleInProtection")
+	}
+	if io := sc.Idem; io != nil {
+		if io.TTL > 0 {
+			mark("handler:idempotent-ttl")
+		}
+		if io.Retry > 0 {
+			mark("handler:idempotent-in-progress-retry")
+		}
+		if io.Hook != "" {
+			mark("handler:idempotent-hook-" + io.Hook)
+		}
+		if io.Validate {
+			mark("handler:idempotent-payload-validation")
+		}
+	}
+	if sc.Behaviour.Throttle != "" {
+		mark("behaviour-drawn:throttled-" + sc.Behaviour.Throttle)
 	}
 	if o := sc.Options.Breaker; o != nil && o.Probe {
 		mark("option:Breaker.Probe")

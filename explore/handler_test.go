@@ -32,7 +32,20 @@ func (r *run) hasOuter() bool { return r.sc.Middleware || r.sc.Idempotent != "" 
 func (r *run) begin(p *proc, msgs []*sqsconsumer.Message, batch bool) *call {
 	now := time.Now()
 	c := &call{p: p, msgs: msgs, start: now}
+	limit := 0
+	if r.sc.Options.AdaptiveConc != nil && !batch {
+		limit = p.c.Stats().ConcurrencyLimit
+	}
 	r.mu.Lock()
+	p.running += len(msgs)
+	if conc := r.sc.concurrency(); p.running > conc {
+		r.violateLocked(chkLimit, "%s: %d handlers run at once at %v, above WithConcurrency(%d)", p.name(), p.running, r.at(now), conc)
+	}
+	if limit > 0 && p.running > limit && p.lastThrottle.Before(now) {
+		// A handler seated under the limit starts at the same instant;
+		// only a Throttled of that instant may have cut the limit since.
+		r.violateLocked(chkLimit, "%s: a handler started at %v with %d running, above the adaptive concurrency limit %d (Stats.ConcurrencyLimit)", p.name(), r.at(now), p.running, limit)
+	}
 	if p.returned {
 		r.violateLocked(chkLeak, "%s: a handler started at %v, after Run returned at %v", p.name(), r.at(now), r.at(p.retTime))
 	}
@@ -135,12 +148,14 @@ func (r *run) end(c *call, res []result) {
 	if p.returned {
 		r.violateLocked(chkLeak, "%s: a handler returned at %v, after Run returned at %v (Run did not wait for it)", p.name(), r.at(now), r.at(p.retTime))
 	}
+	p.running -= len(c.msgs)
 	for i, m := range c.msgs {
 		p.inner[m.ID]--
 		if rec := c.recs[i]; rec != nil && rec.group != "" {
 			p.groupRunning[rec.group]--
 		}
 		if !r.hasOuter() {
+			res[i].receiveCount = m.ReceiveCount
 			r.recordLocked(p, m.ID, res[i])
 		}
 	}
@@ -155,6 +170,9 @@ func (r *run) recordLocked(p *proc, id string, res result) {
 	p.results[id] = append(p.results[id], res)
 	if res.downstream {
 		p.downstream = append(p.downstream, res.at)
+	}
+	if res.throttled {
+		p.lastThrottle = res.at
 	}
 	r.seen["outcome:"+res.kind] = true
 }
@@ -239,6 +257,9 @@ func (r *run) planFor(p *proc, m *sqsconsumer.Message, rec *msgRec) plan {
 		pl.ignore = time.Duration(r.unit(tagWork, append(keys, 1)...) * float64(b.Ignore.D()))
 	}
 	pl.retry = time.Duration(r.unit(tagRetry, keys...) * float64(b.RetryMax.D())).Round(time.Second)
+	if pl.kind == bThrottled {
+		pl.retry = throttleDelay(b.Throttle, r.unit(tagRetry, append(keys, 2)...), r.unit(tagRetry, append(keys, 3)...))
+	}
 	pl.cause = r.unit(tagCancel, keys...) < 0.6
 	if pl.kind == bExtend {
 		pl.extend = max(time.Second, time.Duration(r.unit(tagRetry, append(keys, 1)...)*float64(2*lease)).Round(time.Second))
@@ -276,7 +297,27 @@ func (r *run) waitDrain(ctx context.Context, d, ignore time.Duration, drain <-ch
 	return true, true, false
 }
 
+// throttleDelay is the delay a Throttled says, of the kind drawn (u, v:
+// uniform draws).
+func throttleDelay(kind string, u, v float64) time.Duration {
+	if kind == "mixed" {
+		kind = []string{"zero", "sub-second", "seconds", "minutes"}[int(v*4)]
+	}
+	switch kind {
+	case "sub-second":
+		return 100*time.Millisecond + time.Duration(u*float64(800*time.Millisecond)).Round(time.Millisecond)
+	case "seconds":
+		return time.Second + time.Duration(u*float64(29*time.Second)).Round(time.Millisecond)
+	case "minutes":
+		return time.Minute + time.Duration(u*float64(4*time.Minute)).Round(time.Second)
+	}
+	return 0
+}
+
 var errDrained = errors.New("the explorer's handler saw the drain and checkpointed")
+
+// errDownstream is what a throttling downstream said.
+var errDownstream = errors.New("the explorer's downstream: 429 Too Many Requests")
 
 // drained records that p's handler of message id returned RetryAfter(err,
 // 0) at the drain: its message must be visible at once.
@@ -355,6 +396,12 @@ func (r *run) handleOne(p *proc, ctx context.Context, m *sqsconsumer.Message) (e
 		} else {
 			r.ownRelease(p, m.ID, pl.retry)
 		}
+	case bThrottled:
+		err = sqsconsumer.Throttled(errDownstream, pl.retry)
+	case bNeutral:
+		err = sqsconsumer.Neutral(errExplorer)
+	case bRetryNil:
+		err = sqsconsumer.RetryAfter(nil, pl.retry)
 	}
 	res = outcomeOf(ctx, err, ignored)
 	if pl.kind == bRelease && err == nil {
@@ -445,6 +492,12 @@ func (r *run) handleBatch(p *proc, ctx context.Context, msgs []*sqsconsumer.Mess
 			} else {
 				r.ownRelease(p, m.ID, pl.retry)
 			}
+		case bThrottled:
+			err = sqsconsumer.Throttled(errDownstream, pl.retry)
+		case bNeutral:
+			err = sqsconsumer.Neutral(errExplorer)
+		case bRetryNil:
+			err = sqsconsumer.RetryAfter(nil, pl.retry)
 		}
 		res[i] = outcomeOf(ctx, err, ignored)
 		if pl.kind == bRelease && err == nil {
@@ -495,6 +548,7 @@ func (r *run) recorder(p *proc) sqsconsumer.Middleware {
 			err = next.HandleMessage(ctx, m)
 			panicked = false
 			res := outcomeOf(ctx, err, false)
+			res.receiveCount = m.ReceiveCount
 			r.mu.Lock()
 			r.recordLocked(p, m.ID, res)
 			r.mu.Unlock()
@@ -520,16 +574,21 @@ func isShutdown(ctx context.Context) bool {
 // outcomeOf sorts an outcome: its kind, whether the shutdown had cancelled
 // its context, and whether it is a failure of the downstream (what a
 // breaker may count: not a Permanent error, an idempotency duplicate in
-// progress, an earlier FIFO failure, or a failure caused by a lost,
-// expired or ceilinged lease or by the shutdown).
+// progress, an earlier FIFO failure, Throttled, Neutral, RetryAfter(nil),
+// or a failure caused by a lost, expired or ceilinged lease or by the
+// shutdown), in the order the library sorts them.
 func outcomeOf(ctx context.Context, err error, ignored bool) result {
 	res := result{ignored: ignored, shutdown: isShutdown(ctx)}
 	cause := context.Cause(ctx)
 	if cause != nil {
 		res.cause = cause.Error()
 	}
-	leaseEnded := errors.Is(cause, sqsconsumer.ErrLeaseLost) || errors.Is(cause, sqsconsumer.ErrLeaseExpired) ||
-		errors.Is(cause, sqsconsumer.ErrLeaseCeiling) || errors.Is(cause, sqsconsumer.ErrShutdown)
+	res.leaseEnded = errors.Is(cause, sqsconsumer.ErrLeaseLost) || errors.Is(cause, sqsconsumer.ErrLeaseExpired) ||
+		errors.Is(cause, sqsconsumer.ErrLeaseCeiling)
+	leaseEnded := res.leaseEnded || errors.Is(cause, sqsconsumer.ErrShutdown)
+	if err != nil {
+		res.asked, res.hasAsked = sqsconsumer.RetryDelay(err)
+	}
 	switch {
 	case err == nil:
 		res.kind = "success"
@@ -543,6 +602,13 @@ func outcomeOf(ctx context.Context, err error, ignored bool) result {
 		res.kind, res.shutdown = "cancelled", true
 	case ctx.Err() != nil && leaseEnded:
 		res.kind = "cancelled"
+	case sqsconsumer.IsNeutral(err):
+		res.kind = "neutral"
+	case sqsconsumer.IsThrottled(err):
+		res.kind = "throttled"
+		res.throttled = !res.shutdown && !res.leaseEnded
+	case strings.HasPrefix(err.Error(), "retry requested (retry after"):
+		res.kind = "retry-nil" // RetryAfter(nil, d): no failure
 	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, cause)):
 		res.kind, res.downstream = "cancelled", true // a handler timeout, say
 	default:

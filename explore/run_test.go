@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -21,6 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqskit/sqsconsumer"
+	"github.com/sqskit/sqsconsumer/ecsprotect"
 	"github.com/sqskit/sqsconsumer/sqstest"
 )
 
@@ -39,6 +41,7 @@ const (
 	tagRetry
 	tagProbe
 	tagBatchPanic
+	tagBody
 )
 
 func splitmix(x uint64) uint64 {
@@ -79,6 +82,15 @@ const (
 	chkRunErr    = "run-error"
 	chkConflict  = "conflicts-refused"
 	chkNew       = "new-accepts-valid"
+	chkThrottle  = "throttle-pause"
+	chkRelease   = "release-as-asked"
+	chkLimit     = "concurrency-limit"
+	chkBytes     = "byte-bound"
+	chkCalls     = "calls-in-flight"
+	chkPaused    = "paused-agrees"
+	chkFirst     = "first-contact"
+	chkSettings  = "settings-final"
+	chkProtect   = "scale-in-protection"
 )
 
 // result is one handler outcome a process recorded for a message.
@@ -91,6 +103,13 @@ type result struct {
 	downstream bool // a failure the breaker may count
 	ignored    bool // it ignored its cancelled context for a while
 	cause      string
+	leaseEnded bool          // its lease had ended (lost, expired, ceiling) when it returned
+	throttled  bool          // Throttled, with its lease alive and no shutdown: back pressure
+	asked      time.Duration // the delay RetryAfter (or Throttled) asked for
+	hasAsked   bool
+	// receiveCount is its message's ApproximateReceiveCount, for the
+	// backoff it is released for.
+	receiveCount int
 }
 
 // callRec is one entry of a delete or visibility change call.
@@ -173,6 +192,30 @@ type proc struct {
 	outcomeAt                  map[string]time.Time       // message ID: its latest EventSucceeded or EventFailed
 	drainedAt                  map[string]uint64          // message ID: when its handler returned RetryAfter(err, 0) at the drain
 	roomSince                  time.Time                  // the first of the Health polls in a row that saw a free slot
+	pausedPoll                 time.Time                  // the first of the Health polls in a row that saw it paused, with no Pause or Resume since
+	receiveTimes               []time.Time                // when each receive was sent
+	recvInFlight               []time.Time                // the sends of the receives in flight
+	limitSamples               []limitSample              // Stats.MaxCallsInFlight at each receive sent
+	pollersBound               int                        // Settings().Pollers: the most calls in flight
+	lastThrottle               time.Time                  // the latest Throttled result its handlers returned
+	minMsg, maxMsg             int64                      // the smallest and largest message its receives brought, in the byte bound's bytes
+	queueRead                  bool                       // SQS answered its read of the source queue's attributes
+	firstCall                  time.Time                  // its first call reached the wire
+	firstContactFails          int                        // calls the wire failed with the scenario's first-contact error
+	firstDeciding              time.Time                  // the first of them that decides whether Run goes on
+	pool                       *connPool                  // the emulated connection pool (Scenario.Pool)
+	agent                      *ecsAgent                  // the ECS agent of its Protector (Scenario.Protect)
+	protector                  *ecsprotect.Protector
+	held                       int       // messages between EventReceived and EventDone
+	heldSince                  time.Time // held went from 0 to 1
+	running                    int       // messages in the explorer's innermost handler calls
+	throttledUntil             time.Time // the latest Stats.ThrottledUntil seen
+}
+
+// limitSample is Stats.MaxCallsInFlight read at a receive's send.
+type limitSample struct {
+	at    time.Time
+	limit int
 }
 
 func (p *proc) name() string { return fmt.Sprintf("process %d", p.id) }
@@ -346,7 +389,16 @@ func (r *run) main() {
 	var p1mu sync.Mutex
 	shutdownDone := make(chan struct{})
 	var shutdownOnce sync.Once
+	var shutdownAt time.Time
 	fire := func(e Event) {
+		switch {
+		case e.Trigger == trShutdown && e.Kind == evPause:
+			r.pauseLate(p0)
+			return
+		case e.Trigger == trShutdown && e.Kind == evResume:
+			r.resume(p0)
+			return
+		}
 		switch e.Kind {
 		case evPause:
 			r.pause(p0)
@@ -374,7 +426,9 @@ func (r *run) main() {
 		case evShutdown:
 			shutdownOnce.Do(func() {
 				r.describeShutdown(p0)
+				shutdownAt = time.Now()
 				r.stop(p0)
+				r.fireTrigger(trShutdown)
 				if !sc.has(evStop2) {
 					p1mu.Lock()
 					if p1 != nil {
@@ -399,6 +453,15 @@ func (r *run) main() {
 	r.after(5*time.Minute, func() { fire(Event{Kind: evShutdown}) })
 	<-shutdownDone
 	r.waitReturn(p0)
+	// The Pauses and Resumes due after the shutdown began come, even
+	// after Run returned.
+	for _, e := range sc.Events {
+		if e.Trigger == trShutdown {
+			if d := time.Until(shutdownAt.Add(e.At.D())); d > 0 {
+				time.Sleep(d + time.Millisecond)
+			}
+		}
+	}
 	// The second Consumer stops at its own event (or at the shutdown);
 	// one started after its stop event went by stops now.
 	for _, e := range sc.Events {
@@ -516,6 +579,22 @@ func (r *run) pause(p *proc) {
 	}
 }
 
+// pauseLate is a Pause after the shutdown began: during the drain, or
+// after Run returned.
+func (r *run) pauseLate(p *proc) {
+	r.mu.Lock()
+	p.paused, p.pauseChanged = true, time.Now()
+	p.pauses++
+	returned := p.returned
+	r.mu.Unlock()
+	if returned {
+		r.saw("event:pause-after-run")
+	} else {
+		r.saw("event:pause-during-drain")
+	}
+	p.c.Pause()
+}
+
 func (r *run) resume(p *proc) {
 	r.mu.Lock()
 	p.paused, p.pauseChanged = false, time.Now()
@@ -628,10 +707,10 @@ func (r *run) startSender() {
 					}
 				}
 			}
-			body := fmt.Sprintf("m%03d", i)
+			body := r.body(i)
 			if sc.SameBody > 0 && i > 0 && int(r.draw(tagWork, 1<<41, uint64(i))%uint64(sc.Messages)) < sc.SameBody {
 				// A body of an earlier message: a duplicate for an idempotency key by body.
-				body = fmt.Sprintf("m%03d", int(r.draw(tagWork, 1<<42, uint64(i))%uint64(i)))
+				body = r.body(int(r.draw(tagWork, 1<<42, uint64(i)) % uint64(i)))
 			}
 			var opts []sqstest.SendOption
 			group := ""
@@ -661,6 +740,23 @@ func (r *run) startSender() {
 	}()
 }
 
+// body is message i's body: "m" and its index, padded to the scenario's
+// body size (BigShare percent of them to BigBody).
+func (r *run) body(i int) string {
+	b := fmt.Sprintf("m%03d", i)
+	size := r.sc.BodySize
+	if r.sc.BigShare > 0 && int(r.draw(tagBody, uint64(i))%100) < r.sc.BigShare {
+		size = r.sc.BigBody
+	}
+	if r.sc.Idempotent == "body" {
+		size = min(size, sqsconsumer.MaxIdempotencyKeyLen) // the key is the body
+	}
+	if size > len(b) {
+		b += strings.Repeat(".", size-len(b))
+	}
+	return b
+}
+
 // cheapCalls spares the calls the work the in-memory SQS does not check:
 // no signature and no payload hash (the calls and answers are the same).
 func cheapCalls(o *sqs.Options) {
@@ -675,18 +771,29 @@ func (r *run) newProc(id int) (*proc, bool) {
 	p := &proc{r: r, id: id, done: make(chan struct{}), outer: map[string]int{}, inner: map[string]int{},
 		groupRunning: map[string]int{}, results: map[string][]result{}, calls: map[string]int{},
 		ownReleases: map[string][]time.Duration{}, startedAt: map[string]time.Time{}, outcomeAt: map[string]time.Time{}, drainedAt: map[string]uint64{}}
+	if sc.Pool > 0 {
+		p.pool = &connPool{size: sc.Pool}
+	}
 	client := r.srv.Client(cheapCalls, func(o *sqs.Options) {
-		o.HTTPClient = &http.Client{Transport: &wire{r: r, p: p, base: r.srv.Transport()}}
+		hc := &http.Client{Transport: &wire{r: r, p: p, base: r.srv.Transport()}}
+		o.HTTPClient = hc
+		if sc.Pool > 0 && sc.PoolKnown {
+			o.HTTPClient = pooledClient{Client: hc, idle: sc.Pool}
+		}
 		if !sc.SDKRetries {
 			o.Retryer = aws.NopRetryer{}
 		}
 	})
 	h, opts, err := r.consumerConfig(p)
+	if err == nil && sc.Protect > 0 {
+		p.protector, err = r.newProtector(p)
+		opts = append(opts, sqsconsumer.WithScaleInProtection(p.protector))
+	}
 	var c *sqsconsumer.Consumer
 	if err == nil {
 		c, err = sqsconsumer.New(client, r.url, h, opts...)
 	}
-	if sc.Conflict != "" {
+	if sc.Conflict != "" && (!conflicts[sc.Conflict].atRun || err != nil) {
 		r.judgeConflict(err)
 		return nil, false
 	}
@@ -695,27 +802,36 @@ func (r *run) newProc(id int) (*proc, bool) {
 		return nil, false
 	}
 	p.c = c
+	p.pollersBound = c.Settings().Pollers
 	r.mu.Lock()
 	r.procs = append(r.procs, p)
 	r.mu.Unlock()
 	return p, true
 }
 
-// judgeConflict checks New's answer to a conflict drawn on purpose.
+// judgeConflict checks the answer to a conflict drawn on purpose: New's
+// (where, "New"), or Run's for one only the queue can tell ("Run").
 func (r *run) judgeConflict(err error) {
-	names := conflicts[r.sc.Conflict]
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.judgeConflictLocked("New", err)
+}
+
+func (r *run) judgeConflictLocked(where string, err error) {
+	names := conflicts[r.sc.Conflict].names
 	switch {
 	case err == nil:
-		r.saw("conflict-accepted:" + r.sc.Conflict)
+		r.seen["conflict-accepted:"+r.sc.Conflict] = true
 		if *strictConflicts {
-			r.violate(chkConflict, "New accepted the conflicting options %s and %s", names[0], names[1])
+			r.violateLocked(chkConflict, "%s accepted the conflicting options %s and %s", where, names[0], names[1])
 		}
 	case !errors.Is(err, sqsconsumer.ErrInvalidOption):
-		r.violate(chkConflict, "New refused %s with %v, which does not wrap ErrInvalidOption", r.sc.Conflict, err)
+		r.violateLocked(chkConflict, "%s refused %s with %v, which does not wrap ErrInvalidOption", where, r.sc.Conflict, err)
 	case !strings.Contains(err.Error(), names[0]) || !strings.Contains(err.Error(), names[1]):
-		r.violate(chkConflict, "New refused %s but its error does not name both %s and %s: %v", r.sc.Conflict, names[0], names[1], err)
+		r.violateLocked(chkConflict, "%s refused %s but its error does not name both %s and %s: %v", where, r.sc.Conflict, names[0], names[1], err)
 	default:
-		r.saw("refused")
+		r.seen["refused"] = true
+		r.seen["refused-at:"+where] = true
 	}
 }
 
@@ -736,6 +852,7 @@ func (p *proc) start() {
 		p.returned, p.retTime, p.runErr = true, time.Now(), err
 		r.mu.Unlock()
 		r.checkReturn(p)
+		r.checkProtectionAfter(p)
 		close(p.done)
 	}()
 }
@@ -743,7 +860,6 @@ func (p *proc) start() {
 // consumerConfig builds process p's handler and options from the scenario.
 func (r *run) consumerConfig(p *proc) (sqsconsumer.Handler, []sqsconsumer.Option, error) {
 	sc := r.sc
-	o := sc.Options
 	var h sqsconsumer.Handler = sqsconsumer.HandlerFunc(func(ctx context.Context, m *sqsconsumer.Message) error {
 		return r.handleOne(p, ctx, m)
 	})
@@ -769,6 +885,26 @@ func (r *run) consumerConfig(p *proc) (sqsconsumer.Handler, []sqsconsumer.Option
 		if sc.Idempotent == "body" {
 			iopts = append(iopts, sqsconsumer.WithIdempotencyKey(func(m *sqsconsumer.Message) (string, error) { return m.Body, nil }))
 		}
+		if io := sc.Idem; io != nil {
+			if io.TTL > 0 {
+				iopts = append(iopts, sqsconsumer.WithIdempotencyTTL(io.TTL.D()))
+			}
+			if io.Retry > 0 {
+				iopts = append(iopts, sqsconsumer.WithInProgressRetry(io.Retry.D()))
+			}
+			if io.Validate {
+				iopts = append(iopts, sqsconsumer.WithPayloadValidation())
+			}
+			if hook := io.Hook; hook != "" {
+				iopts = append(iopts, sqsconsumer.WithDuplicateHook(func(ctx context.Context, m *sqsconsumer.Message, result []byte) error {
+					r.saw("idempotency:duplicate-hook-" + hook)
+					if hook == "fail" {
+						return errDuplicate
+					}
+					return nil
+				}))
+			}
+		}
 		mw, err := sqsconsumer.NewIdempotent(r.store, iopts...)
 		if err != nil {
 			return nil, nil, err
@@ -785,32 +921,87 @@ func (r *run) consumerConfig(p *proc) (sqsconsumer.Handler, []sqsconsumer.Option
 	if len(mws) > 0 {
 		opts = append(opts, sqsconsumer.WithMiddleware(mws...))
 	}
+	named := r.scenarioOptions(p)
+	if sc.Bundle == 0 {
+		for _, n := range named {
+			opts = append(opts, n.opt)
+		}
+		return h, opts, nil
+	}
+	// A platform's bundle holds the first half of the options, each after
+	// another value of its own (the later wins), and other values of the
+	// team's options, which the team's, after the bundle, override.
+	k := len(named) / 2
+	var platform []sqsconsumer.Option
+	for _, n := range named[k:] {
+		if n.decoy != nil {
+			platform = append(platform, n.decoy)
+		}
+	}
+	for _, n := range named[:k] {
+		if n.decoy != nil {
+			platform = append(platform, n.decoy)
+		}
+		platform = append(platform, n.opt)
+	}
+	bundle := sqsconsumer.Options(platform...)
+	if sc.Bundle == 2 {
+		// Nested, one level deeper, a nil and an empty bundle among them.
+		half := len(platform) / 2
+		bundle = sqsconsumer.Options(sqsconsumer.Options(platform[:half]...), nil, sqsconsumer.Options(), sqsconsumer.Options(platform[half:]...))
+	}
+	opts = append(opts, bundle)
+	for _, n := range named[k:] {
+		opts = append(opts, n.opt)
+	}
+	return h, opts, nil
+}
+
+var errDuplicate = errors.New("the explorer's duplicate hook fails")
+
+// namedOption is one of the scenario's options, and, for one that sets a
+// value, the same option with another value in its range (decoy), which
+// a bundle gives before it.
+type namedOption struct {
+	name       string
+	opt, decoy sqsconsumer.Option
+}
+
+// scenarioOptions are the Consumer's options the scenario draws, in a
+// fixed order.
+func (r *run) scenarioOptions(p *proc) []namedOption {
+	sc := r.sc
+	o := sc.Options
+	var out []namedOption
+	add := func(name string, opt, decoy sqsconsumer.Option) {
+		out = append(out, namedOption{name, opt, decoy})
+	}
 	if v := o.Concurrency; v != nil {
-		opts = append(opts, sqsconsumer.WithConcurrency(*v))
+		add("Concurrency", sqsconsumer.WithConcurrency(*v), sqsconsumer.WithConcurrency(*v%7+1))
 	}
 	if v := o.ReceiveSize; v != nil {
-		opts = append(opts, sqsconsumer.WithBatchSize(*v))
+		add("ReceiveSize", sqsconsumer.WithBatchSize(*v), sqsconsumer.WithBatchSize(*v%10+1))
 	}
 	if v := o.ReadAhead; v != nil {
-		opts = append(opts, sqsconsumer.WithMaxReadAhead(*v))
+		add("ReadAhead", sqsconsumer.WithMaxReadAhead(*v), sqsconsumer.WithMaxReadAhead(*v+3))
 	}
 	if v := o.Pollers; v != nil {
-		opts = append(opts, sqsconsumer.WithPollers(*v))
+		add("Pollers", sqsconsumer.WithPollers(*v), sqsconsumer.WithPollers(*v+1))
 	}
 	if v := o.Visibility; v != nil {
-		opts = append(opts, sqsconsumer.WithVisibilityTimeout(v.D()))
+		add("Visibility", sqsconsumer.WithVisibilityTimeout(v.D()), sqsconsumer.WithVisibilityTimeout(v.D()+7*time.Second))
 	}
 	if v := o.Heartbeat; v != nil {
-		opts = append(opts, sqsconsumer.WithHeartbeatInterval(v.D()))
+		add("Heartbeat", sqsconsumer.WithHeartbeatInterval(v.D()), sqsconsumer.WithHeartbeatInterval(v.D()+time.Second))
 	}
 	if v := o.MaxLease; v != nil {
-		opts = append(opts, sqsconsumer.WithMaxLeaseDuration(v.D()))
+		add("MaxLease", sqsconsumer.WithMaxLeaseDuration(v.D()), sqsconsumer.WithMaxLeaseDuration(v.D()+time.Hour))
 	}
 	if v := o.CeilingGrace; v != nil {
-		opts = append(opts, sqsconsumer.WithCeilingGrace(v.D()))
+		add("CeilingGrace", sqsconsumer.WithCeilingGrace(v.D()), sqsconsumer.WithCeilingGrace(v.D()/2))
 	}
 	if v := o.Adaptive; v != nil {
-		opts = append(opts, sqsconsumer.WithAdaptiveVisibility(v[0].D(), v[1].D()))
+		add("Adaptive", sqsconsumer.WithAdaptiveVisibility(v[0].D(), v[1].D()), sqsconsumer.WithAdaptiveVisibility(v[0].D()+time.Second, v[1].D()+time.Minute))
 	}
 	if v := o.Breaker; v != nil {
 		b := sqsconsumer.Breaker{Failures: v.Failures, Ratio: v.Ratio, Window: v.Window, CallFailures: v.CallFailures, Pause: v.Pause.D(), MaxPause: v.MaxPause.D()}
@@ -825,57 +1016,59 @@ func (r *run) consumerConfig(p *proc) (sqsconsumer.Handler, []sqsconsumer.Option
 				return nil
 			}
 		}
-		opts = append(opts, sqsconsumer.WithBreaker(b))
+		add("Breaker", sqsconsumer.WithBreaker(b), sqsconsumer.WithBreaker(sqsconsumer.Breaker{Failures: 1, Pause: time.Hour}))
 	}
 	if v := o.Rate; v != nil {
-		opts = append(opts, sqsconsumer.WithRateLimit(v.Limit, v.Burst))
+		add("Rate", sqsconsumer.WithRateLimit(v.Limit, v.Burst), sqsconsumer.WithRateLimit(v.Limit+1, v.Burst+1))
 	}
 	if v := o.GroupLimit; v != nil {
-		opts = append(opts, sqsconsumer.WithGroupLimit(*v))
+		add("GroupLimit", sqsconsumer.WithGroupLimit(*v), sqsconsumer.WithGroupLimit(*v+1))
 	}
 	if v := o.FairDispatch; v != nil {
-		opts = append(opts, sqsconsumer.WithFairDispatch(*v))
+		add("FairDispatch", sqsconsumer.WithFairDispatch(*v), nil)
 	}
 	if v := o.Backoff; v != nil {
-		opts = append(opts, sqsconsumer.WithBackoff(backoffFunc(*v)))
+		add("Backoff", sqsconsumer.WithBackoff(backoffFunc(*v)), sqsconsumer.WithBackoff(func(int) time.Duration { return 11 * time.Hour }))
 	}
 	if v := o.DLQ; v != nil {
 		switch v.Kind {
 		case "option":
-			opts = append(opts, sqsconsumer.WithDeadLetterQueue(r.dlqURL))
+			add("DLQ", sqsconsumer.WithDeadLetterQueue(r.dlqURL), sqsconsumer.WithDeadLetterQueue(r.dlqURL+"-decoy"))
 		case "source":
-			opts = append(opts, sqsconsumer.WithDeadLetterQueue(r.url))
+			add("DLQ", sqsconsumer.WithDeadLetterQueue(r.url), nil)
+		case "source-by-arn":
+			add("DLQ", sqsconsumer.WithDeadLetterQueue(elsewhere(r.url)), nil)
 		}
 	}
 	if v := o.Scaling; v != nil {
 		if v.Interval > 0 || v.Both {
-			opts = append(opts, sqsconsumer.WithScaling(sqsconsumer.ScalingPolicy{Target: v.Target.D(), Interval: v.Interval.D()}))
+			add("Scaling", sqsconsumer.WithScaling(sqsconsumer.ScalingPolicy{Target: v.Target.D(), Interval: v.Interval.D()}), nil)
 		}
 		if v.Interval == 0 || v.Both {
-			opts = append(opts, sqsconsumer.WithScalingTarget(v.Target.D()))
+			add("ScalingTarget", sqsconsumer.WithScalingTarget(v.Target.D()), sqsconsumer.WithScalingTarget(v.Target.D()+time.Minute))
 		}
 	}
 	if v := o.HealthLimits; v != nil {
-		opts = append(opts, sqsconsumer.WithHealthLimits(v[0].D(), v[1].D()))
+		add("HealthLimits", sqsconsumer.WithHealthLimits(v[0].D(), v[1].D()), sqsconsumer.WithHealthLimits(time.Hour, time.Hour))
 	}
 	if v := o.StartupLimit; v != nil {
-		opts = append(opts, sqsconsumer.WithStartupLimit(v.D()))
+		add("StartupLimit", sqsconsumer.WithStartupLimit(v.D()), sqsconsumer.WithStartupLimit(v.D()+time.Minute))
 	}
 	if v := o.HandlerTimeout; v != nil {
-		opts = append(opts, sqsconsumer.WithHandlerTimeout(v.D()))
+		add("HandlerTimeout", sqsconsumer.WithHandlerTimeout(v.D()), sqsconsumer.WithHandlerTimeout(v.D()+time.Second))
 	}
 	if v := o.ShutdownTimeout; v != nil {
-		opts = append(opts, sqsconsumer.WithShutdownTimeout(v.D()))
+		add("ShutdownTimeout", sqsconsumer.WithShutdownTimeout(v.D()), sqsconsumer.WithShutdownTimeout(v.D()+3*time.Second))
 	}
 	if v := o.WaitTime; v != nil {
-		opts = append(opts, sqsconsumer.WithWaitTime(v.D()))
+		add("WaitTime", sqsconsumer.WithWaitTime(v.D()), sqsconsumer.WithWaitTime(20*time.Second-v.D()))
 	}
 	if v := o.CancelIdlePolls; v != nil && *v {
-		opts = append(opts, sqsconsumer.WithCancelIdlePollsAtShutdown())
+		add("CancelIdlePolls", sqsconsumer.WithCancelIdlePollsAtShutdown(), nil)
 	}
 	if v := o.PanicPolicy; v != nil {
 		kind := *v
-		opts = append(opts, sqsconsumer.WithPanicPolicy(func(ctx context.Context, m *sqsconsumer.Message, pe *sqsconsumer.PanicError) error {
+		add("PanicPolicy", sqsconsumer.WithPanicPolicy(func(ctx context.Context, m *sqsconsumer.Message, pe *sqsconsumer.PanicError) error {
 			r.saw("panic-policy:" + kind)
 			switch kind {
 			case "permanent":
@@ -884,12 +1077,31 @@ func (r *run) consumerConfig(p *proc) (sqsconsumer.Handler, []sqsconsumer.Option
 				return sqsconsumer.RetryAfter(pe, time.Second)
 			}
 			return pe
-		}))
+		}), sqsconsumer.WithPanicPolicy(func(context.Context, *sqsconsumer.Message, *sqsconsumer.PanicError) error { return nil }))
 	}
 	if v := o.RequireDLQ; v != nil && *v {
-		opts = append(opts, sqsconsumer.WithRequireDeadLetterQueue())
+		add("RequireDLQ", sqsconsumer.WithRequireDeadLetterQueue(), nil)
 	}
-	return h, opts, nil
+	if v := o.AdaptiveConc; v != nil {
+		add("AdaptiveConc", sqsconsumer.WithAdaptiveConcurrency(sqsconsumer.AdaptiveConcurrency{Floor: v[0], Initial: v[1]}),
+			sqsconsumer.WithAdaptiveConcurrency(sqsconsumer.AdaptiveConcurrency{Floor: v[0] + 1, Initial: v[1] + 2}))
+	}
+	if v := o.MaxBytes; v != nil {
+		add("MaxBytes", sqsconsumer.WithMaxBytes(*v), sqsconsumer.WithMaxBytes(*v*3+1))
+	}
+	return out
+}
+
+// elsewhere is queue URL u under another host: the same queue to the
+// in-memory SQS (it routes by account and name), another to a comparison
+// of URLs.
+func elsewhere(u string) string {
+	pu, err := url.Parse(u)
+	if err != nil {
+		return u
+	}
+	pu.Host = "sqs.elsewhere.example"
+	return pu.String()
 }
 
 func backoffFunc(kind string) func(int) time.Duration {
@@ -918,6 +1130,14 @@ func (r *run) observe(p *proc, e sqsconsumer.Event) {
 	case sqsconsumer.EventAdopted, sqsconsumer.EventLeaseLost, sqsconsumer.EventLeaseExpired, sqsconsumer.EventCeilingReached,
 		sqsconsumer.EventDeadLettered, sqsconsumer.EventRenewalFailed:
 		r.seen["event-seen:"+e.Kind.String()] = true
+	}
+	switch e.Kind {
+	case sqsconsumer.EventReceived:
+		if p.held++; p.held == 1 {
+			p.heldSince = e.Time
+		}
+	case sqsconsumer.EventDone:
+		p.held--
 	}
 	switch e.Kind {
 	case sqsconsumer.EventStarted:
@@ -989,24 +1209,105 @@ func (l *logCapture) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (l *logCapture) WithGroup(string) slog.Handler { return l }
 
-// callSent counts a call of p as it reaches the wire and returns its
-// number among p's calls of the action.
-func (r *run) callSent(p *proc, action string) uint64 {
+// callSent counts a call of p as it reaches the wire (retry: an attempt
+// the SDK retries) and returns its number among p's calls of the action.
+func (r *run) callSent(p *proc, action string, retry bool) uint64 {
+	now := time.Now()
+	limit := 0
+	if action == "ReceiveMessage" && r.sc.Pool > 0 {
+		// The limit on calls in flight moves: sample it.
+		limit = p.c.Stats().MaxCallsInFlight
+	}
 	r.mu.Lock()
 	p.calls[action]++
 	key := fmt.Sprintf("%d/%s", p.id, action)
 	r.calls[key]++
 	n := r.calls[key]
+	if p.firstCall.IsZero() {
+		p.firstCall = now
+	}
 	if action == "ReceiveMessage" {
 		p.receivesSent++
-		p.lastReceive = time.Now()
+		p.lastReceive = now
 		r.receiving[p.id]++
+		if !retry {
+			p.receiveTimes = append(p.receiveTimes, now)
+		}
+		p.recvInFlight = append(p.recvInFlight, now)
+		r.checkCallsLocked(p, now, limit)
 	}
 	r.mu.Unlock()
 	if action == "ReceiveMessage" && p.id == 0 {
 		r.fireTrigger(trReceive)
 	}
 	return n
+}
+
+// receiveEnded takes the receive sent at sent out of those in flight.
+func (r *run) receiveEnded(p *proc, sent time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if i := slices.IndexFunc(p.recvInFlight, func(t time.Time) bool { return t.Equal(sent) }); i >= 0 {
+		p.recvInFlight = slices.Delete(p.recvInFlight, i, i+1)
+	}
+}
+
+// checkCallsLocked: the receives p has in flight as it sends one (its
+// pollers busy with receives) stay within its pollers (Settings().Pollers,
+// the bound on its calls in flight), and, while the limit on calls in
+// flight follows the HTTP client's pool, within the highest limit since
+// the oldest of them was sent (a lowered limit idles the pollers above it
+// as their calls end).
+func (r *run) checkCallsLocked(p *proc, now time.Time, limit int) {
+	n := len(p.recvInFlight)
+	if p.pollersBound > 0 && n > p.pollersBound {
+		r.violateLocked(chkCalls, "%s: %d receives in flight at %v, more than its %d pollers (Settings().Pollers)", p.name(), n, r.at(now), p.pollersBound)
+	}
+	if limit == 0 {
+		return
+	}
+	p.limitSamples = append(p.limitSamples, limitSample{now, limit})
+	oldest := p.recvInFlight[0]
+	most := 0
+	for i := len(p.limitSamples) - 1; i >= 0 && !p.limitSamples[i].at.Before(oldest); i-- {
+		most = max(most, p.limitSamples[i].limit)
+	}
+	if n > most {
+		r.violateLocked(chkCalls, "%s: %d receives in flight at %v, above every limit on calls in flight (Stats.MaxCallsInFlight) since the oldest was sent at %v (at most %d)",
+			p.name(), n, r.at(now), r.at(oldest), most)
+	}
+	if len(p.limitSamples) > 4096 {
+		p.limitSamples = slices.Delete(p.limitSamples, 0, 2048)
+	}
+}
+
+// firstContact is the error class the wire answers p's call with now
+// (nil: none): the scenario's first-contact error, for process 0, for
+// good when it cannot succeed, else until it heals.
+func (r *run) firstContact(p *proc, action string) *firstContactClass {
+	if p.id != 0 || r.sc.FirstContact == "" {
+		return nil
+	}
+	c := firstContactOf(r.sc.FirstContact)
+	if c == nil || !c.fatal && r.since() >= r.sc.Heal.D() {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p.firstContactFails++
+	p.faultTimes = append(p.faultTimes, time.Now())
+	// The call that decides: a receive, or the read of the queue's
+	// attributes, unless access to them alone is denied while
+	// WithVisibilityTimeout makes them optional (receiving needs no
+	// right to them: the first receive decides).
+	if p.firstDeciding.IsZero() && (action == "ReceiveMessage" || action == "GetQueueAttributes" && !(c.name == "access-denied" && r.sc.Options.Visibility != nil)) {
+		p.firstDeciding = time.Now()
+	}
+	if c.fatal {
+		p.permanentFault = true
+	}
+	r.seen["first-contact:"+c.name] = true
+	return c
 }
 
 // drawFault decides whether call n of action by p is faulted, and how.
@@ -1046,7 +1347,7 @@ func (r *run) noteFault(p *proc, action string, fc *faultClass, entries []handle
 	defer r.mu.Unlock()
 	r.seen["fault:"+fc.name] = true
 	p.faultTimes = append(p.faultTimes, now)
-	if fc.permanent && (action == "ReceiveMessage" || action == "GetQueueAttributes") || action == "GetQueueAttributes" {
+	if fc.permanent && (action == "ReceiveMessage" || action == "GetQueueAttributes") {
 		p.permanentFault = true
 		if fc.permanent && action == "ReceiveMessage" {
 			p.permanentAt = now
@@ -1087,11 +1388,15 @@ func (r *run) callAnswered(p *proc, action string, sent uint64, entries []handle
 		return
 	}
 	ok := resp.StatusCode == http.StatusOK
+	if ok && delivered && action == "GetQueueAttributes" && single.QueueURL == r.url && slices.Contains(single.AttributeNames, "VisibilityTimeout") {
+		p.queueRead = true
+	}
 	if ok && delivered {
-		// The calls whose answers the Consumer counts for Health: the
-		// source queue's attributes, receives, visibility changes,
-		// deletes (not the dead-letter queue's check, nor a move).
-		if p.firstAnswer.IsZero() && action != "SendMessage" && (action != "GetQueueAttributes" || single.QueueURL == r.url) {
+		// The calls whose answers the Consumer counts for Health: Run's
+		// read of the source queue's attributes, receives, visibility
+		// changes, deletes (not the dead-letter queue's check, a move,
+		// nor a reading of the queue's counts).
+		if p.firstAnswer.IsZero() && action != "SendMessage" && (action != "GetQueueAttributes" || single.QueueURL == r.url && slices.Contains(single.AttributeNames, "VisibilityTimeout")) {
 			p.firstAnswer = now
 		}
 		switch action {
@@ -1110,6 +1415,18 @@ func (r *run) callAnswered(p *proc, action string, sent uint64, entries []handle
 		}
 		for _, m := range res.Messages {
 			r.handles[m.ReceiptHandle] = &handleRec{handle: m.ReceiptHandle, msg: m.MessageID, proc: p.id, at: now, seq: answered, lost: !delivered}
+			if delivered {
+				// What the byte bound counts of it: body, receipt handle,
+				// ID, and system attributes.
+				n := int64(len(m.Body) + len(m.ReceiptHandle) + len(m.MessageID))
+				for k, v := range m.Attributes {
+					n += int64(len(k) + len(v))
+				}
+				if p.minMsg == 0 || n < p.minMsg {
+					p.minMsg = n
+				}
+				p.maxMsg = max(p.maxMsg, n)
+			}
 		}
 	case "SendMessage":
 		if ok && delivered {

@@ -43,14 +43,17 @@ const (
 	bPermanent = "permanent" // sqsconsumer.Permanent
 	bRetry     = "retry"     // sqsconsumer.RetryAfter
 	bPanic     = "panic"
-	bOverrun   = "overrun" // works past its lease (the heartbeat keeps it)
-	bIgnore    = "ignore"  // long work; ignores its cancelled context for a bounded time
-	bRelease   = "release" // releases its own lease (Lease.Release), returns nil
-	bExtend    = "extend"  // extends its own lease (Lease.Extend), then works on
-	bDrain     = "drain"   // long work that watches Draining: at the drain it returns RetryAfter(err, 0)
+	bOverrun   = "overrun"   // works past its lease (the heartbeat keeps it)
+	bIgnore    = "ignore"    // long work; ignores its cancelled context for a bounded time
+	bRelease   = "release"   // releases its own lease (Lease.Release), returns nil
+	bExtend    = "extend"    // extends its own lease (Lease.Extend), then works on
+	bDrain     = "drain"     // long work that watches Draining: at the drain it returns RetryAfter(err, 0)
+	bThrottled = "throttled" // sqsconsumer.Throttled(err, d): the downstream refuses work for d (0: it did not say)
+	bNeutral   = "neutral"   // sqsconsumer.Neutral(err): a failure that says nothing of the downstream
+	bRetryNil  = "retry-nil" // sqsconsumer.RetryAfter(nil, d): a retry asked for without an error
 )
 
-var behaviours = []string{bSucceed, bFail, bPermanent, bRetry, bPanic, bOverrun, bIgnore, bRelease, bExtend, bDrain}
+var behaviours = []string{bSucceed, bFail, bPermanent, bRetry, bPanic, bOverrun, bIgnore, bRelease, bExtend, bDrain, bThrottled, bNeutral, bRetryNil}
 
 // Event kinds.
 const (
@@ -63,7 +66,7 @@ const (
 
 // Event triggers: an event happens At after the start (""), or At after
 // the N-th receive sent, batch call, handler call or pause of the first
-// Consumer; "before": a Pause before Run.
+// Consumer, or At after the shutdown began; "before": a Pause before Run.
 const (
 	trTime    = ""
 	trReceive = "receive"
@@ -71,6 +74,9 @@ const (
 	trHandler = "handler"
 	trPaused  = "paused"
 	trBefore  = "before"
+	// trShutdown: At after the shutdown began (Run's context cancelled):
+	// a Pause or Resume during the drain, or after Run returned.
+	trShutdown = "shutdown"
 )
 
 // Event is one thing the driver does to the Consumers.
@@ -146,6 +152,22 @@ type Options struct {
 	// RequireDLQ is WithRequireDeadLetterQueue: Run refuses a queue
 	// without a dead-letter queue.
 	RequireDLQ *bool `json:"require_dlq,omitempty"`
+	// AdaptiveConc is WithAdaptiveConcurrency's Floor and Initial (0:
+	// its default).
+	AdaptiveConc *[2]int `json:"adaptive_concurrency,omitempty"`
+	// MaxBytes is WithMaxBytes, in bytes.
+	MaxBytes *int64 `json:"max_bytes,omitempty"`
+}
+
+// IdemOpt are NewIdempotent's options: WithIdempotencyTTL (TTL, 0:
+// default), WithInProgressRetry (Retry, 0: default), WithDuplicateHook
+// (Hook: "" none, "delete" returns nil, "fail" returns an error),
+// WithPayloadValidation.
+type IdemOpt struct {
+	TTL      Dur    `json:"ttl,omitempty"`
+	Retry    Dur    `json:"retry,omitempty"`
+	Hook     string `json:"hook,omitempty"`
+	Validate bool   `json:"validate,omitempty"`
 }
 
 // Behaviour is what the handler does: each call draws a behaviour by
@@ -156,6 +178,9 @@ type Behaviour struct {
 	Work     Dur            `json:"work"`
 	Ignore   Dur            `json:"ignore,omitempty"`    // the longest a handler ignores its cancelled context
 	RetryMax Dur            `json:"retry_max,omitempty"` // RetryAfter's and Release's longest delay
+	// Throttle is what delays Throttled says: "zero" (the downstream
+	// did not say), "sub-second", "seconds", "minutes" or "mixed".
+	Throttle string `json:"throttle,omitempty"`
 }
 
 // Scenario is everything a seed draws; JSON, so that a shrunk scenario
@@ -186,6 +211,33 @@ type Scenario struct {
 	Conflict string `json:"conflict,omitempty"`
 	// RTT is each call's round trip (virtual time).
 	RTT Dur `json:"rtt,omitempty"`
+	// Idem are NewIdempotent's options (nil: none given).
+	Idem *IdemOpt `json:"idem,omitempty"`
+	// BodySize is the size of the messages' bodies in bytes (0: a few);
+	// BigShare percent of them are BigBody bytes instead.
+	BodySize int `json:"body_size,omitempty"`
+	BigBody  int `json:"big_body,omitempty"`
+	BigShare int `json:"big_share,omitempty"`
+	// Pool, when above 0, makes the wire behave as net/http's connection
+	// pool with that many idle connections per host, reported through
+	// the request's httptrace.ClientTrace (so the Consumer's calls in
+	// flight follow it); PoolKnown: the HTTP client says its
+	// MaxIdleConnsPerHost.
+	Pool      int  `json:"pool,omitempty"`
+	PoolKnown bool `json:"pool_known,omitempty"`
+	// FirstContact is an error class the wire answers process 0's calls
+	// with until SQS has answered one (firstContactClasses); a class that
+	// can heal stops at Heal after the start.
+	FirstContact string `json:"first_contact,omitempty"`
+	Heal         Dur    `json:"heal,omitempty"`
+	// Protect, when above 0, protects the task from scale-in while the
+	// Consumer holds a message (WithScaleInProtection, with a Protector
+	// of its own over an in-memory ECS agent, whose quiet period it is).
+	Protect Dur `json:"protect,omitempty"`
+	// Bundle passes the options through Options bundles: 1, a platform
+	// bundle (with values the team's options after it override) and the
+	// team's; 2, the same nested one level deeper.
+	Bundle int `json:"bundle,omitempty"`
 }
 
 func (sc Scenario) JSON() string {
@@ -237,6 +289,21 @@ func (sc *Scenario) pollWait() time.Duration {
 	}
 	if w == 0 {
 		return 0
+	}
+	return max(min(w, sc.shutdownTimeout().Truncate(time.Second)), time.Second)
+}
+
+// callTimeout is a receive's call timeout: the stall limit's least
+// allows one more than the long-poll wait.
+const callTimeout = 10 * time.Second
+
+// newPollWait is the long-poll wait as New judges the stall limit by:
+// WithWaitTime's (20 s, SQS's longest, for 0: the queue's), at most the
+// shutdown timeout, at least a second.
+func (sc *Scenario) newPollWait() time.Duration {
+	w := 20 * time.Second
+	if v := sc.Options.WaitTime; v != nil && *v > 0 {
+		w = v.D()
 	}
 	return max(min(w, sc.shutdownTimeout().Truncate(time.Second)), time.Second)
 }
@@ -329,13 +396,19 @@ func drawScenario(seed uint64) Scenario {
 	if p(0.4) {
 		o.Visibility = ptr(secs(3, 60))
 	}
-	lease := sc.lease()
-	minLease := min(lease, time.Duration(sc.QueueVisibility)*time.Second)
 	adaptive := p(0.15)
 	if adaptive {
 		lo := between(10, 30)
 		o.Adaptive = &[2]Dur{secs(lo, lo), secs(lo, lo+90)}
-	} else if p(0.2) && minLease >= 3*time.Second {
+		if v := o.Visibility; v != nil && (*v < o.Adaptive[0] || *v > o.Adaptive[1]) {
+			// Where the adaptive lease starts: within its range (outside
+			// it New refuses the pair).
+			o.Visibility = ptr(secs(lo, int(o.Adaptive[1].D()/time.Second)))
+		}
+	}
+	lease := sc.lease()
+	minLease := min(lease, time.Duration(sc.QueueVisibility)*time.Second)
+	if !adaptive && p(0.2) && minLease >= 3*time.Second {
 		// Whole seconds below half of every lease it may meet (the
 		// option's and the queue's).
 		o.Heartbeat = ptr(Dur(time.Second + time.Duration(rng.Int64N(int64((minLease-time.Second)/2/time.Second)))*time.Second))
@@ -366,8 +439,9 @@ func drawScenario(seed uint64) Scenario {
 	if p(0.2) {
 		o.Rate = &RateOpt{Limit: math.Round(float64(between(5, 500))) / 10, Burst: between(1, 20)}
 	}
-	if sc.Queue == queueGroups && p(0.3) {
-		o.GroupLimit = ptr(between(1, 4))
+	if sc.Queue == queueGroups && conc > 1 && p(0.3) {
+		// Below the concurrency: at it the cap does nothing (refused).
+		o.GroupLimit = ptr(between(1, min(4, conc-1)))
 	}
 	if sc.Queue == queueGroups && p(0.25) {
 		o.FairDispatch = ptr(true)
@@ -394,7 +468,12 @@ func drawScenario(seed uint64) Scenario {
 		o.StartupLimit = ptr(secs(1, 60))
 	}
 	if p(0.2) {
-		o.HandlerTimeout = ptr(ms(100, 120_000))
+		hi := 120_000
+		if o.MaxLease != nil {
+			// Below the maximum lease: the ceiling would cancel first.
+			hi = min(hi, int(o.MaxLease.D()/time.Millisecond)-1)
+		}
+		o.HandlerTimeout = ptr(ms(100, hi))
 	}
 	if p(0.6) {
 		o.ShutdownTimeout = ptr(secs(0, 60))
@@ -411,9 +490,10 @@ func drawScenario(seed uint64) Scenario {
 		}
 	}
 	if p(0.25) {
-		// Above the long-poll wait and twice the heartbeat interval (a
-		// lower stall limit conflicts: an idle Consumer answers one
-		// receive a wait, a busy one one renewal an interval).
+		// Above the long-poll wait and twice the heartbeat interval, plus
+		// a receive's call timeout (a lower stall limit conflicts: an
+		// idle Consumer answers one receive a wait, a busy one one
+		// renewal an interval).
 		interval := max(sc.lease(), time.Duration(sc.QueueVisibility)*time.Second) / 3
 		if o.Heartbeat != nil {
 			interval = o.Heartbeat.D()
@@ -421,8 +501,13 @@ func drawScenario(seed uint64) Scenario {
 		if o.Adaptive != nil {
 			interval = max(interval, o.Adaptive[1].D()/3)
 		}
-		stall := max(sc.pollWait(), time.Duration(sc.QueueWait)*time.Second, 2*interval) + time.Duration(between(1, 300))*time.Second
+		stall := max(sc.newPollWait(), time.Duration(sc.QueueWait)*time.Second, 2*interval) + callTimeout + time.Duration(between(0, 300))*time.Second
 		o.HealthLimits = &[2]Dur{Dur(stall), secs(10, 300)}
+		if ht := o.HandlerTimeout; ht != nil && o.HealthLimits[1] <= *ht {
+			// Above the handler timeout: a handler within its own time
+			// is not stuck.
+			o.HealthLimits[1] = *ht + secs(1, 300)
+		}
 		if p(0.3) {
 			o.HealthLimits[1] = 0
 		}
@@ -437,6 +522,51 @@ func drawScenario(seed uint64) Scenario {
 	if p(0.1) {
 		o.RequireDLQ = ptr(true)
 	}
+	if conc >= 2 && p(0.15) {
+		floor, initial := between(1, conc-1), 0
+		if p(0.6) {
+			initial = between(floor, conc)
+		}
+		o.AdaptiveConc = &[2]int{floor, initial}
+	}
+	if p(0.3) {
+		// Bodies of a size, some much larger.
+		sc.BodySize = between(10, 2000)
+		if p(0.4) {
+			sc.BigBody, sc.BigShare = between(2000, 20000), between(5, 30)
+		}
+	}
+	if p(0.2) {
+		// A small bound: a few messages' worth, sometimes less than one
+		// (a message carries some 300 bytes besides its body).
+		unit := max(sc.BodySize, 10) + 300
+		o.MaxBytes = ptr(int64(between(unit/2, 20*unit)))
+	}
+	if o.Pollers == nil && p(0.3) {
+		sc.Pool, sc.PoolKnown = between(1, 10), p(0.5)
+	}
+	if p(0.06) {
+		sc.FirstContact = firstContactClasses[rng.IntN(len(firstContactClasses))].name
+		sc.Heal = secs(1, 150)
+	}
+	if p(0.15) {
+		sc.Bundle = 1 + rng.IntN(2)
+	}
+	if p(0.1) {
+		sc.Protect = ms(1, 180_000)
+	}
+	if sc.Idempotent != "" && p(0.5) {
+		sc.Idem = &IdemOpt{Validate: p(0.3)}
+		if p(0.5) {
+			sc.Idem.TTL = secs(1, 600)
+		}
+		if p(0.5) {
+			sc.Idem.Retry = secs(1, 60)
+		}
+		if p(0.5) {
+			sc.Idem.Hook = []string{"delete", "fail"}[rng.IntN(2)]
+		}
+	}
 
 	if p(0.5) {
 		sc.RTT = ms(1, 20)
@@ -449,7 +579,7 @@ func drawScenario(seed uint64) Scenario {
 		sc.ExpireRate = float64(between(5, 20)) / 100
 	}
 	sc.Events = drawEvents(rng, &sc)
-	if p(0.05) {
+	if p(0.06) {
 		drawConflict(rng, &sc)
 	}
 	return sc
@@ -457,7 +587,7 @@ func drawScenario(seed uint64) Scenario {
 
 func drawBehaviour(rng *rand.Rand, lease time.Duration) Behaviour {
 	b := Behaviour{Weights: map[string]int{}}
-	profiles := []string{"calm", "mixed", "failing", "permanent", "slow", "random"}
+	profiles := []string{"calm", "mixed", "failing", "permanent", "slow", "random", "throttled"}
 	b.Profile = profiles[rng.IntN(len(profiles))]
 	w := b.Weights
 	switch b.Profile {
@@ -474,6 +604,10 @@ func drawBehaviour(rng *rand.Rand, lease time.Duration) Behaviour {
 		w[bSucceed], w[bPermanent], w[bFail] = 35, 60, 5
 	case "slow":
 		w[bSucceed], w[bOverrun], w[bIgnore], w[bExtend], w[bDrain] = 50, 25, 15, 10, 10
+	case "throttled":
+		// A downstream that pushes back, and outcomes that say nothing
+		// of it.
+		w[bSucceed], w[bThrottled], w[bNeutral], w[bRetryNil], w[bFail] = 50, 25, 10, 10, 5
 	case "random":
 		for _, k := range behaviours {
 			if rng.IntN(2) == 0 {
@@ -491,8 +625,11 @@ func drawBehaviour(rng *rand.Rand, lease time.Duration) Behaviour {
 	if w[bIgnore] > 0 {
 		b.Ignore = Dur(time.Duration(1+rng.IntN(30)) * time.Second)
 	}
-	if w[bRetry] > 0 || w[bRelease] > 0 {
+	if w[bRetry] > 0 || w[bRelease] > 0 || w[bRetryNil] > 0 {
 		b.RetryMax = []Dur{0, Dur(5 * time.Second), Dur(time.Minute), Dur(10 * time.Minute)}[rng.IntN(4)]
+	}
+	if w[bThrottled] > 0 {
+		b.Throttle = []string{"zero", "sub-second", "seconds", "minutes", "mixed"}[rng.IntN(5)]
 	}
 	return b
 }
@@ -534,6 +671,25 @@ func drawEvents(rng *rand.Rand, sc *Scenario) []Event {
 			evs = append(evs, Event{Kind: evResume, At: d, Trigger: trPaused, N: i + 1})
 		}
 	}
+	if p(0.15) {
+		// Pause and Resume during the shutdown's drain, or after Run
+		// returned; at one instant they race.
+		first := Event{Kind: evPause, At: Dur(time.Duration(rng.IntN(8000)) * time.Millisecond), Trigger: trShutdown}
+		if p(0.3) {
+			first.Kind = evResume
+		}
+		evs = append(evs, first)
+		if p(0.6) {
+			second := Event{Kind: evResume, At: first.At, Trigger: trShutdown}
+			if first.Kind == evResume {
+				second.Kind = evPause
+			}
+			if p(0.5) {
+				second.At += Dur(time.Duration(rng.IntN(5000)) * time.Millisecond)
+			}
+			evs = append(evs, second)
+		}
+	}
 	if p(0.2) {
 		start := at(120)
 		evs = append(evs, Event{Kind: evStart2, At: start})
@@ -560,19 +716,35 @@ func drawEvents(rng *rand.Rand, sc *Scenario) []Event {
 	return evs
 }
 
-// The conflicts a seed may draw on purpose: pairs of options New must
-// refuse, naming both (the names it must contain).
-var conflicts = map[string][2]string{
-	"heartbeat+adaptive":          {"WithHeartbeatInterval", "WithAdaptiveVisibility"},
-	"batch>concurrency":           {"Batch", "WithConcurrency"},
-	"grouplimit+fifo":             {"WithGroupLimit", "FIFO"},
-	"fairdispatch+fifo":           {"WithFairDispatch", "FIFO"},
-	"grouplimit+fairdispatch-off": {"WithGroupLimit", "WithFairDispatch"},
-	"scaling+scalingtarget":       {"WithScaling", "WithScalingTarget"},
-	"ceilinggrace>maxlease":       {"WithCeilingGrace", "WithMaxLeaseDuration"},
-	"stall<waittime":              {"WithHealthLimits", "WithWaitTime"},
-	"dlq=source":                  {"WithDeadLetterQueue", "queue"},
-	"stall<heartbeat":             {"WithHealthLimits", "WithHeartbeatInterval"},
+// conflict is a pair of options the library must refuse, naming both
+// (the names its error must contain): at New, or, when only the queue
+// can tell (atRun), at Run, before its first receive.
+type conflict struct {
+	names [2]string
+	atRun bool
+}
+
+// The conflicts a seed may draw on purpose.
+var conflicts = map[string]conflict{
+	"heartbeat+adaptive":           {names: [2]string{"WithHeartbeatInterval", "WithAdaptiveVisibility"}},
+	"batch>concurrency":            {names: [2]string{"Batch", "WithConcurrency"}},
+	"grouplimit+fifo":              {names: [2]string{"WithGroupLimit", "FIFO"}},
+	"fairdispatch+fifo":            {names: [2]string{"WithFairDispatch", "FIFO"}},
+	"grouplimit+fairdispatch-off":  {names: [2]string{"WithGroupLimit", "WithFairDispatch"}},
+	"grouplimit>=concurrency":      {names: [2]string{"WithGroupLimit", "WithConcurrency"}},
+	"scaling+scalingtarget":        {names: [2]string{"WithScaling", "WithScalingTarget"}},
+	"ceilinggrace>maxlease":        {names: [2]string{"WithCeilingGrace", "WithMaxLeaseDuration"}},
+	"stall<waittime":               {names: [2]string{"WithHealthLimits", "WithWaitTime"}},
+	"stall<heartbeat":              {names: [2]string{"WithHealthLimits", "WithHeartbeatInterval"}},
+	"stall<queue-heartbeat":        {names: [2]string{"WithHealthLimits", "the queue's VisibilityTimeout"}, atRun: true},
+	"dlq=source":                   {names: [2]string{"WithDeadLetterQueue", "queue"}},
+	"dlq=source-by-arn":            {names: [2]string{"WithDeadLetterQueue", "the queue the Consumer reads"}, atRun: true},
+	"visibility-outside-adaptive":  {names: [2]string{"WithVisibilityTimeout", "WithAdaptiveVisibility"}},
+	"adaptive>maxlease":            {names: [2]string{"WithAdaptiveVisibility", "WithMaxLeaseDuration"}},
+	"handlertimeout>=maxlease":     {names: [2]string{"WithHandlerTimeout", "WithMaxLeaseDuration"}},
+	"handlerlimit<=handlertimeout": {names: [2]string{"WithHealthLimits", "WithHandlerTimeout"}},
+	"adaptive-floor>=concurrency":  {names: [2]string{"WithAdaptiveConcurrency", "WithConcurrency"}},
+	"adaptive-initial>concurrency": {names: [2]string{"WithAdaptiveConcurrency", "WithConcurrency"}},
 }
 
 func drawConflict(rng *rand.Rand, sc *Scenario) {
@@ -582,6 +754,9 @@ func drawConflict(rng *rand.Rand, sc *Scenario) {
 	}
 	slices.Sort(names)
 	sc.Conflict = names[rng.IntN(len(names))]
+	// The refusal alone is judged: no fault may hide it (a dead-letter
+	// queue whose check fails is let through, on purpose).
+	sc.FaultRate, sc.FirstContact, sc.Heal = 0, "", 0
 	o := &sc.Options
 	switch sc.Conflict {
 	case "heartbeat+adaptive":
@@ -594,6 +769,8 @@ func drawConflict(rng *rand.Rand, sc *Scenario) {
 		sc.Queue, sc.Groups, o.FairDispatch = queueFIFO, max(sc.Groups, 1), ptr(true)
 	case "grouplimit+fairdispatch-off":
 		sc.Queue, sc.Groups, o.GroupLimit, o.FairDispatch = queueGroups, max(sc.Groups, 1), ptr(2), ptr(false)
+	case "grouplimit>=concurrency":
+		sc.Queue, sc.Groups, o.Concurrency, o.GroupLimit, o.FairDispatch = queueGroups, max(sc.Groups, 1), ptr(3), ptr(3+rng.IntN(2)), nil
 	case "scaling+scalingtarget":
 		o.Scaling = &ScalingOpt{Target: Dur(10 * time.Second), Interval: Dur(30 * time.Second), Both: true}
 	case "ceilinggrace>maxlease":
@@ -602,13 +779,59 @@ func drawConflict(rng *rand.Rand, sc *Scenario) {
 	case "stall<waittime":
 		o.WaitTime, o.ShutdownTimeout = ptr(Dur(20*time.Second)), ptr(Dur(30*time.Second))
 		o.HealthLimits = &[2]Dur{Dur(10 * time.Second), 0}
-	case "dlq=source":
-		o.DLQ = &DLQOpt{Kind: "source"}
 	case "stall<heartbeat":
 		o.Visibility, o.Heartbeat, o.Adaptive, o.MaxLease, o.CeilingGrace = ptr(Dur(60*time.Second)), ptr(Dur(20*time.Second)), nil, nil, nil
 		o.WaitTime, o.HealthLimits = ptr(Dur(time.Second)), &[2]Dur{Dur(10 * time.Second), 0}
+	case "stall<queue-heartbeat":
+		// The queue's 5 minutes renew every 100 s: only Run can tell.
+		sc.QueueVisibility = 300
+		o.Visibility, o.Heartbeat, o.Adaptive, o.MaxLease, o.CeilingGrace = nil, nil, nil, nil, nil
+		o.WaitTime, o.ShutdownTimeout, o.HealthLimits = nil, nil, &[2]Dur{Dur(60 * time.Second), 0}
+		o.HandlerTimeout = nil
+	case "dlq=source":
+		o.DLQ = &DLQOpt{Kind: "source"}
+	case "dlq=source-by-arn":
+		// The source queue under another host: only its ARN tells. The
+		// queue's attributes must be read (no WithVisibilityTimeout).
+		o.DLQ = &DLQOpt{Kind: "source-by-arn"}
+		o.Visibility, o.Adaptive = nil, nil
+	case "visibility-outside-adaptive":
+		o.Adaptive, o.Visibility = &[2]Dur{Dur(10 * time.Second), Dur(20 * time.Second)}, ptr(Dur(60*time.Second))
+		o.Heartbeat, o.MaxLease, o.CeilingGrace = nil, nil, nil
+	case "adaptive>maxlease":
+		o.Adaptive, o.MaxLease = &[2]Dur{Dur(10 * time.Second), Dur(2 * time.Minute)}, ptr(Dur(time.Minute))
+		o.Visibility, o.Heartbeat, o.CeilingGrace, o.HandlerTimeout = nil, nil, nil, nil
+	case "handlertimeout>=maxlease":
+		o.MaxLease = ptr(Dur(max(sc.lease(), time.Duration(sc.QueueVisibility)*time.Second) * 2))
+		o.HandlerTimeout, o.CeilingGrace = ptr(*o.MaxLease+Dur(time.Duration(rng.IntN(2))*time.Second)), nil
+	case "handlerlimit<=handlertimeout":
+		o.MaxLease, o.CeilingGrace, o.HandlerTimeout = nil, nil, ptr(Dur(time.Minute))
+		o.HealthLimits = &[2]Dur{0, Dur(time.Duration(30+rng.IntN(31)) * time.Second)}
+	case "adaptive-floor>=concurrency":
+		o.Concurrency, o.AdaptiveConc, o.GroupLimit = ptr(4), &[2]int{4 + rng.IntN(2), 0}, nil
+		sc.BatchSize = min(sc.BatchSize, 4)
+	case "adaptive-initial>concurrency":
+		o.Concurrency, o.AdaptiveConc, o.GroupLimit = ptr(4), &[2]int{1, 5}, nil
+		sc.BatchSize = min(sc.BatchSize, 4)
 	}
-	_ = rng
+	// Nothing else New refuses first.
+	switch c := sc.concurrency(); {
+	case o.GroupLimit == nil || *o.GroupLimit < c || sc.Conflict == "grouplimit>=concurrency":
+	case strings.HasPrefix(sc.Conflict, "grouplimit"):
+		o.Concurrency = ptr(*o.GroupLimit + 1) // the cap is the conflict's
+	default:
+		o.GroupLimit = nil
+	}
+	if c, ac := sc.concurrency(), o.AdaptiveConc; !strings.HasPrefix(sc.Conflict, "adaptive-") && ac != nil && (ac[0] >= c || ac[1] > c) {
+		o.AdaptiveConc = nil
+	}
+	if conflicts[sc.Conflict].atRun {
+		// Run reads the queue first: a shutdown that comes before cannot
+		// tell.
+		sc.Events = slices.DeleteFunc(sc.Events, func(e Event) bool { return e.Kind != evShutdown })
+		o.RequireDLQ = nil // another refusal at Run
+		*sc.shutdownEvent() = Event{Kind: evShutdown, At: Dur(time.Minute)}
+	}
 }
 
 // String is the scenario in a few lines, for a report.

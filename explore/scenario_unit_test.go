@@ -29,7 +29,8 @@ func TestScenarioReplays(t *testing.T) {
 func TestShrinkCandidatesAreSmaller(t *testing.T) {
 	size := func(sc Scenario) int {
 		n := sc.Messages + len(sc.Events) + len(sc.Options.optionNames()) + len(sc.Behaviour.Weights) + sc.Groups
-		for _, b := range []bool{sc.FaultRate > 0, sc.ExpireRate > 0, sc.Spread > 0, sc.Idempotent != "", sc.Middleware, sc.SDKRetries, sc.QueueWait > 0} {
+		for _, b := range []bool{sc.FaultRate > 0, sc.ExpireRate > 0, sc.Spread > 0, sc.Idempotent != "", sc.Middleware, sc.SDKRetries, sc.QueueWait > 0,
+			sc.BodySize > 0, sc.BigShare > 0, sc.Bundle > 0, sc.Pool > 0, sc.FirstContact != "", sc.Idem != nil, sc.Protect > 0} {
 			if b {
 				n++
 			}

@@ -2,13 +2,19 @@ package explore
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
+	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sqskit/sqsconsumer/sqstest"
@@ -85,6 +91,99 @@ var (
 	errLostAnswer = &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer (the explorer lost the answer)")}
 )
 
+// firstContactClass is an error a wrong endpoint (or a network that
+// heals) answers Run's first contact with: an error of the HTTP client
+// (err), or an answer of SQS's (fault). fatal: no retry can cure it, and
+// Run must fail at once, naming the queue.
+type firstContactClass struct {
+	name  string
+	fatal bool
+	err   error
+	fault *sqstest.Fault
+}
+
+var firstContactClasses = []firstContactClass{
+	{name: "no-such-host", fatal: true, err: &net.DNSError{Err: "no such host", Name: "sqs.xx-west-9.amazonaws.com", IsNotFound: true}},
+	{name: "tls-unknown-authority", fatal: true, err: &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}},
+	{name: "not-tls", fatal: true, err: tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}},
+	{name: "access-denied", fatal: true, fault: &sqstest.FaultAccessDenied},
+	{name: "queue-does-not-exist", fatal: true, fault: &sqstest.FaultQueueDoesNotExist},
+	{name: "signature", fatal: true, fault: &sqstest.Fault{Status: http.StatusForbidden, Type: "SignatureDoesNotMatch",
+		Message: "Credential should be scoped to a valid region, not 'us-east-1'."}},
+	{name: "refused", err: &net.OpError{Op: "dial", Net: "tcp", Err: &os.SyscallError{Syscall: "connect", Err: syscall.ECONNREFUSED}}},
+	{name: "read-timeout", err: &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}},
+	{name: "dns-server-failing", err: &net.DNSError{Err: "server misbehaving", Name: "sqs.us-east-1.amazonaws.com", IsTemporary: true}},
+	{name: "internal-error", fault: &sqstest.FaultInternalError},
+	{name: "throttled", fault: &sqstest.FaultThrottled},
+}
+
+func firstContactOf(name string) *firstContactClass {
+	for i := range firstContactClasses {
+		if firstContactClasses[i].name == name {
+			return &firstContactClasses[i]
+		}
+	}
+	return nil
+}
+
+// connPool plays net/http's pool of idle connections for one process's
+// calls, through the httptrace hooks of each request's context: a call
+// takes an idle connection or dials one, and gives it back after its
+// answer, or has it closed when size are idle already. So the Consumer,
+// which follows what its HTTP client's pool sustains, sees one.
+type connPool struct {
+	size int
+	mu   sync.Mutex
+	idle int
+}
+
+func (c *connPool) get(req *http.Request) {
+	tr := httptrace.ContextClientTrace(req.Context())
+	c.mu.Lock()
+	reused := c.idle > 0
+	if reused {
+		c.idle--
+	}
+	c.mu.Unlock()
+	if tr == nil {
+		return
+	}
+	if !reused && tr.ConnectDone != nil {
+		tr.ConnectDone("tcp", "sqs.explore:443", nil)
+	}
+	if tr.GotConn != nil {
+		tr.GotConn(httptrace.GotConnInfo{Reused: reused, WasIdle: reused})
+	}
+}
+
+var errTooManyIdle = errors.New("http: putIdleConn: too many idle connections for host")
+
+func (c *connPool) put(req *http.Request, broken bool) {
+	tr := httptrace.ContextClientTrace(req.Context())
+	c.mu.Lock()
+	keep := !broken && c.idle < c.size
+	if keep {
+		c.idle++
+	}
+	c.mu.Unlock()
+	if tr != nil && tr.PutIdleConn != nil {
+		if keep {
+			tr.PutIdleConn(nil)
+		} else {
+			tr.PutIdleConn(errTooManyIdle)
+		}
+	}
+}
+
+// pooledClient is an HTTP client that says how many idle connections per
+// host it keeps, as an http.Transport's would tell.
+type pooledClient struct {
+	*http.Client
+	idle int
+}
+
+func (c pooledClient) MaxIdleConnsPerHost() int { return c.idle }
+
 type wire struct {
 	r    *run
 	p    *proc
@@ -108,6 +207,10 @@ type singleRequest struct {
 	ReceiptHandle string `json:"ReceiptHandle"`
 	Visibility    *int   `json:"VisibilityTimeout,omitempty"`
 	MessageBody   string `json:"MessageBody"`
+	// AttributeNames: a GetQueueAttributes that asks for VisibilityTimeout
+	// is Run's read of the queue (not the scaling signal's or the
+	// in-flight quota's reading of its counts).
+	AttributeNames []string `json:"AttributeNames"`
 }
 
 type batchResult struct {
@@ -126,8 +229,10 @@ type entryFailure struct {
 
 type receiveResult struct {
 	Messages []struct {
-		MessageID     string `json:"MessageId"`
-		ReceiptHandle string `json:"ReceiptHandle"`
+		MessageID     string            `json:"MessageId"`
+		ReceiptHandle string            `json:"ReceiptHandle"`
+		Body          string            `json:"Body"`
+		Attributes    map[string]string `json:"Attributes"`
 	} `json:"Messages"`
 }
 
@@ -148,7 +253,29 @@ func (w *wire) RoundTrip(req *http.Request) (*http.Response, error) {
 	if isHandleCall(action) || action == "SendMessage" || action == "GetQueueAttributes" {
 		entries, single = parseHandles(action, body)
 	}
-	callNo := r.callSent(p, action)
+	sentAt := time.Now()
+	// The SDK's retry of an attempt that failed says attempt=2 or more:
+	// the same call, not one the Consumer decided on anew.
+	retry := !strings.Contains(req.Header.Get("amz-sdk-request"), "attempt=1;") && req.Header.Get("amz-sdk-request") != ""
+	callNo := r.callSent(p, action, retry)
+	if action == "ReceiveMessage" {
+		defer r.receiveEnded(p, sentAt)
+	}
+	if fcc := r.firstContact(p, action); fcc != nil {
+		// A wrong endpoint, or a network that heals later.
+		r.callAnswered(p, action, r.seq.Add(1), entries, single, nil, nil, false)
+		if fcc.err != nil {
+			return nil, fcc.err
+		}
+		resp, rbody := faultResponse(req, *fcc.fault)
+		resp.Body = io.NopCloser(bytes.NewReader(rbody))
+		resp.ContentLength = int64(len(rbody))
+		return resp, nil
+	}
+	if p.pool != nil {
+		p.pool.get(req)
+		defer func() { p.pool.put(req, false) }()
+	}
 	fc := r.drawFault(p, action, callNo)
 	if fc != nil && !fc.applies(action) {
 		fc = nil

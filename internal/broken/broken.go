@@ -91,6 +91,37 @@ const (
 	// in its worker process (-broken unguarded-bodies).
 	UnguardedBodies
 
+	// ThrottlePauseIgnored: a Throttled without WithAdaptiveConcurrency
+	// (or at its floor) pauses nothing: receives and starts go on
+	// (backpressure.go, throttled).
+	ThrottlePauseIgnored
+	// ThrottledCountsForBreaker: the breaker counts a Throttled as a
+	// failure of the downstream (errors.go, outcomeOf).
+	ThrottledCountsForBreaker
+	// RetryAfterIgnored: a failure's release ignores the delay RetryAfter
+	// or Throttled asked for and takes the backoff (settle.go, decide).
+	RetryAfterIgnored
+	// AdaptiveLimitIgnored: the flow fills every slot of WithConcurrency
+	// whatever WithAdaptiveConcurrency's limit (backpressure.go, slots).
+	AdaptiveLimitIgnored
+	// ByteBoundIgnored: receives are sized without WithMaxBytes's bound
+	// (bytebound.go, capLocked).
+	ByteBoundIgnored
+	// CallLimitIgnored: the pollers take calls up to their number,
+	// whatever the limit on calls in flight that follows the HTTP
+	// client's pool (flow.go, limitLocked).
+	CallLimitIgnored
+	// PauseKeepsReceiving: a paused Consumer goes on receiving (flow.go,
+	// nextLocked).
+	PauseKeepsReceiving
+	// FirstContactRetried: a first contact that cannot succeed (no such
+	// host, access denied, ...) is retried as one that can heal
+	// (firstcontact.go, cannotSucceed).
+	FirstContactRetried
+	// BundleReversed: Options applies its options last to first, so the
+	// earlier value wins inside a bundle (bundle.go, apply).
+	BundleReversed
+
 	modes
 )
 
@@ -112,6 +143,16 @@ var names = [...]string{
 	BatchShutdownBackoff:   "batch-shutdown-backoff",
 	ShutdownStrandsReceive: "shutdown-strands-receive",
 	UnguardedBodies:        "unguarded-bodies",
+
+	ThrottlePauseIgnored:      "throttle-pause-ignored",
+	ThrottledCountsForBreaker: "throttled-counts-for-breaker",
+	RetryAfterIgnored:         "retry-after-ignored",
+	AdaptiveLimitIgnored:      "adaptive-limit-ignored",
+	ByteBoundIgnored:          "byte-bound-ignored",
+	CallLimitIgnored:          "call-limit-ignored",
+	PauseKeepsReceiving:       "pause-keeps-receiving",
+	FirstContactRetried:       "first-contact-retried",
+	BundleReversed:            "bundle-reversed",
 }
 
 // String is the mode's name, as a control's name.

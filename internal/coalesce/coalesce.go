@@ -31,6 +31,7 @@ type request[E any] struct {
 	ctx      context.Context // nil: never cancelled
 	deadline time.Time       // zero: none
 	done     func(e E, err error)
+	base     context.Context // the base when it was added (SetBase); nil: context.Background
 }
 
 // Coalescer coalesces entries into calls of at most max entries. The zero
@@ -51,7 +52,7 @@ type Coalescer[E any] struct {
 	queued  [][]request[E]         // cut batches waiting for a flusher (maxCalls reached)
 	runOn   func(call func()) bool // RunOn's; nil: a goroutine per flusher
 
-	base context.Context // every batch call's parent (SetBase); nil: context.Background
+	base context.Context // the parent of the calls of entries added from now on (SetBase); nil: context.Background
 
 	work     sync.WaitGroup // batches cut and not yet answered, and armed window timers
 	flushers sync.WaitGroup // flusher goroutines
@@ -109,6 +110,7 @@ func (b *Coalescer[E]) submit(r request[E]) error {
 	if b.pending == nil {
 		b.pending = make([]request[E], 0, b.max)
 	}
+	r.base = b.base
 	b.pending = append(b.pending, r)
 	var full []request[E]
 	switch {
@@ -176,13 +178,22 @@ func (b *Coalescer[E]) dispatch(batch []request[E]) {
 	}
 }
 
-// SetBase makes ctx the parent of every batch call's context: cancelling
-// it abandons the calls in flight and any sent later. Set it before the
-// first entry.
+// SetBase makes ctx the parent of the batch calls of the entries added
+// from now on: cancelling it abandons those calls, in flight or sent
+// later. The entries added before keep the base they were added under,
+// whenever their call is sent: SetBase cuts the batch pending, so that
+// no call mixes two bases. Safe to call at any time.
 func (b *Coalescer[E]) SetBase(ctx context.Context) {
 	b.mu.Lock()
+	var cut []request[E]
+	if len(b.pending) > 0 {
+		cut = b.cutLocked()
+	}
 	b.base = ctx
 	b.mu.Unlock()
+	if cut != nil {
+		b.dispatch(cut)
+	}
 }
 
 // RunOn makes the Coalescer hand each batch call to run instead of a
@@ -258,7 +269,7 @@ func (b *Coalescer[E]) run(batch []request[E]) {
 	if len(live) == 0 {
 		return
 	}
-	ctx := b.base
+	ctx := live[0].base // every entry of a batch was added under one base (SetBase)
 	if ctx == nil {
 		ctx = context.Background()
 	}

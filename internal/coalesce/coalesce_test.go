@@ -290,3 +290,45 @@ func TestBatcherBaseAbandonsCalls(t *testing.T) {
 		require.ErrorIs(t, <-res, context.Canceled)
 	})
 }
+
+// A new base applies to the entries added after it. The entries added
+// before keep theirs, whether their call is in flight, pending in its
+// window or queued behind maxCalls, and cancelling the old base abandons
+// those alone.
+func TestBatcherNewBaseForLaterEntries(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		first, cancelFirst := context.WithCancel(context.Background())
+		second, cancelSecond := context.WithCancel(context.Background())
+		defer cancelSecond()
+		b := New(2, time.Second, 1, func(ctx context.Context, es []int) []error {
+			errs := make([]error, len(es))
+			if es[0] < 10 {
+				<-ctx.Done() // the old base's calls never answer
+				for i := range errs {
+					errs[i] = ctx.Err()
+				}
+			}
+			return errs
+		})
+		b.SetBase(first)
+		defer b.Close()
+		res := make(chan error, 5)
+		for _, e := range []int{1, 2, 3, 4, 5} { // a call in flight, one queued behind it, one pending
+			go func() { res <- b.Do(context.Background(), e) }()
+			synctest.Wait()
+		}
+		b.SetBase(second)
+		later := make(chan error, 1)
+		go func() { later <- b.Do(context.Background(), 10) }() // queued behind the old calls (maxCalls)
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		require.Empty(t, res, "no entry of the old base answered before it was cancelled")
+		require.Empty(t, later)
+		cancelFirst()
+		for range 5 {
+			require.ErrorIs(t, <-res, context.Canceled, "the entries added before keep their base")
+		}
+		require.NoError(t, <-later, "an entry added later takes the new base")
+	})
+}
