@@ -5,8 +5,10 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -188,4 +190,55 @@ func compareOptionRows(rows []optionRow, options []string) []string {
 		}
 	}
 	return problems
+}
+
+// TestReadmeSectionsCited keeps the doc comments' pointers into the README
+// true: every `README's "X"`, `the README, "X"` and `README, section "X"`
+// in the repository's Go files (tests aside) names a heading of README.md
+// (its whole text, or its text before a colon).
+func TestReadmeSectionsCited(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	headings := map[string]bool{}
+	for _, l := range strings.Split(string(readme), "\n") {
+		if text, ok := strings.CutPrefix(strings.TrimLeft(l, "#"), " "); ok && strings.HasPrefix(l, "##") {
+			headings[text] = true
+			if before, _, ok := strings.Cut(text, ":"); ok {
+				headings[before] = true
+			}
+		}
+	}
+	cite := regexp.MustCompile(`README(?:'s|, section|,) "([^"]+)"`)
+	var wrong []string
+	cited := 0
+	err = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "node_modules" || strings.HasPrefix(d.Name(), ".") && path != ".") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		// Comments wrap: read the file as one line of words.
+		text := strings.Join(strings.Fields(strings.ReplaceAll(string(src), "//", "")), " ")
+		for _, m := range cite.FindAllStringSubmatch(text, -1) {
+			cited++
+			if !headings[m[1]] {
+				wrong = append(wrong, fmt.Sprintf("%s cites the README's %q, which is no heading of README.md", path, m[1]))
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.NotZero(t, cited, "the doc comments cite README sections")
+	if len(wrong) > 0 {
+		t.Fatal(strings.Join(wrong, "\n"))
+	}
 }
