@@ -85,8 +85,8 @@ const (
 //   - Failures, and neutral outcomes, leave it.
 //
 // Measured in virtual time against a downstream that admits R requests a
-// second and answers 429 above it (bench/backpressure): see the README,
-// "When things go wrong".
+// second and answers 429 above it (bench/backpressure): see the README's
+// "Back pressure" (under "Measured").
 //
 // How it combines: the limit counts handler slots, so with a Batch
 // handler each message of a batch counts one, batches shrink to the limit

@@ -57,7 +57,7 @@ var (
 // (the breaker does not count it), and its error reads "retry
 // requested". A RetryAfter around an error of the handler's own is a
 // failure for the breaker unless Neutral marks it. The README's "Errors
-// and what they count as" lists every case.
+// and retries" lists every case.
 func RetryAfter(err error, d time.Duration) error {
 	if err == nil {
 		err = errRetryRequested
@@ -112,7 +112,7 @@ func retryAfterOf(err error) (time.Duration, bool) {
 //
 // Every result a handler can give, and what the breaker and the adaptive
 // limit make of it, is listed in one place: see the README's "Errors and
-// what they count as".
+// retries".
 func Neutral(err error) error {
 	if err == nil {
 		return nil
@@ -150,8 +150,8 @@ func (e *neutralError) Unwrap() error { return e.err }
 //
 // A Permanent error stays permanent inside Throttled, and a message whose
 // lease ended or that the shutdown cancelled is neither throttled nor
-// failed, whatever the handler returns (the README's "Errors and what
-// they count as" lists every case). Throttled says something of the whole
+// failed, whatever the handler returns (the README's "Errors and
+// retries" lists every case). Throttled says something of the whole
 // downstream; for one message that must wait, use RetryAfter. In Lambda
 // (package lambdasqs) a Throttled record is reported failed like any
 // other. RetryAfterHeader reads an HTTP Retry-After header into d.
