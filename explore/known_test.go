@@ -47,12 +47,6 @@ func knownIssue(sc Scenario, seen map[string]bool, v violation) string {
 	// New: a receive cut by the hard stop is not taken out of Stats.Asked.
 	case v.Check == chkStats && strings.Contains(v.Text, "asked") && !strings.Contains(v.Text, "asked 0"):
 		return "new: Stats.Asked after a receive cut by the hard stop"
-	// New: the flow takes long polls that waited for messages for round
-	// trips; calls then wait seconds for a poller, and renewals, deletes
-	// and releases miss their deadlines with no fault injected.
-	case seen["symptom:calls-stalled"] && (v.Check == chkStranded || v.Check == chkBreaker || v.Check == chkFIFO || v.Check == chkReturn),
-		v.Check == chkStranded && strings.Contains(v.Text, "its settling call waited until the hard stop"):
-		return "new: round trip taken from long polls"
 	}
 	return ""
 }

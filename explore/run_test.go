@@ -920,6 +920,11 @@ func (r *run) observe(p *proc, e sqsconsumer.Event) {
 		r.seen["event-seen:"+e.Kind.String()] = true
 	}
 	switch e.Kind {
+	case sqsconsumer.EventReceived:
+		// A new delivery: an outcome of an earlier one is no longer
+		// waiting for its settling call (a handler that released its own
+		// lease reports the release before its outcome).
+		delete(p.outcomeAt, e.MessageID)
 	case sqsconsumer.EventStarted:
 		p.startedAt[e.MessageID] = e.Time
 	case sqsconsumer.EventRenewalFailed:
