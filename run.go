@@ -95,7 +95,7 @@ type run struct {
 	calls    *coalescedCalls
 	fl       *flow[*delivery] // when to receive, how much; the handler slots
 	reg      *registry        // what the run holds
-	pollWait time.Duration    // WaitTimeSeconds of every receive
+	pollWait time.Duration    // WaitTimeSeconds of every receive (settings.pollWait; 0: left out)
 	// messageSize is the queue's MaximumMessageSize (maxMessageBytes
 	// when unknown): the byte bound's first estimate of a message.
 	messageSize int64
@@ -218,7 +218,8 @@ func (r *run) setup(ctx context.Context) error {
 	if r.batch != nil {
 		r.batch.bind(r, r.reg, r.ev, r.handlerBase)
 	}
-	r.pollWait = r.s.pollWait()
+	secs, err := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameReceiveMessageWaitTimeSeconds)])
+	r.pollWait = r.s.pollWait(time.Duration(secs)*time.Second, err == nil && secs >= 0)
 	return nil
 }
 

@@ -7,7 +7,6 @@ import "strings"
 // hide new ones. Each entry goes once its fix has landed; with
 // -explore.known=false none applies. seen is what the run saw happen.
 func knownIssue(sc Scenario, seen map[string]bool, v violation) string {
-	waitZero := sc.Options.WaitTime != nil && *sc.Options.WaitTime == 0 && sc.QueueWait > 0
 	switch {
 	// Issue 35, case 5: a paused Consumer is reported unhealthy; so is
 	// one resumed after a long pause, until its first receive answers
@@ -35,11 +34,6 @@ func knownIssue(sc Scenario, seen map[string]bool, v violation) string {
 	// are then bounded by nothing.
 	case v.Check == chkReturn && strings.Contains(v.Text, "the shutdown's wait ended then"):
 		return "new: hard stop disarmed once idle"
-	// New: WithWaitTime(0) leaves the queue's long poll to the queue, but
-	// the receive's call timeout assumes no wait: idle polls time out, and
-	// a poll in flight at shutdown outlasts the shutdown timeout.
-	case waitZero && (v.Check == chkHealth && strings.Contains(v.Text, "deadline exceeded") || v.Check == chkReturn):
-		return "new: WithWaitTime(0) with the queue's wait"
 	// New: a Batch member still gathering at the shutdown is released with
 	// the open breaker's hold, not at once.
 	case v.Check == chkStranded && strings.Contains(v.Text, "though the shutdown cancelled") && strings.Contains(v.Text, "still gathering for a batch"):
