@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/sqskit/sqsconsumer/internal/coalesce"
 )
@@ -91,8 +93,10 @@ type coalescedCalls struct {
 	retries sync.WaitGroup
 	// report, when set, is told the result of every batch call as a
 	// whole (nil: SQS answered, whatever its entries' fates), of a
-	// delete or a visibility change. Set before the first call.
-	report func(deleting bool, err error)
+	// delete or a visibility change, and, when SQS answered its first
+	// attempt (rtt true), how long that took: a round trip, since these
+	// calls never wait in a long poll. Set before the first call.
+	report func(deleting bool, err error, took time.Duration, rtt bool)
 }
 
 // newCoalescedCalls makes the coalesced calls of a queue. Deletes have at
@@ -113,14 +117,17 @@ func newCoalescedCalls(client Client, queueURL string, maxDeletes int, base cont
 					VisibilityTimeout: es[i].seconds,
 				}
 			}
+			sent := time.Now()
 			out, err := client.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{
 				QueueUrl: aws.String(queueURL),
 				Entries:  entries,
 			}, guardOpts...)
-			b.reported(false, err)
 			if err != nil {
+				b.reported(false, err, 0, false)
 				return fill(len(es), err)
 			}
+			took, once := roundTrip(sent, out.ResultMetadata)
+			b.reported(false, nil, took, once)
 			return entryResults(len(es), "ChangeMessageVisibilityBatch", out.Successful, func(e types.ChangeMessageVisibilityBatchResultEntry) *string { return e.Id }, out.Failed)
 		}),
 		del: coalesce.New(maxEntries, coalesceWindow, maxDeletes, func(ctx context.Context, es []delEntry) []error {
@@ -129,14 +136,17 @@ func newCoalescedCalls(client Client, queueURL string, maxDeletes int, base cont
 				// The request points into es, which outlives the call.
 				entries[i] = types.DeleteMessageBatchRequestEntry{Id: &entryIDs[i], ReceiptHandle: &es[i].handle}
 			}
+			sent := time.Now()
 			out, err := client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{
 				QueueUrl: aws.String(queueURL),
 				Entries:  entries,
 			}, guardOpts...)
-			b.reported(true, err)
 			if err != nil {
+				b.reported(true, err, 0, false)
 				return fill(len(es), err)
 			}
+			took, once := roundTrip(sent, out.ResultMetadata)
+			b.reported(true, nil, took, once)
 			return entryResults(len(es), "DeleteMessageBatch", out.Successful, func(e types.DeleteMessageBatchResultEntry) *string { return e.Id }, out.Failed)
 		}),
 	}
@@ -154,10 +164,22 @@ func (b *coalescedCalls) rebase(ctx context.Context) {
 	b.del.SetBase(ctx)
 }
 
-func (b *coalescedCalls) reported(deleting bool, err error) {
+func (b *coalescedCalls) reported(deleting bool, err error, took time.Duration, rtt bool) {
 	if b.report != nil {
-		b.report(deleting, err)
+		b.report(deleting, err, took, rtt)
 	}
+}
+
+// roundTrip is how long a batch call sent at sent took, and whether that
+// is one round trip: the SDK answered its first attempt (the call's
+// metadata lists one attempt, or none when no retryer recorded any). A
+// call the SDK retried also took its backoff.
+func roundTrip(sent time.Time, md middleware.Metadata) (took time.Duration, once bool) {
+	took = time.Since(sent)
+	if res, ok := retry.GetAttemptResults(md); ok && len(res.Results) > 1 {
+		return took, false
+	}
+	return took, true
 }
 
 func (b *coalescedCalls) changeVisibility(ctx context.Context, handle string, seconds int32) error {

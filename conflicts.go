@@ -97,14 +97,8 @@ func (s *settings) fifoConflicts(queueURL string) []error {
 // newPollWait is the long-poll wait as New can tell it: WithWaitTime's,
 // or SQS's longest when 0 leaves it to the queue's
 // ReceiveMessageWaitTimeSeconds, at most the shutdown timeout (at least a
-// second), as Run makes it (run.setup).
-func (s *settings) newPollWait() time.Duration {
-	w := s.waitTime
-	if w == 0 {
-		w = maxWaitTime
-	}
-	return max(min(w, s.shutdownTimeout.Truncate(time.Second)), time.Second)
-}
+// second), as Run makes it (pollWait).
+func (s *settings) newPollWait() time.Duration { return s.pollWait(0, false) }
 
 // minStallLimit is the shortest stall limit (WithHealthLimits) a Consumer
 // can keep while healthy: an idle one hears from SQS once per long-poll

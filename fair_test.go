@@ -381,8 +381,9 @@ func TestFairPacesReceives(t *testing.T) {
 			}
 			f.mu.Lock()
 			defer f.mu.Unlock()
-			f.hold, f.rtt = 50*time.Millisecond, 10*time.Millisecond
 			now = time.Now()
+			f.hold, f.rtt = 50*time.Millisecond, rttEstimate{}
+			f.rtt.add(now, 10*time.Millisecond)
 			f.sentAt = now.Add(-fairGap + time.Millisecond)
 			if !quiet {
 				require.Zero(t, f.ready.blocked(), "no pool without a quiet tenant")

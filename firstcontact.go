@@ -106,12 +106,12 @@ func firstContactError(queueURL, why string, err error) error {
 
 // queueAttributes are the source queue's attributes Run reads at its
 // start: the lease (when WithVisibilityTimeout is not given), the type,
-// the poison path's dead-letter queue, and the byte bound's first
-// estimate of a message's size.
+// the poison path's dead-letter queue, the byte bound's first estimate of
+// a message's size, and the long-poll wait (under WithWaitTime(0)).
 var queueAttributes = []types.QueueAttributeName{
 	types.QueueAttributeNameVisibilityTimeout, types.QueueAttributeNameFifoQueue,
 	types.QueueAttributeNameRedrivePolicy, types.QueueAttributeNameQueueArn,
-	types.QueueAttributeNameMaximumMessageSize,
+	types.QueueAttributeNameMaximumMessageSize, types.QueueAttributeNameReceiveMessageWaitTimeSeconds,
 }
 
 // readQueue reads the attributes of the queue at queueURL at Run's start,

@@ -55,17 +55,8 @@ type flow[T ticketed] struct {
 	asked   int             // asked for by receives in flight
 	ready   fairReady[T]    // waiting messages free to start, and which starts next
 	rate    rateMeter
-	rtt     time.Duration // smoothed round trip of receives answered at once
-	// rttMin is the shortest such round trip in the last 10 to 20 s (the
-	// least of the current window's, rttCur, and the previous one's,
-	// rttPrev): the network's round trip, without the time calls wait for
-	// a CPU. The read-ahead covers the smoothed round trip up to twice
-	// this (coverRTTLocked): the smoothed one alone grows as a saturated
-	// CPU makes calls wait, and covering it would ask for more and more in
-	// flight, which only makes them wait longer.
-	rttMin, rttCur, rttPrev time.Duration
-	rttWindow               time.Time     // when the current window began
-	hold                    time.Duration // smoothed time a message holds its handler slot
+	rtt     rttEstimate   // the round trip of a call to SQS (roundtrip.go)
+	hold    time.Duration // smoothed time a message holds its handler slot
 	// holdHigh follows the longest recent hold times: it jumps to a
 	// longer one and creeps back toward shorter ones. A handler is due
 	// to finish only once it is that old (less a round trip), so varied
@@ -135,6 +126,7 @@ type flow[T ticketed] struct {
 	overflow    func(job func())
 	lanesClosed bool
 	atLimit     func(limit int) // see flowConfig
+	maxJobWait  time.Duration   // see flowConfig
 	spawn       func()          // starts one more poller; called with mu held
 	peakAhead   int             // most messages waiting + asked beyond the free slots
 
@@ -181,6 +173,10 @@ type flowConfig struct {
 	fair                             bool         // groups share the slots fairly (see fairReady)
 	groupLimit                       int          // WithGroupLimit; 0 for none
 	paused                           *atomic.Bool // the Consumer's paused state; nil: never paused
+	// maxJobWait bounds how long a job waits for a poller (jobWait): a
+	// share of the time a renewal of the shortest lease has left before
+	// its deadline (jobWaitBound). 0: no bound.
+	maxJobWait time.Duration
 	// maxBytes bounds the bytes of the messages held (0: no bound);
 	// messageSize is the size of a message to expect before any arrives.
 	maxBytes, messageSize int64
@@ -188,7 +184,7 @@ type flowConfig struct {
 
 func newFlow[T ticketed](c flowConfig) *flow[T] {
 	f := &flow[T]{conc: c.conc, size: c.size, maxAhead: c.maxAhead, maxPollers: c.maxPollers, calls: c.calls, spawn: c.spawn, overflow: c.overflow, atLimit: c.atLimit,
-		burst: c.burst, gate: c.gate, limit: c.limit, limiter: c.limiter, member: c.member, paused: c.paused,
+		burst: c.burst, gate: c.gate, limit: c.limit, limiter: c.limiter, member: c.member, paused: c.paused, maxJobWait: c.maxJobWait,
 		kick: make(chan struct{}, 1), quiet: true, full: true, ready: newFairReady[T](c.fair, c.groupLimit, c.conc)}
 	if f.paused == nil {
 		f.paused = new(atomic.Bool)
@@ -217,7 +213,7 @@ func (f *flow[T]) countsLocked(now time.Time) flowCounts {
 		running: f.running, waiting: f.waiting, asked: f.asked,
 		quiet: f.quiet,
 	}
-	c.cover, c.ahead = readAhead(f.rate.value(now), f.capacity(), max(f.dueLocked(now), f.burst), f.coverRTTLocked(), f.size, f.maxAhead)
+	c.cover, c.ahead = readAhead(f.rate.value(now), f.capacity(), max(f.dueLocked(now), f.burst), f.rtt.value(), f.size, f.maxAhead)
 	return c
 }
 
@@ -231,7 +227,7 @@ func (f *flow[T]) dueLocked(now time.Time) int {
 	if f.holds < f.conc || f.holdHigh > f.hold+f.hold/4 {
 		return 0
 	}
-	cut := now.Sub(f.epoch) + f.rtt - f.holdHigh
+	cut := now.Sub(f.epoch) + f.rtt.value() - f.holdHigh
 	return sort.Search(len(f.starts), func(i int) bool { return f.starts[i] > cut })
 }
 
@@ -245,7 +241,7 @@ func (f *flow[T]) nextDueLocked(now time.Time) (time.Time, bool) {
 	if i >= len(f.starts) {
 		return time.Time{}, false
 	}
-	return f.epoch.Add(f.starts[i] + f.holdHigh - f.rtt), true
+	return f.epoch.Add(f.starts[i] + f.holdHigh - f.rtt.value()), true
 }
 
 // slot is a handler slot the flow handed out, kept in its holder's
@@ -339,7 +335,7 @@ func (f *flow[T]) nextLocked(now time.Time) int {
 		free := f.running < slots && !f.ready.eligible()
 		var at time.Time
 		n, at = probeSize(free, f.asked, slots+f.maxAhead-f.running-f.waiting-f.asked, c.conc-c.running+c.ahead-c.waiting-c.asked,
-			f.size, f.ready.probeGap(f.hold, f.rtt), f.sentAt, now)
+			f.size, f.ready.probeGap(f.hold, f.rtt.value()), f.sentAt, now)
 		if !at.IsZero() {
 			f.armLocked(now, at)
 		}
@@ -457,7 +453,7 @@ func (f *flow[T]) tellLocked() {
 	}
 	var until time.Time
 	if f.full && (f.asked > 0 || f.waiting > f.ready.len()) {
-		until = f.sentAt.Add(2 * max(f.rtt, 5*time.Millisecond))
+		until = f.sentAt.Add(2 * max(f.rtt.value(), 5*time.Millisecond))
 	}
 	f.member.SetDemand(f.demandLocked(), until)
 }
@@ -493,20 +489,6 @@ func (f *flow[T]) wakeLocked(now time.Time) {
 	default:
 	}
 }
-
-// coverRTTLocked is the round trip the read-ahead covers: the smoothed
-// one, but at most twice the shortest recent one (rttMin). Calls that wait
-// a little for a busy CPU are covered; a saturated CPU, whose waits grow
-// with every call added, does not make the read-ahead grow with them.
-func (f *flow[T]) coverRTTLocked() time.Duration {
-	if f.rttMin <= 0 {
-		return f.rtt
-	}
-	return min(max(f.rtt, f.rttMin), 2*f.rttMin)
-}
-
-// rttWindowLength is the length of rttMin's windows.
-const rttWindowLength = 10 * time.Second
 
 // drop takes n waiting messages of bytes bytes out: messages that never
 // became deliveries (adopted by a running lease, invalid, handed back raw)
@@ -868,9 +850,34 @@ func (f *flow[T]) steadyLocked(now time.Time, c flowCounts) int {
 }
 
 // jobWait is how long a job may wait for a poller to be free before it
-// runs on a goroutine of its own: about a round trip, the time a busy
-// poller takes to finish its call.
-func (f *flow[T]) jobWait() time.Duration { return max(2*f.rtt, 20*time.Millisecond) }
+// runs on a goroutine of its own (see jobWaitFor).
+func (f *flow[T]) jobWait() time.Duration { return jobWaitFor(f.rtt.value(), f.maxJobWait) }
+
+// jobWaitFor is how long a job may wait for a poller, given the round
+// trip estimate rtt and the bound limit (0: none): about two round trips,
+// the time a busy poller takes to finish its call (a receive that finds
+// messages answers in one), at least 20 ms, and at most limit, so that a
+// slow network never makes a renewal wait for a poller most of the time
+// its lease has left. It is pure, for table tests.
+func jobWaitFor(rtt, limit time.Duration) time.Duration {
+	w := max(2*rtt, 20*time.Millisecond)
+	if limit > 0 {
+		w = min(w, limit)
+	}
+	return w
+}
+
+// jobWaitShare is the share of a renewal's slack (the time between the
+// renewal and its lease's deadline) a job may wait for a poller: the rest
+// is for the call itself and its retries.
+const jobWaitShare = 8
+
+// jobWaitBound is the bound on jobWait for leases of at least lease
+// renewed every interval: a jobWaitShare-th of the time a renewal has
+// before the deadline.
+func jobWaitBound(lease, interval time.Duration) time.Duration {
+	return (lease - interval) / jobWaitShare
+}
 
 // bytesNow is the byte bound's figures, for Stats.
 func (f *flow[T]) bytesNow() ByteCounts {

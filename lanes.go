@@ -7,8 +7,8 @@ import "time"
 // flow, so that the Consumer's calls in flight are no more than its busy
 // pollers and rise and fall as theirs do. The flow (flow.go) owns their
 // counts and the jobs waiting; this file is how work reaches them, and how
-// a receive's end comes back to the flow (received, failed, abandoned:
-// the round trip, the backoff after failures).
+// a call's end comes back to the flow (received, failed, abandoned,
+// roundTrip: the round trip, the backoff after failures).
 
 // nudge makes a parked poller look again (the fleet's budget has a slot
 // for this flow).
@@ -259,32 +259,22 @@ func (f *flow[T]) received(asked, got int, bytes, largest int64, sent time.Time,
 	} else {
 		f.idleUntil = time.Time{}
 	}
-	// A full answer of several messages means they were waiting in the
-	// queue, so the call took one round trip: that is what the read-ahead
-	// must cover. A quicker answer of any size bounds it too.
-	if (got == asked && got >= 2) || (got > 0 && took < f.rtt) {
-		if f.rtt == 0 {
-			f.rtt = took
-		} else {
-			f.rtt += (took - f.rtt) / 8
-		}
-		f.sampleRTTLocked(now, took)
+	// A receive may have waited in its long poll for its messages (see
+	// rttEstimate): only one that brought messages sooner than the
+	// estimate is a round trip.
+	if got > 0 && took < f.rtt.value() {
+		f.rtt.add(now, took)
 	}
 	f.wakeLocked(now)
 }
 
-// sampleRTTLocked takes a receive's round trip into rttMin.
-func (f *flow[T]) sampleRTTLocked(now time.Time, took time.Duration) {
-	if now.Sub(f.rttWindow) >= rttWindowLength {
-		f.rttPrev, f.rttCur, f.rttWindow = f.rttCur, 0, now
-	}
-	if f.rttCur == 0 || took < f.rttCur {
-		f.rttCur = took
-	}
-	f.rttMin = f.rttCur
-	if f.rttPrev > 0 && f.rttPrev < f.rttMin {
-		f.rttMin = f.rttPrev
-	}
+// roundTrip takes took, the time a coalesced batch call took when SQS
+// answered its first attempt (it never waits in a long poll: it is a round
+// trip), into the round trip estimate.
+func (f *flow[T]) roundTrip(took time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rtt.add(time.Now(), took)
 }
 
 // receiveBackoff is the pause after the n-th consecutive receive failure:

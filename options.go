@@ -242,16 +242,27 @@ func isAlnum(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
-// pollWait is the WaitTimeSeconds of every receive: WithWaitTime's, but
-// never longer than the shutdown timeout, since a receive in flight at
-// shutdown is never cancelled and must return within it (at least a
-// second: the SDK cannot send a wait of 0). 0 leaves the wait to the
-// queue's ReceiveMessageWaitTimeSeconds.
-func (s *settings) pollWait() time.Duration {
-	if s.waitTime == 0 {
-		return 0
+// pollWait is the WaitTimeSeconds of every receive, as Run makes it:
+// WithWaitTime's, or under WithWaitTime(0) the queue's
+// ReceiveMessageWaitTimeSeconds (queueWait; known false when Run could not
+// read it: SQS's longest then), never longer than the shutdown timeout,
+// since a receive in flight at shutdown is never cancelled and must return
+// within it, and at least a second. 0 only when the queue short-polls
+// (WithWaitTime(0) on a queue whose wait is 0): the SDK cannot send a wait
+// of 0, so receives leave WaitTimeSeconds out. It is pure, for table tests.
+func (s *settings) pollWait(queueWait time.Duration, known bool) time.Duration {
+	w := s.waitTime
+	if w == 0 {
+		switch {
+		case !known:
+			w = maxWaitTime
+		case queueWait <= 0:
+			return 0
+		default:
+			w = min(queueWait, maxWaitTime)
+		}
 	}
-	return max(min(s.waitTime, s.shutdownTimeout.Truncate(time.Second)), time.Second)
+	return max(min(w, s.shutdownTimeout.Truncate(time.Second)), time.Second)
 }
 
 func (s *settings) fail(format string, args ...any) {
@@ -401,9 +412,20 @@ func WithBatchSize(n int) Option {
 	})
 }
 
-// WithWaitTime sets the long-poll wait of each ReceiveMessage call, whole
-// seconds from 0 to 20 s; default 20 s. 0 omits WaitTimeSeconds, so the
-// queue's ReceiveMessageWaitTimeSeconds applies (the Go SDK cannot send 0).
+// WithWaitTime sets the long-poll wait of each ReceiveMessage call
+// (WaitTimeSeconds), whole seconds from 0 to 20 s; default 20 s.
+//
+// 0 takes the queue's ReceiveMessageWaitTimeSeconds, which Run reads at
+// its start (Settings.WaitTime shows it from then on): every receive asks
+// for that wait, so a later change to the queue's attribute applies from
+// the next Run. A queue whose wait is 0 when Run reads it is short-polled:
+// receives leave WaitTimeSeconds out (the Go SDK cannot send 0), so they
+// follow the queue's attribute if it changes (up to 20 s, whatever the
+// shutdown timeout); a receive of an empty queue answers at once, and an
+// idle Consumer asks again at once, one billed call after another. When
+// Run cannot read the queue's attributes (WithVisibilityTimeout lets it go
+// on without them), it waits 20 s.
+//
 // A Consumer never waits longer than its shutdown timeout (at least 1 s):
 // a shutdown never cancels a receive in flight, which may already hold
 // messages, so each must return within the shutdown budget.

@@ -9,7 +9,7 @@ import (
 // their way beyond the free handler slots (readAhead), and how many the
 // next receive asks for (receiveSize). Both are pure, for table tests; the
 // flow (flow.go) feeds them its measurements: the completion rate
-// (rateMeter), the slots' capacity and the receive round trip.
+// (rateMeter), the slots' capacity and the round trip (rttEstimate).
 
 // receiveGather is how much work, in time at the current completion rate,
 // the read-ahead may hold beyond one round trip so that receives ask for

@@ -95,7 +95,7 @@ const maxSameReceiveFailures = 10
 // shutdown, only by the hard stop after it.
 func (r *run) receive(n int, sent time.Time) error {
 	cfg := r.leaseFor()
-	ctx, cancel := context.WithTimeoutCause(r.pollCtx, r.pollWait+receiveCallTimeout, errReceiveTimeout)
+	ctx, cancel := context.WithTimeoutCause(r.pollCtx, receiveTimeout(r.pollWait), errReceiveTimeout)
 	if r.s.cancelIdlePolls {
 		var done func()
 		ctx, done = r.polls.watch(ctx, sent)
@@ -197,6 +197,18 @@ func (r *run) dropCorrupt(msgs []types.Message) []types.Message {
 // receiveCallTimeout is how long a receive may take beyond its long-poll
 // wait (the SDK's own retries included) before it is abandoned.
 const receiveCallTimeout = 10 * time.Second
+
+// receiveTimeout is the call timeout of a receive that asks for a wait of
+// pollWait: receiveCallTimeout beyond it. A receive that leaves the wait
+// out (0: the queue short-polled when Run read it) waits whatever the
+// queue's ReceiveMessageWaitTimeSeconds is when it arrives, which may have
+// changed since: up to SQS's longest.
+func receiveTimeout(pollWait time.Duration) time.Duration {
+	if pollWait == 0 {
+		return maxWaitTime + receiveCallTimeout
+	}
+	return pollWait + receiveCallTimeout
+}
 
 var errReceiveTimeout = errors.New("sqsconsumer: ReceiveMessage took longer than its long-poll wait plus 10 s")
 

@@ -365,3 +365,85 @@ func TestWaitingMessageWithLeaseGoneNeverStarts(t *testing.T) {
 		}
 	})
 }
+
+// WithWaitTime(0) takes the queue's ReceiveMessageWaitTimeSeconds, which
+// Run reads: every receive asks for it (so a change to the queue's wait
+// while Run runs cannot outlast the call's timeout), and its call timeout
+// allows for it. Assuming no wait, the call timed out at 10 s: every idle
+// 14 s poll failed, and Health said so.
+func TestWaitTimeZeroTakesTheQueuesWait(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, map[string]string{"ReceiveMessageWaitTimeSeconds": "14"})
+		var logs bytes.Buffer
+		c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error { return nil }),
+			WithWaitTime(0), WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+		require.NoError(t, err)
+		require.Contains(t, c.Settings().Pending, "wait_time", "the queue's wait is read at Run")
+		stop := running(t, c)
+		time.Sleep(65 * time.Second)
+		synctest.Wait()
+		h, s, calls := c.Health(), c.Settings(), b.srv.CallCount("ReceiveMessage")
+		id, err := b.srv.Send(b.url, "late")
+		require.NoError(t, err)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.NoError(t, stop())
+		require.Equal(t, 14*time.Second, s.WaitTime, "Settings shows the queue's wait")
+		require.NotContains(t, s.Pending, "wait_time")
+		require.True(t, h.Healthy, "idle and healthy: %v", h.Problems)
+		require.Empty(t, h.Retrying, "no receive failed")
+		require.Equal(t, 5, calls, "one 14 s poll after another over 65 s")
+		require.NotContains(t, logs.String(), "receive failed")
+		require.True(t, b.state(t, id).Deleted)
+	})
+}
+
+// Under WithWaitTime(0) the queue's wait is cut to the shutdown timeout,
+// as WithWaitTime's is: a receive in flight at shutdown returns within it.
+// Left to the queue (20 s), the last poll held Run 10 s, until its call
+// timed out, past a 3 s shutdown timeout.
+func TestWaitTimeZeroWithinTheShutdownTimeout(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, map[string]string{"ReceiveMessageWaitTimeSeconds": "20"})
+		c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error { return nil }),
+			WithWaitTime(0), WithShutdownTimeout(3*time.Second))
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+		time.Sleep(15 * time.Second)
+		synctest.Wait()
+		require.Equal(t, 3*time.Second, c.Settings().WaitTime)
+		cancel()
+		cancelled := time.Now()
+		require.NoError(t, <-done)
+		require.LessOrEqual(t, time.Since(cancelled), 3*time.Second, "Run returned within the shutdown timeout")
+	})
+}
+
+// The effective long-poll wait: WithWaitTime's, or under WithWaitTime(0)
+// the queue's (SQS's longest when Run could not read it), cut to the
+// shutdown timeout, at least 1 s; 0 only when the queue short-polls.
+func TestPollWait(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		wait, shutdown, queue time.Duration
+		known                 bool
+		want                  time.Duration
+	}{
+		{20 * time.Second, 20 * time.Second, 0, true, 20 * time.Second},
+		{20 * time.Second, 5 * time.Second, 0, true, 5 * time.Second},
+		{20 * time.Second, 500 * time.Millisecond, 0, true, time.Second},
+		{0, 20 * time.Second, 14 * time.Second, true, 14 * time.Second},
+		{0, 3 * time.Second, 14 * time.Second, true, 3 * time.Second},
+		{0, 0, 14 * time.Second, true, time.Second},
+		{0, 20 * time.Second, 0, true, 0},
+		{0, 20 * time.Second, 0, false, 20 * time.Second},
+		{0, 5 * time.Second, 0, false, 5 * time.Second},
+	} {
+		s := settings{waitTime: tc.wait, shutdownTimeout: tc.shutdown}
+		require.Equal(t, tc.want, s.pollWait(tc.queue, tc.known), "%+v", tc)
+	}
+}

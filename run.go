@@ -95,7 +95,7 @@ type run struct {
 	calls    *coalescedCalls
 	fl       *flow[*delivery] // when to receive, how much; the handler slots
 	reg      *registry        // what the run holds
-	pollWait time.Duration    // WaitTimeSeconds of every receive
+	pollWait time.Duration    // WaitTimeSeconds of every receive (settings.pollWait; 0: left out)
 	// messageSize is the queue's MaximumMessageSize (maxMessageBytes
 	// when unknown): the byte bound's first estimate of a message.
 	messageSize int64
@@ -235,7 +235,8 @@ func (r *run) setup(ctx context.Context) error {
 	if r.batch != nil {
 		r.batch.bind(r, r.reg, r.ev, r.handlerBase)
 	}
-	r.pollWait = r.s.pollWait()
+	secs, err := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameReceiveMessageWaitTimeSeconds)])
+	r.pollWait = r.s.pollWait(time.Duration(secs)*time.Second, err == nil && secs >= 0)
 	return nil
 }
 
@@ -254,7 +255,7 @@ func (r *run) makeFlow(paused *atomic.Bool) {
 		// until it returns, and Run waits for that (calls.close).
 		overflow: func(job func()) { go job() },
 		atLimit:  r.atCallLimit,
-		paused:   paused, member: r.member,
+		paused:   paused, member: r.member, maxJobWait: r.shortestJobWait(),
 		// A FIFO queue's registry orders each group already.
 		fair: !r.reg.fifo && !r.s.fifoDispatch, groupLimit: r.s.groupLimit}
 	if broken.Is(broken.GroupLimitIgnored) {
@@ -276,6 +277,18 @@ func (r *run) makeFlow(paused *atomic.Bool) {
 		m.Bind(r.granted, r.fl.nudge)
 	}
 	r.calls.runOn(r.fl.submit)
+}
+
+// shortestJobWait is the bound on how long a coalesced call waits for a
+// poller (flowConfig.maxJobWait), from the shortest lease the Consumer
+// gives: the fixed one, or under WithAdaptiveVisibility its floor (renewed
+// every third, as leaseFor does).
+func (r *run) shortestJobWait() time.Duration {
+	w := jobWaitBound(r.cfg.lease, r.cfg.interval)
+	if r.s.adaptiveMax > 0 {
+		w = min(w, jobWaitBound(r.s.adaptiveMin, heartbeatInterval(r.s.adaptiveMin, 0)))
+	}
+	return w
 }
 
 // run receives and handles messages until ctx is cancelled or a
@@ -567,8 +580,13 @@ func (r *run) probe() {
 	r.br.probed(err)
 }
 
-// callDone takes the result of a renewal or delete batch call.
-func (r *run) callDone(deleting bool, err error) {
+// callDone takes the result of a renewal or delete batch call, and its
+// round trip when it was one (see coalescedCalls.report) into the flow's
+// estimate.
+func (r *run) callDone(deleting bool, err error, took time.Duration, rtt bool) {
+	if rtt && r.fl != nil {
+		r.fl.roundTrip(took)
+	}
 	switch {
 	case err != nil:
 	case deleting:

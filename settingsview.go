@@ -22,10 +22,11 @@ import (
 // its attributes (GetQueueAttributes, before the first receive): the
 // visibility timeout when WithVisibilityTimeout was not given, and what
 // follows from it (heartbeat interval, ceiling grace, the default stall
-// limit), whether the queue is FIFO when its URL does not say, and the
-// dead-letter queue when WithDeadLetterQueue was not given. Until then
-// Pending lists them (by JSON name) and they hold their zero value (null
-// in JSON); once Run has read the queue Pending is empty and stays so.
+// limit), whether the queue is FIFO when its URL does not say, the
+// dead-letter queue when WithDeadLetterQueue was not given, and the
+// long-poll wait under WithWaitTime(0). Until then Pending lists them (by
+// JSON name) and they hold their zero value (null in JSON); once Run has
+// read the queue Pending is empty and stays so.
 //
 // JSON (MarshalJSON) and slog (LogValue) render the fields in this order,
 // under the names in their json tags, durations as Go durations ("1m30s"),
@@ -58,11 +59,12 @@ type Settings struct {
 	// Receiving (WithConcurrency, WithBatchSize, WithWaitTime,
 	// WithPollers, WithMaxReadAhead, WithMaxBytes, WithRateLimit,
 	// WithFairDispatch, WithGroupLimit). WaitTime is the long-poll wait
-	// every receive sends: WithWaitTime's, capped by the shutdown timeout
-	// (0: the queue's ReceiveMessageWaitTimeSeconds). PollersAdaptive:
-	// Pollers is the upper bound, and the calls in flight follow what the
-	// HTTP client sustains (Stats.MaxCallsInFlight); false when
-	// WithPollers fixed them. MaxBytes is in bytes. RateLimit is in
+	// every receive sends: WithWaitTime's, or under WithWaitTime(0) the
+	// queue's ReceiveMessageWaitTimeSeconds (pending until Run reads it),
+	// capped by the shutdown timeout; 0 when the queue short-polls.
+	// PollersAdaptive: Pollers is the upper bound, and the calls in flight
+	// follow what the HTTP client sustains (Stats.MaxCallsInFlight); false
+	// when WithPollers fixed them. MaxBytes is in bytes. RateLimit is in
 	// messages a second, 0 for none; GroupLimit 0 for none.
 	Concurrency     int           `json:"concurrency"`
 	BatchSize       int           `json:"batch_size"`
@@ -130,7 +132,7 @@ func settingsView(s *settings, queueURL string, member *share.Member, r *run) Se
 		AdaptiveVisibilityMax:     s.adaptiveMax,
 		Concurrency:               s.concurrency,
 		BatchSize:                 s.receiveSize,
-		WaitTime:                  s.pollWait(),
+		WaitTime:                  s.pollWait(0, false),
 		Pollers:                   s.pollers,
 		PollersAdaptive:           s.adaptPollers,
 		MaxReadAhead:              s.maxAhead,
@@ -175,6 +177,9 @@ func settingsView(s *settings, queueURL string, member *share.Member, r *run) Se
 	case s.protect:
 		v.ScaleInProtection = "shared"
 	}
+	if r != nil {
+		v.WaitTime = r.pollWait
+	}
 	lim := healthLimits{s: s, member: member, pollWait: v.WaitTime}
 	v.HandlerLimit, v.StartupLimit = lim.handler(), lim.startup()
 
@@ -204,6 +209,10 @@ func settingsView(s *settings, queueURL string, member *share.Member, r *run) Se
 		if s.deadLetterURL == "" {
 			v.Pending = append(v.Pending, "dead_letter_queue", "dead_letter_source")
 		}
+		if s.waitTime == 0 {
+			v.WaitTime = 0 // the queue's
+			v.Pending = append(v.Pending, "wait_time")
+		}
 	}
 	switch {
 	case s.deadLetterURL != "":
@@ -214,8 +223,10 @@ func settingsView(s *settings, queueURL string, member *share.Member, r *run) Se
 	default:
 		v.DeadLetterSource = "none"
 	}
-	lim.interval = v.HeartbeatInterval
-	if s.stallLimit > 0 || v.HeartbeatInterval > 0 {
+	lim.interval, lim.pollWait = v.HeartbeatInterval, v.WaitTime
+	// In a fleet the default stall limit follows the wait.
+	waitPending := member != nil && slices.Contains(v.Pending, "wait_time")
+	if s.stallLimit > 0 || v.HeartbeatInterval > 0 && !waitPending {
 		v.StallLimit = lim.stall()
 	} else {
 		v.Pending = append(v.Pending, "stall_limit")

@@ -7,7 +7,6 @@ import "strings"
 // hide new ones. Each entry goes once its fix has landed; with
 // -explore.known=false none applies. seen is what the run saw happen.
 func knownIssue(sc Scenario, seen map[string]bool, v violation) string {
-	waitZero := sc.Options.WaitTime != nil && *sc.Options.WaitTime == 0 && sc.QueueWait > 0
 	switch {
 	// New: Pause and Resume (and the breaker's closing) restart Health's
 	// stall clock at their instant (consumer.go, Pause and Resume:
@@ -30,21 +29,10 @@ func knownIssue(sc Scenario, seen map[string]bool, v violation) string {
 	// lets the later messages of its FIFO group run.
 	case v.Check == chkFIFO && strings.Contains(v.Text, "while its previous delivery wound down"):
 		return "new: fifo order after a wind-down release"
-	// New: WithWaitTime(0) leaves the queue's long poll to the queue, but
-	// the receive's call timeout assumes no wait: idle polls time out, and
-	// a poll in flight at shutdown outlasts the shutdown timeout.
-	case waitZero && (v.Check == chkHealth && strings.Contains(v.Text, "deadline exceeded") || v.Check == chkReturn):
-		return "new: WithWaitTime(0) with the queue's wait"
 	// New: a Batch member still gathering at the shutdown is released with
 	// the open breaker's hold, not at once.
 	case v.Check == chkStranded && strings.Contains(v.Text, "though the shutdown cancelled") && strings.Contains(v.Text, "still gathering for a batch"):
 		return "new: gathering member held by the breaker at shutdown"
-	// New: the flow takes long polls that waited for messages for round
-	// trips; calls then wait seconds for a poller, and renewals, deletes
-	// and releases miss their deadlines with no fault injected.
-	case seen["symptom:calls-stalled"] && (v.Check == chkStranded || v.Check == chkBreaker || v.Check == chkFIFO || v.Check == chkReturn),
-		v.Check == chkStranded && strings.Contains(v.Text, "its settling call waited until the hard stop"):
-		return "new: round trip taken from long polls"
 	}
 	return ""
 }

@@ -1136,6 +1136,10 @@ func (r *run) observe(p *proc, e sqsconsumer.Event) {
 		if p.held++; p.held == 1 {
 			p.heldSince = e.Time
 		}
+		// A new delivery: an outcome of an earlier one is no longer
+		// waiting for its settling call (a handler that released its own
+		// lease reports the release before its outcome).
+		delete(p.outcomeAt, e.MessageID)
 	case sqsconsumer.EventDone:
 		p.held--
 	}

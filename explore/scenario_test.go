@@ -281,11 +281,16 @@ func (sc *Scenario) concurrency() int {
 	return 10
 }
 
-// pollWait is the long-poll wait each receive asks for (0: the queue's).
+// pollWait is the long-poll wait each receive asks for: WithWaitTime's,
+// or under WithWaitTime(0) the queue's (0: the queue short-polls), cut to
+// the shutdown timeout.
 func (sc *Scenario) pollWait() time.Duration {
 	w := 20 * time.Second
 	if v := sc.Options.WaitTime; v != nil {
 		w = v.D()
+	}
+	if w == 0 {
+		w = time.Duration(sc.QueueWait) * time.Second
 	}
 	if w == 0 {
 		return 0
