@@ -136,7 +136,12 @@ type run struct {
 	// coalesced calls (those settlements, the renewals of leases whose
 	// handlers run on) goes under lateCtx (calls.rebase; what was added
 	// before stays under the hard stop), and Run cancels it (endLate) once
-	// every handler has returned and settled.
+	// every handler has returned and settled. A call whose callers all
+	// waited (coalesce.Do) ends once they all stopped waiting: a
+	// settlement under settleCtx that reaches the calls after late (a
+	// release held for the receives in flight until the budget's end)
+	// is still cut at the hard stop, and Run, which joins the pollers
+	// that run the calls before it cancels lateCtx, does not wait for it.
 	settleCtx   context.Context
 	pollCtx     context.Context
 	hardStop    context.CancelFunc
