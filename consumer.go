@@ -292,7 +292,7 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	r.makeFlow(&c.pause.on)
 	c.run = r
 	c.mu.Unlock()
-	stamp(&c.progress.resumed)
+	c.progress.resume()
 	c.progress.stage.Store(runRunning)
 	if c.s.logger != nil {
 		c.ev.log(slog.LevelInfo, "sqsconsumer: running", "settings", c.Settings())
@@ -373,7 +373,7 @@ func (c *Consumer) Pause() {
 		return
 	}
 	c.pause.on.Store(true)
-	stamp(&c.progress.resumed) // Health's stall clock starts again
+	c.progress.resume() // Health's stall clock starts again (or at a Throttled's pause's end)
 	if c.pause.delay != nil {
 		c.pause.delay()
 	}
@@ -391,7 +391,7 @@ func (c *Consumer) Resume() {
 		return
 	}
 	c.pause.on.Store(false)
-	stamp(&c.progress.resumed)
+	c.progress.resume()
 	if r := c.runOf(); r != nil && !broken.Is(broken.ResumeKeepsFlowPaused) {
 		r.resume()
 	}

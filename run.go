@@ -524,7 +524,7 @@ func (r *run) unthrottled() {
 // not count it as a stall (it is on purpose), and the log says so when it
 // begins.
 func (r *run) throttlePaused(until time.Time, extended bool, d time.Duration) {
-	r.prog.resumed.Store(until.UnixNano()) // receiving resumes then
+	r.prog.resumeAt(until) // receiving resumes then
 	if !extended {
 		r.log(slog.LevelInfo, "sqsconsumer: a handler returned Throttled: receiving and starting paused", "for", d.String(), "until", until)
 	}
@@ -549,7 +549,7 @@ func (r *run) breakerOpened(reason string) {
 // breakerClosed resumes receiving after the breaker closed.
 func (r *run) breakerClosed() {
 	r.log(slog.LevelInfo, "sqsconsumer: circuit breaker closed: receiving resumes")
-	stamp(&r.prog.resumed)
+	r.prog.resume()
 	r.fl.wake()
 }
 

@@ -9,14 +9,6 @@ import "strings"
 func knownIssue(sc Scenario, seen map[string]bool, v violation) string {
 	waitZero := sc.Options.WaitTime != nil && *sc.Options.WaitTime == 0 && sc.QueueWait > 0
 	switch {
-	// New: Pause and Resume (and the breaker's closing) restart Health's
-	// stall clock at their instant (consumer.go, Pause and Resume:
-	// stamp(&c.progress.resumed); run.go, breakerClosed), over the end
-	// of a Throttled's pause that run.throttlePaused set: a Throttled
-	// pause longer than the stall limit that spans one makes the
-	// Consumer unhealthy, though it holds back on purpose.
-	case v.Check == chkHealth && strings.Contains(v.Text, "a Throttled's pause holds until"):
-		return "new: stall clock restarted over a Throttled pause"
 	// New: under WithVisibilityTimeout (the queue's attributes optional)
 	// and WithRequireDeadLetterQueue, an error that can heal (throttling,
 	// 5xx) on Run's read of the attributes is not retried: Run refuses the
