@@ -176,9 +176,19 @@ func (r *run) setup(ctx context.Context) error {
 	lease := r.s.visibility
 	// The queue's VisibilityTimeout is the lease when none was given, and
 	// FifoQueue confirms the URL's suffix. A first contact that cannot
-	// succeed ends Run; without WithVisibilityTimeout an error that can
-	// heal is retried, with it the URL decides FIFO (firstcontact.go).
-	out, attrErr, err := readQueue(ctx, r.client, r.queueURL, r.s.visibility != 0, r.prog, r.ev)
+	// succeed ends Run; without WithVisibilityTimeout, or with
+	// WithRequireDeadLetterQueue (which must see the RedrivePolicy), an
+	// error that can heal is retried; otherwise the URL decides FIFO
+	// (firstcontact.go).
+	need := attrsRequired
+	switch {
+	case r.s.visibility == 0:
+	case r.s.requireDLQ:
+		need = attrsAwaited
+	default:
+		need = attrsOptional
+	}
+	out, attrErr, err := readQueue(ctx, r.client, r.queueURL, need, r.prog, r.ev)
 	if err != nil {
 		return err
 	}

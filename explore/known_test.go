@@ -9,15 +9,6 @@ import "strings"
 func knownIssue(sc Scenario, seen map[string]bool, v violation) string {
 	waitZero := sc.Options.WaitTime != nil && *sc.Options.WaitTime == 0 && sc.QueueWait > 0
 	switch {
-	// New: under WithVisibilityTimeout (the queue's attributes optional)
-	// and WithRequireDeadLetterQueue, an error that can heal (throttling,
-	// 5xx) on Run's read of the attributes is not retried: Run refuses the
-	// queue, which has a RedrivePolicy, as having no dead-letter queue
-	// ("its RedrivePolicy could not be read"; run.go, setup: readQueue's
-	// optional is WithVisibilityTimeout alone; deadletter.go,
-	// requireDeadLetter).
-	case v.Check == chkRunErr && strings.Contains(v.Text, "its RedrivePolicy could not be read"):
-		return "new: a first contact that heals fails WithRequireDeadLetterQueue"
 	// New: a redelivery released while its previous delivery winds down
 	// lets the later messages of its FIFO group run.
 	case v.Check == chkFIFO && strings.Contains(v.Text, "while its previous delivery wound down"):
