@@ -72,6 +72,10 @@ func TestBatchValidates(t *testing.T) {
 	_, err = New(&sqs.Client{}, u, h, WithConcurrency(10))
 	require.ErrorIs(t, err, ErrInvalidOption)
 	require.ErrorContains(t, err, "Batch size 20 exceeds WithConcurrency(10)")
+	// Joined with the other problems, as New's doc promises: each named.
+	_, err = New(&sqs.Client{}, u, h, WithConcurrency(10), WithBatchSize(11))
+	require.ErrorContains(t, err, "Batch size 20 exceeds WithConcurrency(10)")
+	require.ErrorContains(t, err, "WithBatchSize(11)")
 	_, err = New(&sqs.Client{}, u, h, WithConcurrency(20))
 	require.NoError(t, err)
 	_, err = New(&sqs.Client{}, u, h, WithConcurrency(20))

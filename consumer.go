@@ -80,6 +80,10 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 	}
 	errs = append(errs, s.adaptiveConflicts()...)
 	errs = append(errs, s.conflicts(queueURL)...) // conflicts.go
+	bt, _ := h.(*batcher)
+	if bt != nil && bt.maxSize() > s.concurrency {
+		errs = append(errs, fmt.Errorf("%w: Batch size %d exceeds WithConcurrency(%d): each message of a batch holds a handler slot, so the batch could never fill", ErrInvalidOption, bt.maxSize(), s.concurrency))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -89,10 +93,6 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 		// the whole read-ahead in full receives; within that, what the
 		// HTTP client sustains (see inflight.go).
 		s.pollers, s.adaptPollers = (s.concurrency+s.maxAhead+s.receiveSize-1)/s.receiveSize+1, true
-	}
-	bt, _ := h.(*batcher)
-	if bt != nil && bt.maxSize() > s.concurrency {
-		return nil, fmt.Errorf("%w: Batch size %d exceeds WithConcurrency(%d): each message of a batch holds a handler slot, so the batch could never fill", ErrInvalidOption, bt.maxSize(), s.concurrency)
 	}
 	handler := h
 	if s.panicPolicy != nil && bt == nil {
