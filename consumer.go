@@ -170,9 +170,10 @@ func (c *Consumer) Stats() Stats {
 }
 
 // Settings returns the settings the Consumer ended up with (see
-// Settings). Before Run has read the queue's attributes the values that
-// depend on the queue are listed in Settings.Pending; after, every value
-// is final. Run logs them once at Info as it starts receiving
+// Settings). Until Run has read the queue's attributes and accepted the
+// queue the values that depend on the queue are listed in
+// Settings.Pending (they stay so when Run refused the queue); after, every
+// value is final. Run logs them once at Info as it starts receiving
 // (WithLogger), under "settings". Safe to call at any time, from any
 // goroutine; it takes no lock a message takes.
 func (c *Consumer) Settings() Settings {

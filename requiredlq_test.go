@@ -62,6 +62,7 @@ func TestRequireDeadLetterQueueRefuses(t *testing.T) {
 				require.Zero(t, b.srv.CallCount("ReceiveMessage"), "refused before any receive")
 				require.False(t, handled)
 				require.False(t, c.Health().Healthy, "Health reports why Run ended")
+				require.Contains(t, c.Settings().Pending, "fifo", "a queue Run refused leaves what it would have resolved pending")
 			})
 		})
 	}
