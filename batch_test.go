@@ -1012,3 +1012,46 @@ func TestBatchShutdownCancelReleasesEveryMember(t *testing.T) {
 		})
 	}
 }
+
+// A member still gathering for a batch when the shutdown begins is
+// handed back at once even while the breaker is open: the breaker's hold
+// (a failure's least visibility, so that its probes try other messages)
+// applies to failures before the shutdown, and no probe follows one.
+func TestBatchShutdownWhileGatheringBreakerOpen(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		b.send(t, 3)
+		var mu sync.Mutex
+		ran := map[string]bool{}
+		h, err := Batch(func(_ context.Context, msgs []*Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, m := range msgs {
+				ran[m.ID] = true
+			}
+			return errors.New("downstream down")
+		}, 2, 5*time.Minute)
+		require.NoError(t, err)
+		c, err := New(b.client, b.url, h, WithVisibilityTimeout(30*time.Second), WithConcurrency(4),
+			WithBreaker(Breaker{Failures: 2, Pause: 10 * time.Minute}))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(time.Minute) // the full batch failed and opened the breaker; the third gathers
+		require.Equal(t, "open", c.Health().Breaker)
+		stopped := time.Now()
+		require.NoError(t, stop())
+		mu.Lock()
+		defer mu.Unlock()
+		require.Len(t, ran, 2)
+		for _, st := range b.srv.Messages(b.url) {
+			release := st.VisibilityChanges[len(st.VisibilityChanges)-1]
+			if ran[st.ID] {
+				continue
+			}
+			require.Zero(t, release.Timeout, "the gathering member is handed back at once")
+			require.Equal(t, stopped, release.At.Truncate(time.Second), "at the shutdown")
+			require.False(t, st.InFlight)
+		}
+	})
+}

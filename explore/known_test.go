@@ -18,10 +18,6 @@ func knownIssue(sc Scenario, seen map[string]bool, v violation) string {
 	// a poll in flight at shutdown outlasts the shutdown timeout.
 	case waitZero && (v.Check == chkHealth && strings.Contains(v.Text, "deadline exceeded") || v.Check == chkReturn):
 		return "new: WithWaitTime(0) with the queue's wait"
-	// New: a Batch member still gathering at the shutdown is released with
-	// the open breaker's hold, not at once.
-	case v.Check == chkStranded && strings.Contains(v.Text, "though the shutdown cancelled") && strings.Contains(v.Text, "still gathering for a batch"):
-		return "new: gathering member held by the breaker at shutdown"
 	// New: the flow takes long polls that waited for messages for round
 	// trips; calls then wait seconds for a poller, and renewals, deletes
 	// and releases miss their deadlines with no fault injected.
