@@ -1055,3 +1055,46 @@ func TestBatchShutdownWhileGatheringBreakerOpen(t *testing.T) {
 		}
 	})
 }
+
+// A batch's members settle together, in one coalesced call, even when
+// their leases are renewing as the batch returns: a member whose delete
+// must wait for its lease's call in flight settles on a goroutine of its
+// own, so the others do not wait behind it. Ten members, the batch
+// returning at 11 s; with their renewal (at 10 s) answered at 12 s, every
+// delete goes out in one call once it is answered. Before, the first
+// member's delete waited for the renewal, then for its own coalesced
+// call, and the other nine waited behind it for a second call.
+func TestBatchMembersSettleTogether(t *testing.T) {
+	t.Parallel()
+	for _, renewing := range []bool{false, true} {
+		t.Run(fmt.Sprintf("renewing=%v", renewing), func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				b := setup(t, nil)
+				b.send(t, 10)
+				h, err := Batch(func(context.Context, []*Message) error {
+					time.Sleep(11 * time.Second)
+					return nil
+				}, 10, time.Second)
+				require.NoError(t, err)
+				c, err := New(b.client, b.url, h, WithVisibilityTimeout(30*time.Second), WithConcurrency(10))
+				require.NoError(t, err)
+				deleted := 11 * time.Second // ten entries fill a call: no coalescing window
+				if renewing {
+					b.srv.DelayNext("ChangeMessageVisibilityBatch", 1, 2*time.Second)
+					deleted = 12 * time.Second
+				}
+				start := time.Now()
+				stop := running(t, c)
+				time.Sleep(20 * time.Second)
+				require.NoError(t, stop())
+				require.Equal(t, 1, b.srv.CallCount("ChangeMessageVisibilityBatch"), "one renewal of the ten leases")
+				require.Equal(t, 1, b.srv.CallCount("DeleteMessageBatch"), "the ten deletes in one call")
+				for _, st := range b.srv.Messages(b.url) {
+					require.True(t, st.Deleted)
+					require.Equal(t, start.Add(deleted), st.DeletedAt, "at the batch's return, or once the renewal was answered")
+				}
+			})
+		})
+	}
+}

@@ -65,8 +65,10 @@ import (
 //	heartbeat of a lease                     the lease's own (Lease.Stop, in finish)
 //	handler, its settle, the next message    a worker (workers)
 //	a Batch handler without middleware       a worker sends the batch and settles
-//	                                         its successes; each failure settles
-//	                                         on a goroutine of its own (workers)
+//	                                         its successes; each failure (and each
+//	                                         success whose lease has a call in
+//	                                         flight) settles on a goroutine of its
+//	                                         own (workers)
 //	finish after a delete's answer           the goroutine that took the answer:
 //	                                         a poller or the coalescer's; a
 //	                                         delete's retries on a goroutine of
