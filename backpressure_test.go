@@ -440,3 +440,50 @@ func TestThrottledIsLoggedAtDebug(t *testing.T) {
 func newTestLogger(mu *sync.Mutex, w *bytes.Buffer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(&lockedWriter{mu, w}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
+
+// A Pause and Resume within a Throttled's pause do not restart Health's
+// stall clock over the pause's end: the stall clock counts from the later
+// of the two. Before, Pause and Resume stamped their instant over the
+// pause's end, and a pause longer than the stall limit (2 minutes by
+// default) that spanned them made the Consumer unhealthy, though it held
+// back on purpose.
+func TestThrottledPauseOutlastsAPauseAndResume(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		b.send(t, 1)
+		const pause = 5 * time.Minute
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			if m.ReceiveCount == 1 {
+				return Throttled(errors.New("429 Too Many Requests"), pause)
+			}
+			return nil
+		}), WithVisibilityTimeout(30*time.Second))
+		require.NoError(t, err)
+		start := time.Now()
+		stop := running(t, c)
+		time.Sleep(30 * time.Second)
+		c.Pause()
+		time.Sleep(10 * time.Second)
+		c.Resume()
+		time.Sleep(3*time.Minute - 40*time.Second) // 2 m 20 s after Resume, the pause holds until 5 m
+		until := c.Stats().ThrottledUntil
+		h := c.Health()
+		require.NoError(t, stop())
+		require.Equal(t, start.Add(pause), until)
+		require.True(t, h.Healthy, "a pause on purpose is no stall: %v", h.Problems)
+	})
+}
+
+// The stall clock's restart keeps the later instant: an instant before
+// the one it holds (a Pause within a Throttled's pause) leaves it.
+func TestProgressResumeKeepsTheLater(t *testing.T) {
+	t.Parallel()
+	var p progress
+	now := time.Now()
+	p.resumeAt(now.Add(time.Minute))
+	p.resumeAt(now)
+	require.Equal(t, now.Add(time.Minute).UnixNano(), p.resumed.Load())
+	p.resumeAt(now.Add(2 * time.Minute))
+	require.Equal(t, now.Add(2*time.Minute).UnixNano(), p.resumed.Load())
+}

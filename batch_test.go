@@ -72,6 +72,10 @@ func TestBatchValidates(t *testing.T) {
 	_, err = New(&sqs.Client{}, u, h, WithConcurrency(10))
 	require.ErrorIs(t, err, ErrInvalidOption)
 	require.ErrorContains(t, err, "Batch size 20 exceeds WithConcurrency(10)")
+	// Joined with the other problems, as New's doc promises: each named.
+	_, err = New(&sqs.Client{}, u, h, WithConcurrency(10), WithBatchSize(11))
+	require.ErrorContains(t, err, "Batch size 20 exceeds WithConcurrency(10)")
+	require.ErrorContains(t, err, "WithBatchSize(11)")
 	_, err = New(&sqs.Client{}, u, h, WithConcurrency(20))
 	require.NoError(t, err)
 	_, err = New(&sqs.Client{}, u, h, WithConcurrency(20))
@@ -1004,6 +1008,92 @@ func TestBatchShutdownCancelReleasesEveryMember(t *testing.T) {
 					require.Zero(t, opens, "a member cut by the shutdown is no handler failure")
 					require.NoError(t, stop())
 				})
+			})
+		})
+	}
+}
+
+// A member still gathering for a batch when the shutdown begins is
+// handed back at once even while the breaker is open: the breaker's hold
+// (a failure's least visibility, so that its probes try other messages)
+// applies to failures before the shutdown, and no probe follows one.
+func TestBatchShutdownWhileGatheringBreakerOpen(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		b.send(t, 3)
+		var mu sync.Mutex
+		ran := map[string]bool{}
+		h, err := Batch(func(_ context.Context, msgs []*Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, m := range msgs {
+				ran[m.ID] = true
+			}
+			return errors.New("downstream down")
+		}, 2, 5*time.Minute)
+		require.NoError(t, err)
+		c, err := New(b.client, b.url, h, WithVisibilityTimeout(30*time.Second), WithConcurrency(4),
+			WithBreaker(Breaker{Failures: 2, Pause: 10 * time.Minute}))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(time.Minute) // the full batch failed and opened the breaker; the third gathers
+		require.Equal(t, "open", c.Health().Breaker)
+		stopped := time.Now()
+		require.NoError(t, stop())
+		mu.Lock()
+		defer mu.Unlock()
+		require.Len(t, ran, 2)
+		for _, st := range b.srv.Messages(b.url) {
+			release := st.VisibilityChanges[len(st.VisibilityChanges)-1]
+			if ran[st.ID] {
+				continue
+			}
+			require.Zero(t, release.Timeout, "the gathering member is handed back at once")
+			require.Equal(t, stopped, release.At.Truncate(time.Second), "at the shutdown")
+			require.False(t, st.InFlight)
+		}
+	})
+}
+
+// A batch's members settle together, in one coalesced call, even when
+// their leases are renewing as the batch returns: a member whose delete
+// must wait for its lease's call in flight settles on a goroutine of its
+// own, so the others do not wait behind it. Ten members, the batch
+// returning at 11 s; with their renewal (at 10 s) answered at 12 s, every
+// delete goes out in one call once it is answered. Before, the first
+// member's delete waited for the renewal, then for its own coalesced
+// call, and the other nine waited behind it for a second call.
+func TestBatchMembersSettleTogether(t *testing.T) {
+	t.Parallel()
+	for _, renewing := range []bool{false, true} {
+		t.Run(fmt.Sprintf("renewing=%v", renewing), func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				b := setup(t, nil)
+				b.send(t, 10)
+				h, err := Batch(func(context.Context, []*Message) error {
+					time.Sleep(11 * time.Second)
+					return nil
+				}, 10, time.Second)
+				require.NoError(t, err)
+				c, err := New(b.client, b.url, h, WithVisibilityTimeout(30*time.Second), WithConcurrency(10))
+				require.NoError(t, err)
+				deleted := 11 * time.Second // ten entries fill a call: no coalescing window
+				if renewing {
+					b.srv.DelayNext("ChangeMessageVisibilityBatch", 1, 2*time.Second)
+					deleted = 12 * time.Second
+				}
+				start := time.Now()
+				stop := running(t, c)
+				time.Sleep(20 * time.Second)
+				require.NoError(t, stop())
+				require.Equal(t, 1, b.srv.CallCount("ChangeMessageVisibilityBatch"), "one renewal of the ten leases")
+				require.Equal(t, 1, b.srv.CallCount("DeleteMessageBatch"), "the ten deletes in one call")
+				for _, st := range b.srv.Messages(b.url) {
+					require.True(t, st.Deleted)
+					require.Equal(t, start.Add(deleted), st.DeletedAt, "at the batch's return, or once the renewal was answered")
+				}
 			})
 		})
 	}

@@ -132,8 +132,10 @@ func (b *batcher) ended(mb *member) {
 }
 
 // runDirect sends bt, when direct, and settles its members: successes
-// here (their deletes are batched without waiting), failures each on a
-// goroutine of its own, since a release waits for SQS. Then it returns the
+// here (their deletes are batched without waiting), failures, and
+// successes whose delete must wait for a call of their lease in flight,
+// each on a goroutine of its own, since a release (or such a delete) waits
+// for SQS. Then it returns the
 // next batch that fell due meanwhile (pending), typically the one its own
 // settling filled, for its worker to send next (serve): a steady stream of
 // batches needs no goroutine hand-off at all.
@@ -149,7 +151,11 @@ func (b *batcher) runDirect(bt *hbatch) (next *hbatch, ok bool) {
 		b.settlers++
 		b.mu.Unlock()
 		for _, mb := range bt.members {
-			if mb.err == nil {
+			// A success whose lease has a call in flight (a renewal) is
+			// deleted only once that call is answered: on a goroutine of
+			// its own, like a failure, so that the members after it do
+			// not wait for it and their deletes go out together.
+			if mb.err == nil && !mb.d.lease.callInFlight() {
 				b.settleMember(mb)
 			} else {
 				b.host.goSettle(func() { b.settleMember(mb) })

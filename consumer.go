@@ -80,6 +80,10 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 	}
 	errs = append(errs, s.adaptiveConflicts()...)
 	errs = append(errs, s.conflicts(queueURL)...) // conflicts.go
+	bt, _ := h.(*batcher)
+	if bt != nil && bt.maxSize() > s.concurrency {
+		errs = append(errs, fmt.Errorf("%w: Batch size %d exceeds WithConcurrency(%d): each message of a batch holds a handler slot, so the batch could never fill", ErrInvalidOption, bt.maxSize(), s.concurrency))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -89,10 +93,6 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 		// the whole read-ahead in full receives; within that, what the
 		// HTTP client sustains (see inflight.go).
 		s.pollers, s.adaptPollers = (s.concurrency+s.maxAhead+s.receiveSize-1)/s.receiveSize+1, true
-	}
-	bt, _ := h.(*batcher)
-	if bt != nil && bt.maxSize() > s.concurrency {
-		return nil, fmt.Errorf("%w: Batch size %d exceeds WithConcurrency(%d): each message of a batch holds a handler slot, so the batch could never fill", ErrInvalidOption, bt.maxSize(), s.concurrency)
 	}
 	handler := h
 	if s.panicPolicy != nil && bt == nil {
@@ -170,9 +170,10 @@ func (c *Consumer) Stats() Stats {
 }
 
 // Settings returns the settings the Consumer ended up with (see
-// Settings). Before Run has read the queue's attributes the values that
-// depend on the queue are listed in Settings.Pending; after, every value
-// is final. Run logs them once at Info as it starts receiving
+// Settings). Until Run has read the queue's attributes and accepted the
+// queue the values that depend on the queue are listed in
+// Settings.Pending (they stay so when Run refused the queue); after, every
+// value is final. Run logs them once at Info as it starts receiving
 // (WithLogger), under "settings". Safe to call at any time, from any
 // goroutine; it takes no lock a message takes.
 func (c *Consumer) Settings() Settings {
@@ -292,7 +293,7 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	r.makeFlow(&c.pause.on)
 	c.run = r
 	c.mu.Unlock()
-	stamp(&c.progress.resumed)
+	c.progress.resume()
 	c.progress.stage.Store(runRunning)
 	if c.s.logger != nil {
 		c.ev.log(slog.LevelInfo, "sqsconsumer: running", "settings", c.Settings())
@@ -373,7 +374,7 @@ func (c *Consumer) Pause() {
 		return
 	}
 	c.pause.on.Store(true)
-	stamp(&c.progress.resumed) // Health's stall clock starts again
+	c.progress.resume() // Health's stall clock starts again (or at a Throttled's pause's end)
 	if c.pause.delay != nil {
 		c.pause.delay()
 	}
@@ -391,7 +392,7 @@ func (c *Consumer) Resume() {
 		return
 	}
 	c.pause.on.Store(false)
-	stamp(&c.progress.resumed)
+	c.progress.resume()
 	if r := c.runOf(); r != nil && !broken.Is(broken.ResumeKeepsFlowPaused) {
 		r.resume()
 	}

@@ -102,7 +102,10 @@ func WithDeadLetterQueue(queueURL string) Option {
 // RedrivePolicy on the queue, or pass WithDeadLetterQueue. A queue whose
 // attributes could not be read (GetQueueAttributes denied, when
 // WithVisibilityTimeout let Run go on without them) is refused too,
-// unless WithDeadLetterQueue names the dead-letter queue. The RedrivePolicy's
+// unless WithDeadLetterQueue names the dead-letter queue; an error that
+// can heal (throttling, a 5xx, the network) on that read is retried until
+// SQS answers, even with WithVisibilityTimeout, since the requirement
+// needs the RedrivePolicy (Health names the error meanwhile). The RedrivePolicy's
 // maxReceiveCount is not judged. Default: off (a queue without one runs,
 // and the first Permanent error logs one warning). A later option cannot
 // turn it off: a platform's bundle (Options) that holds it binds every

@@ -114,17 +114,33 @@ var queueAttributes = []types.QueueAttributeName{
 	types.QueueAttributeNameMaximumMessageSize, types.QueueAttributeNameReceiveMessageWaitTimeSeconds,
 }
 
+// attrNeed is how much Run needs the queue's attributes (readQueue).
+type attrNeed uint8
+
+const (
+	// attrsOptional: the receives may go on without them
+	// (WithVisibilityTimeout gives the lease, the URL tells FIFO).
+	attrsOptional attrNeed = iota
+	// attrsAwaited: optional for the lease, but WithRequireDeadLetterQueue
+	// must see the RedrivePolicy: an error that can heal is retried as
+	// for attrsRequired; access denied to them is returned (attrErr), and
+	// the requirement says why it cannot be checked.
+	attrsAwaited
+	// attrsRequired: the queue's VisibilityTimeout is the lease.
+	attrsRequired
+)
+
 // readQueue reads the attributes of the queue at queueURL at Run's start,
 // its first contact with SQS, through c. It returns them, or, when the
-// attributes are optional (WithVisibilityTimeout) and the read failed in
-// a way the receives may get past (access to the attributes denied, or an
-// error that can heal), empty attributes and that error (attrErr: FIFO is
-// then judged from the URL, the dead-letter queue from the option alone).
-// An error that cannot succeed fails Run (err); when the attributes are
-// not optional (the queue's VisibilityTimeout is the lease), an error
-// that can heal is retried with backoff, logged (ev) and named in Health
-// (prog), until the read succeeds or ctx ends (err: ctx.Err()).
-func readQueue(ctx context.Context, c Client, queueURL string, optional bool, prog *progress, ev *eventSink) (out *sqs.GetQueueAttributesOutput, attrErr, err error) {
+// attributes are not required (need) and the read failed in a way the
+// receives may get past (access to the attributes denied, or, for
+// attrsOptional alone, an error that can heal), empty attributes and that
+// error (attrErr: FIFO is then judged from the URL, the dead-letter queue
+// from the option alone). An error that cannot succeed fails Run (err);
+// an error that can heal, unless the attributes are optional, is retried
+// with backoff, logged (ev) and named in Health (prog), until the read
+// succeeds or ctx ends (err: ctx.Err()).
+func readQueue(ctx context.Context, c Client, queueURL string, need attrNeed, prog *progress, ev *eventSink) (out *sqs.GetQueueAttributesOutput, attrErr, err error) {
 	for failures := 0; ; failures++ {
 		out, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
 			QueueUrl: aws.String(queueURL), AttributeNames: queueAttributes})
@@ -140,7 +156,7 @@ func readQueue(ctx context.Context, c Client, queueURL string, optional bool, pr
 		prog.recvErr.Store(&msg)
 		why, fatal := cannotSucceed(err)
 		switch {
-		case fatal && isAccessDenied(err) && optional:
+		case fatal && isAccessDenied(err) && need != attrsRequired:
 			// Receiving needs no right to the attributes.
 			ev.log(slog.LevelDebug, "sqsconsumer: could not read the queue's attributes; FIFO is judged from the URL", "error", err)
 			return &sqs.GetQueueAttributesOutput{}, err, nil
@@ -148,7 +164,7 @@ func readQueue(ctx context.Context, c Client, queueURL string, optional bool, pr
 			return nil, nil, fmt.Errorf("sqsconsumer: GetQueueAttributes: queue %s: reading its VisibilityTimeout: access denied (allow sqs:GetQueueAttributes, or set WithVisibilityTimeout to skip this read): %w", queueURL, err)
 		case fatal:
 			return nil, nil, fmt.Errorf("sqsconsumer: GetQueueAttributes: %w", firstContactError(queueURL, why, err))
-		case optional:
+		case need == attrsOptional:
 			// The receives retry on their own.
 			ev.log(slog.LevelWarn, "sqsconsumer: could not read the queue's attributes; FIFO is judged from the URL and the receives retry", "error", err)
 			return &sqs.GetQueueAttributesOutput{}, err, nil

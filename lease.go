@@ -697,6 +697,14 @@ func (l *Lease) deleted() bool {
 	return l.state == leaseDeleted
 }
 
+// callInFlight reports whether a call of the lease is in flight (it holds the
+// call token): a Delete now waits for its answer.
+func (l *Lease) callInFlight() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.calling
+}
+
 // undone reports whether the message can no longer be deleted under this
 // lease: it was released, or the lease was lost or expired.
 func (l *Lease) undone() bool {

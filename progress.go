@@ -25,7 +25,8 @@ type progress struct {
 	delete   atomic.Int64
 	// resumed restarts the stall clock: Run began running, the breaker
 	// closed, Pause or Resume was called, or (ahead of time) a
-	// Throttled's pause ends.
+	// Throttled's pause ends. Written only by resumeAt, which keeps the
+	// latest of these instants.
 	resumed atomic.Int64
 	recvErr atomic.Pointer[string]
 }
@@ -36,6 +37,24 @@ func (p *progress) answer() {
 		p.answered.CompareAndSwap(0, time.Now().UnixNano())
 	}
 }
+
+// resumeAt restarts Health's stall clock at t (now, or the end of a
+// Throttled's pause, ahead of time), unless it already restarts later:
+// a Pause, a Resume or the breaker's closing within a Throttled's pause
+// leaves its end, when receiving resumes, in place. Safe for concurrent
+// use.
+func (p *progress) resumeAt(t time.Time) {
+	n := t.UnixNano()
+	for {
+		cur := p.resumed.Load()
+		if cur >= n || p.resumed.CompareAndSwap(cur, n) {
+			return
+		}
+	}
+}
+
+// resume restarts Health's stall clock now (see resumeAt).
+func (p *progress) resume() { p.resumeAt(time.Now()) }
 
 func stamp(a *atomic.Int64) { a.Store(time.Now().UnixNano()) }
 

@@ -62,6 +62,7 @@ func TestRequireDeadLetterQueueRefuses(t *testing.T) {
 				require.Zero(t, b.srv.CallCount("ReceiveMessage"), "refused before any receive")
 				require.False(t, handled)
 				require.False(t, c.Health().Healthy, "Health reports why Run ended")
+				require.Contains(t, c.Settings().Pending, "fifo", "a queue Run refused leaves what it would have resolved pending")
 			})
 		})
 	}
@@ -116,4 +117,41 @@ func TestRequireDeadLetterQueueUntargetedPolicy(t *testing.T) {
 	attrs["RedrivePolicy"] = `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:123456789012:jobs-dlq","maxReceiveCount":"5"}`
 	require.NoError(t, requireDeadLetter(s, testQueueURL, deadLetter{}, attrs, nil))
 	require.NoError(t, requireDeadLetter(&settings{}, testQueueURL, deadLetter{}, nil, nil), "off by default")
+}
+
+// A first contact that can heal (throttling, a 5xx) does not refuse a
+// queue that has a dead-letter queue: with WithVisibilityTimeout the
+// queue's attributes are optional for the lease, but the requirement must
+// see the RedrivePolicy, so their read is retried until SQS answers, as
+// without WithVisibilityTimeout. Before, Run refused the queue at once
+// ("its RedrivePolicy could not be read").
+func TestRequireDeadLetterQueueRetriesAFirstContactThatHeals(t *testing.T) {
+	t.Parallel()
+	for _, f := range []sqstest.Fault{sqstest.FaultThrottled, sqstest.FaultInternalError} {
+		t.Run(f.Type, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := setupDLQ(t, false, 5, nil)
+				id := b.send(t, 1)[0]
+				b.srv.FailNext("GetQueueAttributes", 6, f) // about 2 s of backoff
+				done := make(chan struct{})
+				c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error { close(done); return nil }),
+					WithRequireDeadLetterQueue(), WithVisibilityTimeout(30*time.Second))
+				require.NoError(t, err)
+				ctx, cancel := context.WithCancel(context.Background())
+				ran := make(chan error, 1)
+				go func() { ran <- c.Run(ctx) }()
+				time.Sleep(time.Second)
+				require.Contains(t, c.Health().Retrying, f.Code(), "Health says why")
+				select {
+				case err := <-ran:
+					require.Fail(t, "Run ended before SQS answered", "%v", err)
+				case <-done:
+				}
+				cancel()
+				require.NoError(t, <-ran)
+				require.True(t, b.state(t, id).Deleted)
+				require.Equal(t, b.dlq, c.Settings().DeadLetterQueue)
+			})
+		})
+	}
 }

@@ -65,8 +65,10 @@ import (
 //	heartbeat of a lease                     the lease's own (Lease.Stop, in finish)
 //	handler, its settle, the next message    a worker (workers)
 //	a Batch handler without middleware       a worker sends the batch and settles
-//	                                         its successes; each failure settles
-//	                                         on a goroutine of its own (workers)
+//	                                         its successes; each failure (and each
+//	                                         success whose lease has a call in
+//	                                         flight) settles on a goroutine of its
+//	                                         own (workers)
 //	finish after a delete's answer           the goroutine that took the answer:
 //	                                         a poller or the coalescer's; a
 //	                                         delete's retries on a goroutine of
@@ -136,7 +138,12 @@ type run struct {
 	// coalesced calls (those settlements, the renewals of leases whose
 	// handlers run on) goes under lateCtx (calls.rebase; what was added
 	// before stays under the hard stop), and Run cancels it (endLate) once
-	// every handler has returned and settled.
+	// every handler has returned and settled. A call whose callers all
+	// waited (coalesce.Do) ends once they all stopped waiting: a
+	// settlement under settleCtx that reaches the calls after late (a
+	// release held for the receives in flight until the budget's end)
+	// is still cut at the hard stop, and Run, which joins the pollers
+	// that run the calls before it cancels lateCtx, does not wait for it.
 	settleCtx   context.Context
 	pollCtx     context.Context
 	hardStop    context.CancelFunc
@@ -171,9 +178,19 @@ func (r *run) setup(ctx context.Context) error {
 	lease := r.s.visibility
 	// The queue's VisibilityTimeout is the lease when none was given, and
 	// FifoQueue confirms the URL's suffix. A first contact that cannot
-	// succeed ends Run; without WithVisibilityTimeout an error that can
-	// heal is retried, with it the URL decides FIFO (firstcontact.go).
-	out, attrErr, err := readQueue(ctx, r.client, r.queueURL, r.s.visibility != 0, r.prog, r.ev)
+	// succeed ends Run; without WithVisibilityTimeout, or with
+	// WithRequireDeadLetterQueue (which must see the RedrivePolicy), an
+	// error that can heal is retried; otherwise the URL decides FIFO
+	// (firstcontact.go).
+	need := attrsRequired
+	switch {
+	case r.s.visibility == 0:
+	case r.s.requireDLQ:
+		need = attrsAwaited
+	default:
+		need = attrsOptional
+	}
+	out, attrErr, err := readQueue(ctx, r.client, r.queueURL, need, r.prog, r.ev)
 	if err != nil {
 		return err
 	}
@@ -532,7 +549,7 @@ func (r *run) unthrottled() {
 // not count it as a stall (it is on purpose), and the log says so when it
 // begins.
 func (r *run) throttlePaused(until time.Time, extended bool, d time.Duration) {
-	r.prog.resumed.Store(until.UnixNano()) // receiving resumes then
+	r.prog.resumeAt(until) // receiving resumes then
 	if !extended {
 		r.log(slog.LevelInfo, "sqsconsumer: a handler returned Throttled: receiving and starting paused", "for", d.String(), "until", until)
 	}
@@ -557,7 +574,7 @@ func (r *run) breakerOpened(reason string) {
 // breakerClosed resumes receiving after the breaker closed.
 func (r *run) breakerClosed() {
 	r.log(slog.LevelInfo, "sqsconsumer: circuit breaker closed: receiving resumes")
-	stamp(&r.prog.resumed)
+	r.prog.resume()
 	r.fl.wake()
 }
 

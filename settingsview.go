@@ -26,7 +26,10 @@ import (
 // dead-letter queue when WithDeadLetterQueue was not given, and the
 // long-poll wait under WithWaitTime(0). Until then Pending lists them (by
 // JSON name) and they hold their zero value (null in JSON); once Run has
-// read the queue Pending is empty and stays so.
+// read the queue and accepted it Pending is empty and stays so. A Run that
+// never got that far (cancelled during the read, a first contact that
+// cannot succeed, a queue it refused: options its attributes contradict,
+// WithRequireDeadLetterQueue) leaves them pending.
 //
 // JSON (MarshalJSON) and slog (LogValue) render the fields in this order,
 // under the names in their json tags, durations as Go durations ("1m30s"),
@@ -35,7 +38,8 @@ import (
 type Settings struct {
 	QueueURL string `json:"queue_url"`
 	// Pending lists the JSON names of the fields Run has not resolved
-	// yet; empty once Run has read the queue's attributes.
+	// yet; empty once Run has read the queue's attributes and accepted
+	// the queue.
 	Pending []string `json:"pending"`
 	// FIFO: the queue is a FIFO queue (its URL, or its FifoQueue
 	// attribute).

@@ -161,6 +161,12 @@ func (r *run) settle(d *delivery, err error, ran bool) (next *delivery) {
 		ctx, cancel = context.WithTimeout(r.lateCtx, shutdownCallTimeout)
 		defer cancel() // an asynchronous delete is bounded by by instead
 		by, _ = ctx.Deadline()
+	} else if r.shuttingDown() {
+		// An asynchronous delete added to the calls just as the shutdown
+		// timeout runs out may land under lateCtx (calls.rebase), which
+		// the hard stop does not cut: its first attempt ends at the hard
+		// stop all the same, as settleCtx would end it.
+		by = r.budgetEnd.Add(shutdownCallTimeout)
 	}
 	switch act {
 	case actSettled:

@@ -624,3 +624,48 @@ func TestShutdownLateSettleHasOneCallTimeout(t *testing.T) {
 		})
 	}
 }
+
+// A release held for the receives in flight (awaitReceives) that reaches
+// the coalesced calls only after the shutdown timeout ran out is still
+// bounded by the hard stop: its call went under the late base (what is
+// added from then on, for handlers that return late), but nobody waits
+// for it once the hard stop has cut its caller's context, so it is
+// abandoned with it. Here the release waits for the lease's renewal in
+// flight (SQS answers it late) past the budget's end, and SQS then does
+// not answer the release. Before, Run waited for that call (on a poller,
+// which Run joins before it ends the late calls) until the lease's
+// deadline, 26 s past the hard stop. The message is a handler's that
+// asks to be retried at once when the drain begins, and one still
+// gathering for a Batch at the shutdown.
+func TestShutdownHardStopBoundsAHeldReleaseSentLate(t *testing.T) {
+	t.Parallel()
+	drained := HandlerFunc(func(ctx context.Context, _ *Message) error {
+		<-Draining(ctx)
+		return RetryAfter(errors.New("draining"), 0)
+	})
+	gathering, err := Batch(func(context.Context, []*Message) error { return nil }, 4, time.Minute)
+	require.NoError(t, err)
+	for name, h := range map[string]Handler{"drained": drained, "gathering": gathering} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				b := setup(t, nil)
+				id := b.send(t, 1)[0]
+				c, err := New(b.client, b.url, h, WithVisibilityTimeout(30*time.Second), WithShutdownTimeout(10*time.Second))
+				require.NoError(t, err)
+				// The renewal at 10 s is answered at 12 s, after the
+				// budget's end (11 s); SQS never answers the release.
+				b.srv.DelayNext("ChangeMessageVisibilityBatch", 1, 2*time.Second)
+				b.srv.DelayNext("ChangeMessageVisibilityBatch", 1, time.Hour)
+				stop := running(t, c)
+				time.Sleep(time.Second) // received; the next long poll waits until 20 s
+				require.Equal(t, 1, b.state(t, id).ReceiveCount)
+				begin := time.Now()
+				require.NoError(t, stop())
+				require.LessOrEqual(t, time.Since(begin), 10*time.Second+shutdownCallTimeout, "Run returns by the hard stop")
+				st := b.state(t, id)
+				require.Len(t, st.VisibilityChanges, 1, "the renewal; the release was abandoned: %+v", st.VisibilityChanges)
+			})
+		})
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -73,8 +74,11 @@ func New[E any](size int, window time.Duration, maxCalls int, flush Flush[E]) *C
 
 // Do adds e to the next batch and waits for its result. If ctx ends first,
 // Do returns ctx's error; the entry may still have been sent. The batch
-// call's deadline is the earliest deadline of its entries' contexts, and an
-// entry whose context has ended by the time its batch is sent is left out.
+// call's deadline is the earliest deadline of its entries' contexts, an
+// entry whose context has ended by the time its batch is sent is left out,
+// and a call whose entries all came from Do is abandoned once every one of
+// their contexts has ended (nobody waits for its answer any more), whatever
+// its base (SetBase).
 func (b *Coalescer[E]) Do(ctx context.Context, e E) error {
 	res := make(chan error, 1)
 	deadline, _ := ctx.Deadline()
@@ -278,6 +282,11 @@ func (b *Coalescer[E]) run(batch []request[E]) {
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
+	if waited(live) {
+		var stop func()
+		ctx, stop = whileWaited(ctx, live)
+		defer stop()
+	}
 	entries := make([]E, len(live))
 	for i, r := range live {
 		entries[i] = r.entry
@@ -291,5 +300,41 @@ func (b *Coalescer[E]) run(batch []request[E]) {
 			err = errors.New("coalesce: flush returned no result for this entry")
 		}
 		r.done(r.entry, err)
+	}
+}
+
+// waited reports whether every entry of live came from Do with a context
+// that can end: only then can its call be left without anyone waiting.
+func waited[E any](live []request[E]) bool {
+	for _, r := range live {
+		if r.ctx == nil || r.ctx.Done() == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// whileWaited derives from ctx the context of a call whose entries all came
+// from Do (waited): it is cancelled once every entry's context has ended.
+// A caller whose context ended has been answered with its error, and a
+// base that outlives it (SetBase) must not keep the call going for nobody.
+// stop releases what it holds.
+func whileWaited[E any](ctx context.Context, live []request[E]) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var left atomic.Int32
+	left.Store(int32(len(live)))
+	stops := make([]func() bool, len(live))
+	for i, r := range live {
+		stops[i] = context.AfterFunc(r.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, s := range stops {
+			s()
+		}
+		cancel()
 	}
 }

@@ -332,3 +332,50 @@ func TestBatcherNewBaseForLaterEntries(t *testing.T) {
 		require.NoError(t, <-later, "an entry added later takes the new base")
 	})
 }
+
+// A call whose entries all came from Do is abandoned once every caller
+// stopped waiting (its context ended), whatever its base: a base that
+// outlives the callers must not keep a call going for nobody. While one
+// caller still waits, or an entry came from Submit, the call goes on.
+func TestBatcherCallEndsWithItsLastCaller(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var ended atomic.Int32 // calls whose context ended
+		b := New(10, time.Millisecond, 0, func(ctx context.Context, es []int) []error {
+			select {
+			case <-ctx.Done(): // a call that never answers
+				ended.Add(1)
+			case <-time.After(time.Hour):
+			}
+			return make([]error, len(es))
+		})
+		defer b.Close()
+
+		first, cancelFirst := context.WithCancel(context.Background())
+		second, cancelSecond := context.WithCancel(context.Background())
+		res := make(chan error, 2)
+		go func() { res <- b.Do(first, 1) }()
+		go func() { res <- b.Do(second, 2) }()
+		time.Sleep(time.Second) // one call of both entries
+		cancelFirst()
+		require.ErrorIs(t, <-res, context.Canceled)
+		synctest.Wait()
+		require.Zero(t, ended.Load(), "the second caller still waits")
+		cancelSecond()
+		require.ErrorIs(t, <-res, context.Canceled)
+		synctest.Wait()
+		require.Equal(t, int32(1), ended.Load(), "the call ends with its last caller")
+
+		third, cancelThird := context.WithCancel(context.Background())
+		submitted := make(chan error, 1)
+		go func() { res <- b.Do(third, 3) }()
+		require.NoError(t, b.Submit(4, time.Time{}, func(_ int, err error) { submitted <- err }))
+		time.Sleep(time.Second)
+		cancelThird()
+		require.ErrorIs(t, <-res, context.Canceled)
+		synctest.Wait()
+		require.Equal(t, int32(1), ended.Load(), "a submitted entry keeps its call going")
+		time.Sleep(time.Hour)
+		require.NoError(t, <-submitted)
+	})
+}
