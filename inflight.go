@@ -29,8 +29,9 @@ import (
 // [lo, hi] (see nextCallLimit): up while the Consumer wants more calls
 // than the limit and its calls dial nothing beyond what a rise needs,
 // down when they do; hi is what WithConcurrency and the read-ahead need.
-// While the limit binds, the flow keeps its pollers busy as a bare loop's
-// (flow.steadyLocked), so that the calls in flight do not dip.
+// While the limit binds, or while the handlers absorb whatever every
+// poller can bring, the flow keeps its pollers busy as a bare loop's
+// (flow.steadyLocked), so that the calls in flight neither dip nor wander.
 //
 // A client whose calls never reach a net/http Transport with the run's
 // context (a test double, an HTTP client of another make) cannot be

@@ -314,3 +314,22 @@ func TestConnsTracedThroughTheSDK(t *testing.T) {
 	require.Less(t, st.Conns.New, st.Conns.Got, "later calls reuse the connection")
 	require.Equal(t, 10, st.IdleConnsPerHost)
 }
+
+// Over a pool larger than the work needs, with handlers that finish at
+// once whatever the receives bring, against a server short of CPU (its
+// answers come no faster than 2,000 calls a second, the more calls in
+// flight the later), the calls in flight go to the limit as soon as the
+// queue shows a backlog and stay there, as a bare loop's do: no new
+// connection after the start. Calls in flight that followed the
+// read-ahead's wants wandered (each want is twice the rate over the round
+// trip, which grows with the calls in flight) and dialled at each new peak.
+func TestCallsInFlightSteadyOverALargePool(t *testing.T) {
+	t.Parallel()
+	p := &poolClient{n: 256, rtt: 10 * time.Millisecond, traced: true, jitter: true, serves: 2000}
+	r := simulateCalls(t, p, 50*time.Microsecond, 20, time.Second, 2*time.Second)
+	t.Logf("%v", r)
+	require.Equal(t, 103, r.stats.MaxCallsInFlight, "the work's need: (20 + 1000) / 10 + 1")
+	require.Equal(t, 103, r.peak, "the calls in flight at the limit")
+	require.Zero(t, r.dialsPer1k, "new connections after the first second")
+	require.GreaterOrEqual(t, r.rate, 0.95*2000*5, "what the server answers: 5 messages a call (a receive of 10 and a delete)")
+}

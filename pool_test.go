@@ -40,6 +40,11 @@ type poolClient struct {
 	traced   bool
 	sustains int
 	jitter   bool // each round trip 0.7 to 1.3 rtt
+	// serves, when above 0, is how many calls a second the server
+	// answers at most, as a server short of CPU: a call then takes at
+	// least the calls in flight / serves (Little's law), and calls in
+	// flight beyond serves x rtt only wait longer.
+	serves float64
 
 	mu       sync.Mutex // guards the fields below
 	idle     int
@@ -114,6 +119,12 @@ func (p *poolClient) trip(ctx context.Context) func() {
 		frac := float64(k) * 0.6180339887
 		frac -= float64(int(frac))
 		rtt = time.Duration(float64(p.rtt) * (0.7 + 0.6*float64(int(frac*61))/60))
+	}
+	if p.serves > 0 {
+		p.mu.Lock()
+		n := p.inFlight
+		p.mu.Unlock()
+		rtt = max(rtt, time.Duration(float64(n)/p.serves*float64(time.Second)))
 	}
 	time.Sleep(rtt / 2)
 	return func() {
