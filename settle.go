@@ -375,6 +375,12 @@ func (r *run) finish(d *delivery, done, ran bool, doneErr error) {
 	r.returnLater(back)
 	switch {
 	case next == nil:
+	case next.parked.Swap(false):
+		// A redelivery parked behind d, its own message's older
+		// delivery: it takes its slot only now.
+		if !r.enqueue(next) {
+			r.handBack([]*delivery{next})
+		}
 	case r.batch != nil:
 		r.batch.advance(next) // it holds a slot or waits for one; its batch may take it now
 	case !r.enqueue(next):
