@@ -604,3 +604,48 @@ func redeliveryWhileWindingDown(t *testing.T, deleted bool, opts ...Option) (han
 	})
 	return handled
 }
+
+// A redelivery parked behind its message's older delivery, whose handler
+// ignores its cancelled context past the shutdown's hard stop, goes back
+// when the shutdown begins, like any message not started: it holds no
+// handler slot and cannot run before that handler returns, and once the
+// hard stop has passed its release could no longer be sent.
+func TestFIFOParkedRedeliveryGoesBackAtShutdown(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"single", "batch"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				b := fifoBundle(t)
+				id := sendGroup(t, b, "g", "m0")[0]
+				var first atomic.Bool
+				handle := func(ctx context.Context, m *Message) error {
+					if first.CompareAndSwap(false, true) {
+						time.Sleep(3 * time.Minute) // ignores its context
+					}
+					return ctx.Err()
+				}
+				var h Handler = HandlerFunc(handle)
+				if mode == "batch" {
+					var err error
+					h, err = Batch(func(ctx context.Context, msgs []*Message) error { return handle(ctx, msgs[0]) }, 10, 0)
+					require.NoError(t, err)
+				}
+				c, err := New(b.client, b.url, h, WithVisibilityTimeout(30*time.Second), WithConcurrency(10), WithShutdownTimeout(time.Second))
+				require.NoError(t, err)
+				// The lease is lost at its first renewal; SQS delivers
+				// the message again at 30 s, and that delivery parks.
+				b.srv.FailNextEntries("ChangeMessageVisibilityBatch", 1, sqstest.FaultReceiptHandleIsInvalid)
+				stop := running(t, c)
+				time.Sleep(40 * time.Second)
+				require.Len(t, b.state(t, id).Receives, 2, "m0 was not delivered again while its handler ran: the test needs it")
+				done := make(chan error, 1)
+				go func() { done <- stop() }()
+				time.Sleep(5 * time.Second)
+				st := b.state(t, id)
+				require.False(t, st.InFlight, "the parked redelivery was not handed back at the shutdown's start")
+				require.NoError(t, <-done)
+			})
+		})
+	}
+}

@@ -208,6 +208,48 @@ func (g *registry) tails() []*delivery {
 	return g.order.Tails()
 }
 
+// parkedBehind takes the deliveries parked behind an older delivery of
+// their own message (delivery.parked), as unpark does: the caller hands
+// them back (parked) and the later messages of their groups (later,
+// returnLater).
+func (g *registry) parkedBehind() (parked, later []*delivery) {
+	if !g.fifo {
+		return nil, nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, d := range g.byID {
+		if ok, l := g.unparkLocked(d); ok {
+			parked = append(parked, d)
+			later = append(later, l...)
+		}
+	}
+	return parked, later
+}
+
+// unpark takes d out of its parking to be handed back, when it still
+// waits behind the older delivery of its message and nobody hands it back
+// yet: it marks d, and the later messages of its group, to be handed back
+// and returns those later ones; false, doing nothing, otherwise (the
+// older delivery's leave made it first: its finish hands it on; or it is
+// being handed back already).
+func (g *registry) unpark(d *delivery) (ok bool, later []*delivery) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.unparkLocked(d)
+}
+
+func (g *registry) unparkLocked(d *delivery) (ok bool, later []*delivery) {
+	if !d.parked.Load() || !g.ordered(d) {
+		return false, nil
+	}
+	grp := d.msg.GroupID
+	if len(g.order.Ahead(grp, d)) == 0 || g.order.Returning(grp, d) || !d.parked.Swap(false) {
+		return false, nil
+	}
+	return true, g.order.HandBack(grp, d)
+}
+
 // group returns the messages of d's group held here, in order (d among
 // them): nil when d has no ordered group.
 func (g *registry) group(d *delivery) []*delivery {

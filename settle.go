@@ -440,10 +440,13 @@ func (r *run) returnLater(ds []*delivery) {
 // messages (taken from the flow by the caller) and, in single-message
 // mode, the FIFO messages waiting behind their group's first, which it
 // marks as handed back. (A Batch handler's members that hold slots stay
-// with their batches.)
+// with their batches; its redeliveries parked behind a delivery of their
+// own message that winds down go back, since they hold none.)
 func (r *run) unstarted(ready []*delivery) []*delivery {
 	if r.batch != nil {
-		return ready
+		parked, later := r.reg.parkedBehind()
+		r.returnLater(later)
+		return append(parked, ready...)
 	}
 	return append(r.reg.tails(), ready...)
 }
