@@ -153,6 +153,12 @@ type run struct {
 	fatalStop   context.CancelFunc // ends Run's wait after a permanent receive error
 	probeCtx    context.Context    // a probe's (and the quota's read's) context; cancelled at shutdown
 	cancelProbe context.CancelFunc // cancels probeCtx
+	// budgetCtx bounds a move to the dead-letter queue made under
+	// settleCtx: it ends with the shutdown timeout (endBudget, when late
+	// is set) or at the hard stop, so that a move that hangs still leaves
+	// its fallback release a call timeout before the hard stop.
+	budgetCtx   context.Context
+	endBudget   context.CancelFunc
 	afterDelete func(*Lease, error)
 
 	// The goroutines the run owns and joins before Run returns: pollers;
@@ -235,6 +241,7 @@ func (r *run) setup(ctx context.Context) error {
 	r.settleCtx, r.pollCtx = settleCtx, pollCtx
 	r.hardStop = func() { cancelPolls(); cancelSettle() }
 	r.lateCtx, r.endLate = context.WithCancel(r.conns.attach(context.Background()))
+	r.budgetCtx, r.endBudget = context.WithCancel(settleCtx) // ends at the hard stop at the latest
 	cfg.calls, cfg.events.queueURL, cfg.settleCtx = r.calls, r.queueURL, settleCtx
 	r.cfg = cfg
 	r.reg = newRegistry(fifo, r.s.protector)
@@ -421,6 +428,7 @@ func (r *run) shutdown(begun time.Time) {
 	// under it (the leases of handlers that run on stay renewed); what was
 	// added before (in flight, pending, queued) stays under the hard stop.
 	r.late.Store(true)
+	r.endBudget()
 	r.calls.rebase(r.lateCtx)
 	r.log(slog.LevelWarn, "sqsconsumer: shutdown timeout reached; cancelling running handlers", "running", len(r.inHandler()))
 	for _, d := range r.reg.all() {

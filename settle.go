@@ -182,7 +182,14 @@ func (r *run) settle(d *delivery, err error, ran bool) (next *delivery) {
 	case actDelete:
 		return r.settleDelete(ctx, by, d, r.afterDelete)
 	case actDeadLetter:
-		if r.moveToDeadLetter(ctx, d, err) {
+		moveCtx := ctx
+		if ctx == r.settleCtx {
+			// A move still going when the shutdown timeout runs out is
+			// given up: the release that follows has until the hard
+			// stop (a message whose move hung would stay hidden).
+			moveCtx = r.budgetCtx
+		}
+		if r.moveToDeadLetter(moveCtx, d, err) {
 			// The copy is in the dead-letter queue: the source's message
 			// goes as a success's would (a FIFO group moves on). A rare
 			// path: the closure's allocation does not matter.
