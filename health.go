@@ -21,9 +21,11 @@ import (
 // completed.
 //
 // It is unhealthy when, while Run runs:
-//   - SQS has not answered any call within the startup limit since Run
-//     began (WithStartupLimit, default 30 s: the report says "starting"
-//     until the first answer, then "running"), unless it is paused;
+//   - Run has not started running within the startup limit since it
+//     began: SQS answered no call, or a check of Run's start (the
+//     dead-letter queue's) has not returned (WithStartupLimit, default
+//     30 s: the report says "starting" until then, then "running"),
+//     unless it is paused;
 //   - no ReceiveMessage, visibility change or delete call was answered by
 //     SQS for longer than the stall limit (while the breaker is closed:
 //     an open breaker pauses receiving on purpose, and so does a
@@ -70,7 +72,8 @@ type Health struct {
 	// messages.
 	Ready bool `json:"ready"`
 	// Status is "not started" (Run was not called), "starting" (Run
-	// began, SQS has not answered a call yet), "running", "paused" (Run
+	// began and does not run yet: SQS has not answered a call, or Run
+	// still checks the queues), "running", "paused" (Run
 	// runs, and Pause was called without a Resume since), "draining"
 	// (Run's context was cancelled), "stopped" (Run returned nil) or
 	// "failed" (Run returned an error).
@@ -225,7 +228,11 @@ func health(s *settings, p *progress, member *share.Member, r *run, paused bool,
 	if e := p.recvErr.Load(); e != nil && (stage == runStarting || stage == runRunning) {
 		h.Retrying = *e
 	}
-	starting := (stage == runStarting || stage == runRunning) && p.answered.Load() == 0
+	// Starting until Run runs, even once SQS answered a call (it may
+	// still check the dead-letter queue); and while it runs before SQS
+	// answered anything (a Pause before Run).
+	answered := p.answered.Load() != 0
+	starting := stage == runStarting || stage == runRunning && !answered
 	switch {
 	case stage == runNotStarted:
 		h.Status = "not started"
@@ -241,6 +248,9 @@ func health(s *settings, p *progress, member *share.Member, r *run, paused bool,
 		h.Status = "starting"
 		if waited := now.Sub(time.Unix(0, p.begun.Load())); waited > lim.startup() {
 			msg := fmt.Sprintf("SQS has answered no call in the %v since Run began (startup limit %v)", waited.Round(time.Second), lim.startup())
+			if answered {
+				msg = fmt.Sprintf("Run has not finished starting in the %v since it began (startup limit %v), though SQS has answered", waited.Round(time.Second), lim.startup())
+			}
 			if e := p.recvErr.Load(); e != nil {
 				msg += "; the latest error: " + *e
 			}

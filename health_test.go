@@ -294,3 +294,36 @@ func TestHealthDuringStartup(t *testing.T) {
 		require.NoError(t, stop())
 	})
 }
+
+// SQS answered the queue's attributes, but Run is still starting: the
+// dead-letter queue's check hangs. Health says "starting" (or "paused"
+// between Pause and Resume), never an empty Status, and, past the
+// startup limit, why it is not running yet.
+func TestHealthStartingAfterAFirstAnswer(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setupDLQ(t, false, 5, nil)
+		b.srv.DelayNext("GetQueueAttributes", 1, 0)         // the queue's own
+		b.srv.DelayNext("GetQueueAttributes", 1, time.Hour) // the dead-letter queue's check
+		c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error { return nil }),
+			WithVisibilityTimeout(30*time.Second), WithDeadLetterQueue(b.dlq), WithStartupLimit(5*time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(time.Second)
+		h := c.Health()
+		require.Equal(t, "starting", h.Status)
+		require.True(t, h.Healthy, "%v", h.Problems)
+		c.Pause()
+		h = c.Health()
+		require.Equal(t, "paused", h.Status)
+		require.True(t, h.Healthy, "%v", h.Problems)
+		c.Resume()
+		time.Sleep(5 * time.Second)
+		h = c.Health()
+		require.Equal(t, "starting", h.Status)
+		require.False(t, h.Healthy)
+		require.Len(t, h.Problems, 1)
+		require.Contains(t, h.Problems[0], "Run has not finished starting")
+		require.NoError(t, stop())
+	})
+}
