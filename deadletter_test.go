@@ -234,6 +234,29 @@ func TestDeadLetterMoveHungAtShutdownStillReleases(t *testing.T) {
 	})
 }
 
+// The dead-letter queue's check at Run's start is optional: one that
+// hangs is given up after a call timeout, logged, and Run goes on, as
+// after a check that fails; it used to hold Run's start until Run's
+// context ended.
+func TestDeadLetterCheckThatHangsIsGivenUp(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setupDLQ(t, false, 5, nil)
+		id, err := b.srv.Send(b.url, "m")
+		require.NoError(t, err)
+		b.srv.DelayNext("GetQueueAttributes", 1, 0)         // the queue's own
+		b.srv.DelayNext("GetQueueAttributes", 1, time.Hour) // the dead-letter queue's check
+		c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error { return nil }),
+			WithVisibilityTimeout(30*time.Second), WithDeadLetterQueue(b.dlq))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(receiveCallTimeout + time.Second)
+		require.Equal(t, "running", c.Health().Status)
+		require.True(t, b.state(t, id).Deleted, "the Consumer never ran")
+		require.NoError(t, stop())
+	})
+}
+
 func TestDeadLetterFIFOKeepsGroupOrder(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {

@@ -656,7 +656,8 @@ func (r *run) atCallLimit(limit int) {
 // contradicts the source's type, or whose QueueArn is the source's, fails
 // Run; any other error
 // reading its attributes (access to the queue's attributes denied, say:
-// the move needs only sqs:SendMessage) is logged, and Run goes on.
+// the move needs only sqs:SendMessage), or no answer within a receive's
+// call timeout, is logged, and Run goes on.
 func (r *run) checkDeadLetter(ctx context.Context) error {
 	if r.dlq.url == "" {
 		return nil
@@ -665,7 +666,11 @@ func (r *run) checkDeadLetter(ctx context.Context) error {
 	if r.s.deadLetterURL == "" {
 		source = "the queue's RedrivePolicy"
 	}
-	out, err := r.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+	// Bounded: a check that hangs is given up like one that fails, rather
+	// than holding Run's start for good.
+	cctx, cancel := context.WithTimeout(ctx, receiveCallTimeout)
+	defer cancel()
+	out, err := r.client.GetQueueAttributes(cctx, &sqs.GetQueueAttributesInput{
 		QueueUrl:       aws.String(r.dlq.url),
 		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameFifoQueue, types.QueueAttributeNameQueueArn},
 	})
