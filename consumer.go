@@ -84,6 +84,12 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 	if bt != nil && bt.maxSize() > s.concurrency {
 		errs = append(errs, fmt.Errorf("%w: Batch size %d exceeds WithConcurrency(%d): each message of a batch holds a handler slot, so the batch could never fill", ErrInvalidOption, bt.maxSize(), s.concurrency))
 	}
+	if bt != nil && s.batchWindowKnown() { // else Run tells (queueConflicts)
+		grace := ceilingGrace(heartbeatInterval(s.visibility, s.heartbeat), s.ceilingGrace, s.ceilingGraceSet)
+		if err := s.batchWindowConflict(bt.window, grace, s.graceFrom(grace)); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}

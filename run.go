@@ -228,7 +228,7 @@ func (r *run) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := r.s.queueConflicts(r.queueURL, fifo, lease, cfg.interval); err != nil { // conflicts.go
+	if err := r.s.queueConflicts(r.queueURL, fifo, lease, cfg.interval, r.batch); err != nil { // conflicts.go
 		return err
 	}
 	// Every receive and coalesced call carries the trace that tells the
