@@ -22,10 +22,12 @@ import (
 //
 // It is unhealthy when, while Run runs:
 //   - Run has not started running within the startup limit since it
-//     began: SQS answered no call, or a check of Run's start (the
-//     dead-letter queue's) has not returned (WithStartupLimit, default
-//     30 s: the report says "starting" until then, then "running"),
-//     unless it is paused;
+//     began: SQS answered no call (Run's first long poll, while within
+//     its wait and call timeout, is progress: an idle queue answers it
+//     only at its end), or a check of Run's start (the dead-letter
+//     queue's) has not returned (WithStartupLimit, default 30 s: the
+//     report says "starting" until then, then "running"), unless it is
+//     paused;
 //   - no ReceiveMessage, visibility change or delete call was answered by
 //     SQS for longer than the stall limit (while the breaker is closed:
 //     an open breaker pauses receiving on purpose, and so does a
@@ -246,7 +248,11 @@ func health(s *settings, p *progress, member *share.Member, r *run, paused bool,
 		return h
 	case starting:
 		h.Status = "starting"
-		if waited := now.Sub(time.Unix(0, p.begun.Load())); waited > lim.startup() {
+		// Run's first long poll, still within its wait (and its call
+		// timeout), is progress: an idle queue answers it only then.
+		first := p.firstPoll.Load()
+		waiting := first > 0 && now.Sub(time.Unix(0, first)) <= receiveTimeout(lim.pollWait)
+		if waited := now.Sub(time.Unix(0, p.begun.Load())); waited > lim.startup() && !waiting {
 			msg := fmt.Sprintf("SQS has answered no call in the %v since Run began (startup limit %v)", waited.Round(time.Second), lim.startup())
 			if answered {
 				msg = fmt.Sprintf("Run has not finished starting in the %v since it began (startup limit %v), though SQS has answered", waited.Round(time.Second), lim.startup())

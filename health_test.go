@@ -327,3 +327,48 @@ func TestHealthStartingAfterAFirstAnswer(t *testing.T) {
 		require.NoError(t, stop())
 	})
 }
+
+// A freshly started idle Consumer whose read of the queue's attributes
+// failed (WithVisibilityTimeout makes it optional) waits in its first
+// long poll: SQS has answered nothing yet, but the poll is progress while
+// it is within its wait (and call timeout). It is not unhealthy past the
+// startup limit for that; once the poll answers it runs. A poll that
+// outlasts its own timeout does count.
+func TestHealthFirstLongPollIsProgress(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		b.srv.FailNext("GetQueueAttributes", 1, sqstest.FaultInternalError)
+		c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error { return nil }),
+			WithVisibilityTimeout(30*time.Second), WithStartupLimit(5*time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		for range 6 {
+			time.Sleep(3 * time.Second)
+			h := c.Health()
+			require.Equal(t, "starting", h.Status)
+			require.True(t, h.Healthy, "%v", h.Problems)
+		}
+		time.Sleep(5 * time.Second) // the poll answered, empty
+		h := c.Health()
+		require.Equal(t, "running", h.Status)
+		require.True(t, h.Healthy, "%v", h.Problems)
+		require.NoError(t, stop())
+	})
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		b.srv.FailNext("GetQueueAttributes", 1, sqstest.FaultInternalError)
+		b.srv.DelayNext("ReceiveMessage", 1, time.Hour) // a poll that hangs
+		c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error { return nil }),
+			WithVisibilityTimeout(30*time.Second), WithStartupLimit(5*time.Second), WithWaitTime(5*time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(14 * time.Second)
+		require.True(t, c.Health().Healthy, "%v", c.Health().Problems)
+		time.Sleep(2 * time.Second) // past the poll's 5 s wait plus 10 s
+		h := c.Health()
+		require.False(t, h.Healthy)
+		require.Contains(t, h.Problems[0], "SQS has answered no call")
+		require.NoError(t, stop())
+	})
+}

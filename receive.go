@@ -101,6 +101,7 @@ func (r *run) receive(n int, sent time.Time) error {
 		ctx, done = r.polls.watch(ctx, sent)
 		defer done()
 	}
+	first := r.prog.answered.Load() == 0 && r.prog.firstPoll.CompareAndSwap(0, time.Now().UnixNano())
 	out, err := r.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 		QueueUrl:                    aws.String(r.queueURL),
 		MaxNumberOfMessages:         int32(n),
@@ -112,6 +113,9 @@ func (r *run) receive(n int, sent time.Time) error {
 	cancel()
 	arrived := time.Now()
 	if err != nil {
+		if first {
+			r.prog.firstPoll.Store(-1) // no longer progress
+		}
 		msg := err.Error()
 		r.prog.recvErr.Store(&msg)
 		return err // the caller tells the flow
