@@ -33,7 +33,11 @@ import (
 //     an open breaker pauses receiving on purpose, and so does a
 //     Throttled, whose pause counts from its end; and while not paused,
 //     or paused with handlers running, whose leases must be renewed: a
-//     Pause sends nothing else, on purpose, however long it lasts);
+//     Pause sends nothing else, on purpose, however long it lasts; and
+//     unless it holds messages none of whose leases is overdue for a
+//     renewal and its latest receive did not fail: busy with long
+//     leases, its slots and read-ahead taken, it asks SQS nothing
+//     until a renewal is due);
 //   - a handler has run longer than the handler limit;
 //   - a running handler's lease is within its ceiling grace of the
 //     maximum lease duration (its context is cancelled with
@@ -302,7 +306,7 @@ func health(s *settings, p *progress, member *share.Member, r *run, paused bool,
 	if broken.Is(broken.HealthIgnoresReceives) {
 		last = max(p.renewal.Load(), p.delete.Load(), p.resumed.Load())
 	}
-	if idle := now.Sub(time.Unix(0, last)); closed && (!paused || h.Running > 0) && idle > lim.stall() {
+	if idle := now.Sub(time.Unix(0, last)); closed && (!paused || h.Running > 0) && idle > lim.stall() && !r.owesNothing(now) {
 		msg := fmt.Sprintf("no ReceiveMessage, visibility change or delete was answered by SQS for %v (limit %v)", idle.Round(time.Second), lim.stall())
 		if e := p.recvErr.Load(); e != nil {
 			msg += "; the latest receive failed: " + *e
@@ -321,6 +325,26 @@ func health(s *settings, p *progress, member *share.Member, r *run, paused bool,
 	h.Healthy = len(h.Problems) == 0
 	h.Ready = h.Healthy && !paused
 	return h
+}
+
+// owesNothing reports whether the run, holding messages, waits on SQS for
+// nothing overdue: its latest receive did not fail (one in flight answers
+// or fails within its wait and call timeout; a busy Consumer, its slots
+// and read-ahead taken, sends none), and no held message's lease is
+// overdue for a renewal (by a receive's call timeout). A busy Consumer
+// whose leases are long renews only every third of them, and is silent
+// meanwhile on purpose: that is no stall, whatever the stall limit.
+func (r *run) owesNothing(now time.Time) bool {
+	if r.fl.receiveFailing() {
+		return false
+	}
+	held := r.reg.all()
+	for _, d := range held {
+		if d.lease.renewalOverdue(now, receiveCallTimeout) {
+			return false
+		}
+	}
+	return len(held) > 0
 }
 
 // healthLimits are the limits Health judges by: the settings', or their

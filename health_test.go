@@ -372,3 +372,50 @@ func TestHealthFirstLongPollIsProgress(t *testing.T) {
 		require.NoError(t, stop())
 	})
 }
+
+// A busy Consumer whose leases are long (an adaptive lease grown to
+// twice the handlers' 2 minutes) renews only every third of a lease, and
+// with every slot taken (no read-ahead) it does not receive: SQS is asked
+// nothing for longer than a stall limit of 35 s (accepted: the adaptive
+// interval is unknown at New). That silence is no stall: Health stays
+// healthy throughout. Renewals that SQS stops confirming are one: once
+// overdue, the stall limit counts.
+func TestHealthBusyWithLongLeasesIsNotStalled(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		b.send(t, 60)
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error { time.Sleep(2 * time.Minute); return nil }),
+			WithConcurrency(2), WithMaxReadAhead(0), WithAdaptiveVisibility(10*time.Second, 10*time.Minute),
+			WithVisibilityTimeout(30*time.Second), WithHealthLimits(35*time.Second, 0), WithWaitTime(5*time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		for range 1000 {
+			time.Sleep(3 * time.Second)
+			h := c.Health()
+			require.True(t, h.Healthy, "%v", h.Problems)
+		}
+		require.NoError(t, stop())
+	})
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		b.send(t, 2)
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error { time.Sleep(time.Hour); return nil }),
+			WithConcurrency(2), WithMaxReadAhead(0), WithVisibilityTimeout(3*time.Minute), WithHealthLimits(70*time.Second, 0))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(5 * time.Minute)
+		require.True(t, c.Health().Healthy, "%v", c.Health().Problems)
+		// Renewals stop being confirmed: one is owed within a minute,
+		// and 70 s after the last answer the stall is reported, and
+		// stays so once the leases expired.
+		b.srv.FailNext("ChangeMessageVisibilityBatch", 1000, sqstest.FaultInternalError)
+		time.Sleep(2*time.Minute + 30*time.Second)
+		h := c.Health()
+		require.False(t, h.Healthy, "renewals SQS no longer confirms were not reported")
+		require.Contains(t, h.Problems[0], "no ReceiveMessage, visibility change or delete was answered")
+		time.Sleep(2 * time.Minute)
+		require.False(t, c.Health().Healthy, "the leases expired unrenewed, and the stall was no longer reported")
+		require.NoError(t, stop())
+	})
+}
