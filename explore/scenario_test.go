@@ -811,7 +811,9 @@ func drawConflict(rng *rand.Rand, sc *Scenario) {
 		o.MaxLease = ptr(Dur(max(sc.lease(), time.Duration(sc.QueueVisibility)*time.Second) * 2))
 		o.CeilingGrace = ptr(*o.MaxLease + Dur(time.Minute))
 	case "stall<waittime":
-		o.WaitTime, o.ShutdownTimeout = ptr(Dur(20*time.Second)), ptr(Dur(30*time.Second))
+		// No heartbeat option: one above the wait would be the conflict
+		// New names instead (a lease's third is at most 20 s here).
+		o.WaitTime, o.ShutdownTimeout, o.Heartbeat = ptr(Dur(20*time.Second)), ptr(Dur(30*time.Second)), nil
 		o.HealthLimits = &[2]Dur{Dur(10 * time.Second), 0}
 	case "stall<heartbeat":
 		o.Visibility, o.Heartbeat, o.Adaptive, o.MaxLease, o.CeilingGrace = ptr(Dur(60*time.Second)), ptr(Dur(20*time.Second)), nil, nil, nil
