@@ -649,3 +649,41 @@ func TestFIFOParkedRedeliveryGoesBackAtShutdown(t *testing.T) {
 		})
 	}
 }
+
+// A message of a FIFO group that a receive in flight at the shutdown
+// brings while an earlier message of its group runs on past the hard stop
+// (its handler ignores its cancelled context) goes back at once, as the
+// shutdown's start hands back those it holds: waiting for that handler,
+// its release would come after the hard stop, fail, and leave the message
+// hidden after Run returned.
+func TestFIFOWaitingMessageFromAReceiveAtShutdownGoesBack(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := fifoBundle(t)
+		ids := sendGroup(t, b, "g", "m0")
+		var first atomic.Bool
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			if m.Body == "m0" && first.CompareAndSwap(false, true) {
+				time.Sleep(3 * time.Minute) // ignores its context
+			}
+			return ctx.Err()
+		}), WithVisibilityTimeout(30*time.Second), WithConcurrency(10), WithShutdownTimeout(5*time.Second), WithWaitTime(20*time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(time.Second)
+		ids = append(ids, sendGroup(t, b, "g", "m1")...) // held back by SQS while m0 is in flight
+		time.Sleep(10 * time.Second)
+		done := make(chan error, 1)
+		go func() { done <- stop() }()
+		time.Sleep(10 * time.Millisecond) // the long poll (5 s: the shutdown timeout cuts the wait) is in flight
+		// m0's visibility lapses during the shutdown: the long poll in
+		// flight brings m0 (adopted by its running lease) and m1, which
+		// waits behind it.
+		require.NoError(t, b.srv.Expire(b.url, ids[0]))
+		require.NoError(t, <-done)
+		now := time.Now()
+		require.GreaterOrEqual(t, len(b.state(t, ids[1]).Receives), 1, "no receive brought m1 during the shutdown: the test needs it")
+		st := b.state(t, ids[1])
+		require.False(t, st.InFlight && st.VisibleAt.After(now.Add(time.Second)), "m1 hidden %v after Run returned", st.VisibleAt.Sub(now))
+	})
+}

@@ -288,25 +288,21 @@ func (r *run) dispatch(msgs []types.Message, handedOver, arrived time.Time, cfg 
 		case v == fifo.HandBack:
 			back = append(back, d)
 			continue
-		case v == fifo.Wait && d.parked.Load():
-			// A redelivery parked behind its own message's older
-			// delivery, which hands it on when it leaves (finish); it
-			// takes no slot meanwhile, not even with a Batch handler
-			// (its middleware must not run beside that one). When the
-			// Consumer takes no work it goes back at once: the older
-			// one may outlive the shutdown.
+		case v == fifo.Wait && (r.batch == nil || d.parked.Load()):
+			// Behind an earlier message of its group, which hands it on
+			// when done (finish). (A Batch handler's members take slots
+			// at once: several of a group may run in one batch, in
+			// order; but not a redelivery parked behind its own
+			// message's older delivery: its middleware must not run
+			// beside that one.) When the Consumer takes no work it goes
+			// back at once, as the shutdown's start handed back those
+			// it held: the earlier one may outlive the hard stop.
 			if !r.taking() {
-				if ok, later := r.reg.unpark(d); ok {
+				if ok, later := r.reg.takeBack(d); ok {
 					back = append(back, d)
 					r.returnLater(later)
 				}
 			}
-			continue
-		case v == fifo.Wait && r.batch == nil:
-			// Behind an earlier message of its group, which hands it on
-			// when done (finish). (A Batch handler's members take slots
-			// at once: several of a group may run in one batch, in
-			// order.)
 			continue
 		}
 		if !r.taking() || !r.enqueue(d) {

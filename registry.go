@@ -209,7 +209,7 @@ func (g *registry) tails() []*delivery {
 }
 
 // parkedBehind takes the deliveries parked behind an older delivery of
-// their own message (delivery.parked), as unpark does: the caller hands
+// their own message (delivery.parked), as takeBack does: the caller hands
 // them back (parked) and the later messages of their groups (later,
 // returnLater).
 func (g *registry) parkedBehind() (parked, later []*delivery) {
@@ -227,18 +227,26 @@ func (g *registry) parkedBehind() (parked, later []*delivery) {
 	return parked, later
 }
 
-// unpark takes d out of its parking to be handed back, when it still
-// waits behind the older delivery of its message and nobody hands it back
-// yet: it marks d, and the later messages of its group, to be handed back
-// and returns those later ones; false, doing nothing, otherwise (the
-// older delivery's leave made it first: its finish hands it on; or it is
-// being handed back already).
-func (g *registry) unpark(d *delivery) (ok bool, later []*delivery) {
+// takeBack takes d, waiting behind an earlier message of its FIFO group
+// (parked or not), to be handed back, when nobody hands it back yet: it
+// marks d, and the later messages of its group, to be handed back and
+// returns those later ones; false, doing nothing, otherwise (the earlier
+// one's leave made it first: its finish hands it on; or it is being
+// handed back already).
+func (g *registry) takeBack(d *delivery) (ok bool, later []*delivery) {
+	if !g.ordered(d) {
+		return false, nil
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.unparkLocked(d)
+	grp := d.msg.GroupID
+	if len(g.order.Ahead(grp, d)) == 0 || g.order.Returning(grp, d) || d.parked.Load() && !d.parked.Swap(false) {
+		return false, nil
+	}
+	return true, g.order.HandBack(grp, d)
 }
 
+// unparkLocked is takeBack for a parked d only; the caller holds mu.
 func (g *registry) unparkLocked(d *delivery) (ok bool, later []*delivery) {
 	if !d.parked.Load() || !g.ordered(d) {
 		return false, nil
