@@ -403,11 +403,16 @@ func (b *batcher) groupFailedLocked(d *delivery) {
 }
 
 // laterFailLocked fails with earlierFailed the members among ds, already
-// marked to be handed back, that have joined and not run.
+// marked to be handed back, that have joined and not run; and hands back
+// those parked behind an older delivery of their own message (they hold
+// no slot and will not join).
 func (b *batcher) laterFailLocked(ds []*delivery) {
 	for _, d := range ds {
 		if mb := d.bm; mb != nil && mb.joined && !mb.running {
 			b.finishLocked(mb, earlierFailed)
+		} else if d.parked.Swap(false) {
+			h := b.host
+			h.goSettle(func() { h.settleAndStart(d, nil, false) })
 		}
 	}
 }

@@ -12,7 +12,8 @@ import (
 // nothing, are refused here, each error wrapping ErrInvalidOption and
 // naming both options. New checks what the options alone tell
 // (conflicts), Run what only the queue can tell: its type
-// (fifoConflicts), its VisibilityTimeout (stallConflict), the dead-letter
+// (fifoConflicts), its VisibilityTimeout (stallConflict,
+// batchWindowConflict), the dead-letter
 // queue's ARN (run.checkDeadLetter). Options given twice are not a
 // conflict: the later value wins (see Option), except where noted.
 
@@ -76,6 +77,41 @@ func (s *settings) conflicts(queueURL string) []error {
 		errs = append(errs, s.fifoConflicts(queueURL)...)
 	}
 	return errs
+}
+
+// batchWindowConflict reports a Batch handler's window (a batch gathers
+// for it when it does not fill) that the lease ceiling leaves no room
+// for: a message is told to stop (ErrLeaseCeiling) its ceiling grace
+// before WithMaxLeaseDuration runs out, counted from its hand-over, which
+// may lie up to handoverSlack before its receive's answer; a member told
+// to stop while it gathers leaves its batch unhandled. With a window that
+// reaches that point a message alone in its batch would never run, at any
+// delivery. grace is the lease's (cfg.grace); graceFrom says where it
+// comes from. New calls it when it can tell the grace, Run always.
+func (s *settings) batchWindowConflict(window, grace time.Duration, graceFrom string) error {
+	room := s.maxLease - grace - handoverSlack
+	if window <= 0 || window < room {
+		return nil
+	}
+	return fmt.Errorf("%w: Batch window (%v) leaves no room under WithMaxLeaseDuration(%v) less %s and the receive's hand-over slack (%v): a message gathering for a batch would reach its lease ceiling before the window ended and leave unhandled, at every delivery; use a window below %v",
+		ErrInvalidOption, window, s.maxLease, graceFrom, handoverSlack, max(room, 0))
+}
+
+// batchWindowKnown reports whether New can tell the ceiling grace: it was
+// given, or the heartbeat interval it defaults to is (WithHeartbeatInterval,
+// or WithVisibilityTimeout's third). Otherwise only Run can, from the
+// queue's VisibilityTimeout.
+func (s *settings) batchWindowKnown() bool {
+	return s.ceilingGraceSet || s.heartbeat > 0 || s.visibility > 0
+}
+
+// graceFrom names where the ceiling grace comes from, for
+// batchWindowConflict: WithCeilingGrace, or one heartbeat interval.
+func (s *settings) graceFrom(grace time.Duration) string {
+	if s.ceilingGraceSet {
+		return fmt.Sprintf("WithCeilingGrace(%v)", s.ceilingGrace)
+	}
+	return fmt.Sprintf("the ceiling grace (%v, one heartbeat interval)", grace)
 }
 
 // fifoConflicts reports the options that do nothing on a FIFO queue: New
@@ -170,10 +206,18 @@ func sameQueueURL(a, b string) bool {
 
 // queueConflicts reports, at Run, the conflicts only the queue at
 // queueURL can tell: options that do nothing on a FIFO queue whose URL
-// did not say so, and a stall limit below the heartbeat interval of the
-// queue's own VisibilityTimeout (lease), when no option set the interval.
-func (s *settings) queueConflicts(queueURL string, fifo bool, lease, interval time.Duration) error {
+// did not say so, a stall limit below the heartbeat interval of the
+// queue's own VisibilityTimeout (lease), when no option set the interval,
+// and a Batch handler's (bt, nil for none) window that the lease ceiling
+// leaves no room for, when the interval sets the ceiling grace.
+func (s *settings) queueConflicts(queueURL string, fifo bool, lease, interval time.Duration, bt *batcher) error {
 	var errs []error
+	if bt != nil && !s.batchWindowKnown() {
+		grace := ceilingGrace(interval, s.ceilingGrace, s.ceilingGraceSet)
+		if err := s.batchWindowConflict(bt.window, grace, s.graceFrom(grace)); err != nil {
+			errs = append(errs, err) // else New did
+		}
+	}
 	if fifo && !fifoURL(queueURL) {
 		errs = append(errs, s.fifoConflicts(queueURL)...) // else New did
 	}

@@ -2,6 +2,7 @@ package sqsconsumer
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -56,6 +57,51 @@ func TestConflictingOptionsNamed(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A Batch handler's window that the lease ceiling leaves no room for is
+// refused, naming both the window and WithMaxLeaseDuration: a message
+// gathering alone would be told to stop before its batch was sent, at
+// every delivery (it was never handled). At New when the ceiling grace is
+// known; at Run, before any receive, when only the queue's
+// VisibilityTimeout tells it. Just below the edge it is accepted.
+func TestBatchWindowPastTheLeaseCeilingRefused(t *testing.T) {
+	t.Parallel()
+	const u = "https://sqs.us-east-1.amazonaws.com/123456789012/jobs"
+	batch := func(window time.Duration) Handler {
+		h, err := Batch(func(context.Context, []*Message) error { return nil }, 10, window)
+		require.NoError(t, err)
+		return h
+	}
+	// Visibility 30 s: interval and grace 10 s; room 60 - 10 - 1 = 49 s.
+	opts := []Option{WithVisibilityTimeout(30 * time.Second), WithMaxLeaseDuration(time.Minute)}
+	for _, window := range []time.Duration{49 * time.Second, 2 * time.Minute} {
+		_, err := New(&sqs.Client{}, u, batch(window), opts...)
+		require.ErrorIs(t, err, ErrInvalidOption)
+		require.ErrorContains(t, err, fmt.Sprintf("Batch window (%v)", window))
+		require.ErrorContains(t, err, "WithMaxLeaseDuration(1m0s)")
+		require.ErrorContains(t, err, "one heartbeat interval")
+	}
+	_, err := New(&sqs.Client{}, u, batch(30*time.Second), WithMaxLeaseDuration(time.Minute), WithCeilingGrace(30*time.Second))
+	require.ErrorContains(t, err, "Batch window (30s)")
+	require.ErrorContains(t, err, "WithCeilingGrace(30s)")
+	_, err = New(&sqs.Client{}, u, batch(49*time.Second-time.Millisecond), opts...)
+	require.NoError(t, err)
+	_, err = New(&sqs.Client{}, u, batch(5*time.Minute)) // the default 12 h ceiling
+	require.NoError(t, err)
+
+	// Only the queue's VisibilityTimeout (30 s) tells the grace.
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, map[string]string{"VisibilityTimeout": "30"})
+		b.send(t, 1)
+		c, err := New(b.client, b.url, batch(time.Minute), WithMaxLeaseDuration(time.Minute))
+		require.NoError(t, err)
+		err = c.Run(context.Background())
+		require.ErrorIs(t, err, ErrInvalidOption)
+		require.ErrorContains(t, err, "Batch window (1m0s)")
+		require.ErrorContains(t, err, "WithMaxLeaseDuration(1m0s)")
+		require.Zero(t, b.srv.CallCount("ReceiveMessage"))
+	})
 }
 
 // The pairs next to the refused ones that are fine stay accepted: options

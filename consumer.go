@@ -84,6 +84,12 @@ func New(c Client, queueURL string, h Handler, opts ...Option) (*Consumer, error
 	if bt != nil && bt.maxSize() > s.concurrency {
 		errs = append(errs, fmt.Errorf("%w: Batch size %d exceeds WithConcurrency(%d): each message of a batch holds a handler slot, so the batch could never fill", ErrInvalidOption, bt.maxSize(), s.concurrency))
 	}
+	if bt != nil && s.batchWindowKnown() { // else Run tells (queueConflicts)
+		grace := ceilingGrace(heartbeatInterval(s.visibility, s.heartbeat), s.ceilingGrace, s.ceilingGraceSet)
+		if err := s.batchWindowConflict(bt.window, grace, s.graceFrom(grace)); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -226,9 +232,11 @@ func (c *Consumer) QueueURL() string { return c.queueURL }
 // maxReceiveCount. Running handlers
 // get the shutdown timeout to finish while their leases stay renewed; then
 // their contexts are cancelled with ErrShutdown and, unless they succeed,
-// their messages are released. Calls to SQS still pending one call timeout
-// (shutdownCallTimeout, 5 s) after the shutdown timeout are abandoned (the
-// hard stop: receives in flight too), so Run returns within the shutdown
+// their messages are released. A move to the dead-letter queue still
+// pending when the shutdown timeout runs out is given up, and its message
+// released for its backoff instead. Calls to SQS still pending one call
+// timeout (shutdownCallTimeout, 5 s) after the shutdown timeout are
+// abandoned (the hard stop: receives in flight too), so Run returns within the shutdown
 // timeout plus that, unless a handler ignores its cancelled context: Run
 // waits for every handler it started. A handler that returns after the
 // shutdown timeout has its message settled (released at once, or deleted

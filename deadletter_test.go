@@ -203,6 +203,60 @@ func TestDeadLetterSendFailureLeavesTheMessage(t *testing.T) {
 	})
 }
 
+// A move to the dead-letter queue whose SendMessage hangs through the
+// shutdown is given up when the shutdown timeout runs out, so that the
+// message's release (its backoff, as for a failed move) is still sent
+// before the hard stop: it used to be cut with the move, leaving the
+// message hidden for the rest of its visibility after Run returned.
+func TestDeadLetterMoveHungAtShutdownStillReleases(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setupDLQ(t, false, 5, nil)
+		id, err := b.srv.Send(b.url, "poison")
+		require.NoError(t, err)
+		b.srv.DelayNext("SendMessage", 1, time.Hour)
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			return Permanent(errors.New("schema violation"))
+		}), WithVisibilityTimeout(40*time.Second), WithBackoff(func(int) time.Duration { return 3 * time.Second }),
+			WithShutdownTimeout(2*time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(time.Second) // the move hangs
+		begun := time.Now()
+		require.NoError(t, stop())
+		require.LessOrEqual(t, time.Since(begun), 2*time.Second+shutdownCallTimeout, "Run outlived its hard stop")
+		st := b.state(t, id)
+		require.False(t, st.Deleted)
+		require.NotEmpty(t, st.VisibilityChanges, "the message was never released: hidden for the rest of its visibility")
+		last := st.VisibilityChanges[len(st.VisibilityChanges)-1]
+		require.Empty(t, last.Err)
+		require.Equal(t, 3*time.Second, last.Timeout, "released for its backoff")
+	})
+}
+
+// The dead-letter queue's check at Run's start is optional: one that
+// hangs is given up after a call timeout, logged, and Run goes on, as
+// after a check that fails; it used to hold Run's start until Run's
+// context ended.
+func TestDeadLetterCheckThatHangsIsGivenUp(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setupDLQ(t, false, 5, nil)
+		id, err := b.srv.Send(b.url, "m")
+		require.NoError(t, err)
+		b.srv.DelayNext("GetQueueAttributes", 1, 0)         // the queue's own
+		b.srv.DelayNext("GetQueueAttributes", 1, time.Hour) // the dead-letter queue's check
+		c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error { return nil }),
+			WithVisibilityTimeout(30*time.Second), WithDeadLetterQueue(b.dlq))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(receiveCallTimeout + time.Second)
+		require.Equal(t, "running", c.Health().Status)
+		require.True(t, b.state(t, id).Deleted, "the Consumer never ran")
+		require.NoError(t, stop())
+	})
+}
+
 func TestDeadLetterFIFOKeepsGroupOrder(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {

@@ -37,6 +37,12 @@ type delivery struct {
 	started   atomic.Int64
 	inHandler atomic.Bool
 
+	// parked is set while it waits behind an older delivery of its own
+	// message that winds down (its lease gone, its handler not returned):
+	// it holds no handler slot, not even with a Batch handler, until that
+	// one leaves and hands it on (finish), or it is handed back.
+	parked atomic.Bool
+
 	// retryAfter is the visibility its release asked for (a failure's
 	// backoff), for the time SQS keeps it hidden; written and read by the
 	// goroutine that settles it.

@@ -42,8 +42,10 @@
 // fix, [Throttled] a downstream that refuses work for a while (back
 // pressure), [Neutral] an error that says nothing of the downstream. If SQS redelivers a message this process is still handling, the
 // running lease adopts the newer receipt handle instead of starting a
-// second handler. On FIFO queues the messages of a group are handled one
-// at a time, in order.
+// second handler (on a FIFO queue, when that lease has already ended, the
+// redelivery waits for the handler to return, in its group's place). On
+// FIFO queues the messages of a group are handled one at a time, in
+// order.
 //
 // When Run's context is cancelled the Consumer stops receiving (a long
 // poll in flight is never cancelled, since it may already hold messages:

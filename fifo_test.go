@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sqskit/sqsconsumer/internal/broken"
 	"github.com/sqskit/sqsconsumer/sqstest"
 )
 
@@ -422,5 +424,266 @@ func TestFIFOShutdownReleasesWaitingMessages(t *testing.T) {
 			require.False(t, st.Deleted)
 			require.False(t, st.InFlight, "%s released (visibility 0)", st.Body)
 		}
+	})
+}
+
+// windDownClient holds the first visibility change of the redelivery of
+// watch (a receipt handle other than its first) until the first delivery
+// of watch is done: it closes release as the call is made, and lets the
+// call through once done is closed. It stands for a slow answer that
+// lets the first delivery finish while the redelivery's receive is being
+// dispatched.
+type windDownClient struct {
+	Client
+	watch   string // message ID
+	release chan struct{}
+	done    chan struct{}
+
+	mu      sync.Mutex // guards the fields below
+	handles []string   // the receipt handles watch was received with, in order
+	held    bool       // a call was held
+}
+
+func (c *windDownClient) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, optFns ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	out, err := c.Client.ReceiveMessage(ctx, in, optFns...)
+	if err == nil {
+		c.mu.Lock()
+		for _, m := range out.Messages {
+			if aws.ToString(m.MessageId) == c.watch {
+				c.handles = append(c.handles, aws.ToString(m.ReceiptHandle))
+			}
+		}
+		c.mu.Unlock()
+	}
+	return out, err
+}
+
+// hold holds a call carrying any of handles, the first such call only.
+func (c *windDownClient) hold(handles ...string) {
+	c.mu.Lock()
+	hit := !c.held && len(c.handles) > 1 && slices.ContainsFunc(handles, func(h string) bool { return slices.Contains(c.handles[1:], h) })
+	if hit {
+		c.held = true
+	}
+	c.mu.Unlock()
+	if !hit {
+		return
+	}
+	close(c.release)
+	<-c.done
+	time.Sleep(time.Millisecond) // the first delivery's finish has run
+}
+
+func (c *windDownClient) ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
+	c.hold(aws.ToString(in.ReceiptHandle))
+	return c.Client.ChangeMessageVisibility(ctx, in, optFns...)
+}
+
+func (c *windDownClient) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	var hs []string
+	for _, e := range in.Entries {
+		hs = append(hs, aws.ToString(e.ReceiptHandle))
+	}
+	c.hold(hs...)
+	return c.Client.ChangeMessageVisibilityBatch(ctx, in, optFns...)
+}
+
+// A FIFO message whose lease was lost while its handler runs on (it
+// ignores its cancelled context) is delivered again, with the later
+// message of its group, while that handler still runs. The redelivery
+// must keep its group's place: the later message must not run before it,
+// even when the first delivery finishes while the receive that brought
+// them is being dispatched. It waits behind the first delivery, and runs
+// once that one is over: m0, m0 again, then m1. The negative control
+// (broken.WindDownReleased) releases the redelivery for its backoff
+// instead, as the Consumer used to: m1 then runs before m0's second run.
+// (Not parallel: the control switches the library for the process.)
+func TestFIFOOrderRedeliveryWhileWindingDown(t *testing.T) {
+	require.Equal(t, []string{"m0", "m0", "m1"}, redeliveryWhileWindingDown(t, true), "the group ran out of order")
+	restore := broken.Set(broken.WindDownReleased)
+	defer restore()
+	require.Equal(t, []string{"m0", "m1", "m0"}, redeliveryWhileWindingDown(t, false), "the negative control: the test no longer shows the bug")
+}
+
+// The same with a Batch handler behind middleware: the redelivery waits
+// behind the first delivery without taking a handler slot, so the
+// middleware never runs for the message twice at once (it used to be
+// released; waiting with a slot, as a Batch handler's members of a group
+// do, it entered the middleware while the first delivery's batch ran).
+func TestFIFORedeliveryWhileWindingDownBatchMiddleware(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	in := map[string]int{} // bodies inside the middleware now
+	twice := false
+	mw := func(next Handler) Handler {
+		return HandlerFunc(func(ctx context.Context, m *Message) error {
+			mu.Lock()
+			in[m.Body]++
+			twice = twice || in[m.Body] > 1
+			mu.Unlock()
+			defer func() {
+				mu.Lock()
+				in[m.Body]--
+				mu.Unlock()
+			}()
+			return next.HandleMessage(ctx, m)
+		})
+	}
+	got := redeliveryWhileWindingDown(t, true, WithMiddleware(mw))
+	require.False(t, twice, "a message ran in the middleware twice at once")
+	require.Equal(t, []string{"m0", "m0", "m1"}, got, "the group ran out of order")
+}
+
+// redeliveryWhileWindingDown runs TestFIFOOrderRedeliveryWhileWindingDown's
+// scenario and returns the bodies handled, in order; deleted: every message
+// must end deleted. With a WithMiddleware option among opts the handler is
+// a Batch handler (size 10, no window) behind it.
+func redeliveryWhileWindingDown(t *testing.T, deleted bool, opts ...Option) (handled []string) {
+	synctest.Test(t, func(t *testing.T) {
+		b := fifoBundle(t)
+		ids := sendGroup(t, b, "g", "m0")
+		m0 := ids[0]
+		wc := &windDownClient{Client: b.client, watch: m0, release: make(chan struct{}), done: make(chan struct{})}
+		var log handledLog
+		var first atomic.Bool
+		var doneOnce sync.Once
+		handle := func(ctx context.Context, m *Message) error {
+			log.add(m.Body)
+			if m.Body == "m0" && first.CompareAndSwap(false, true) {
+				// Ignores its context, lost at the first renewal; it
+				// returns once the redelivery's release is sent, else
+				// at 35 s (the redelivery came at 30 s).
+				select {
+				case <-wc.release:
+				case <-time.After(35 * time.Second):
+				}
+				return ctx.Err()
+			}
+			return nil
+		}
+		var h Handler = HandlerFunc(handle)
+		if len(opts) > 0 {
+			var err error
+			h, err = Batch(func(ctx context.Context, msgs []*Message) error {
+				var bf BatchFailures
+				for _, m := range msgs {
+					if err := handle(ctx, m); err != nil {
+						if bf == nil {
+							bf = BatchFailures{}
+						}
+						bf[m.ID] = err
+					}
+				}
+				if bf != nil {
+					return bf
+				}
+				return nil
+			}, 10, 0)
+			require.NoError(t, err)
+		}
+		c, err := New(wc, b.url, h, append([]Option{WithVisibilityTimeout(30 * time.Second), WithConcurrency(10),
+			WithObserver(ObserverFunc(func(e Event) {
+				if e.Kind == EventDone && e.MessageID == m0 {
+					doneOnce.Do(func() { close(wc.done) })
+				}
+			}))}, opts...)...)
+		require.NoError(t, err)
+		b.srv.FailNextEntries("ChangeMessageVisibilityBatch", 1, sqstest.FaultReceiptHandleIsInvalid)
+		stop := running(t, c)
+		time.Sleep(time.Second)
+		// m0 is in flight: SQS holds m1 back until m0 is visible again.
+		ids = append(ids, sendGroup(t, b, "g", "m1")...)
+		time.Sleep(2 * time.Minute)
+		require.NoError(t, stop())
+
+		require.GreaterOrEqual(t, len(b.state(t, ids[0]).Receives), 2, "m0 was not delivered again while its handler ran: the test needs it")
+		for _, id := range ids {
+			require.True(t, b.state(t, id).Deleted || !deleted, "message %s", id)
+		}
+		handled = log.get()
+	})
+	return handled
+}
+
+// A redelivery parked behind its message's older delivery, whose handler
+// ignores its cancelled context past the shutdown's hard stop, goes back
+// when the shutdown begins, like any message not started: it holds no
+// handler slot and cannot run before that handler returns, and once the
+// hard stop has passed its release could no longer be sent.
+func TestFIFOParkedRedeliveryGoesBackAtShutdown(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"single", "batch"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				b := fifoBundle(t)
+				id := sendGroup(t, b, "g", "m0")[0]
+				var first atomic.Bool
+				handle := func(ctx context.Context, m *Message) error {
+					if first.CompareAndSwap(false, true) {
+						time.Sleep(3 * time.Minute) // ignores its context
+					}
+					return ctx.Err()
+				}
+				var h Handler = HandlerFunc(handle)
+				if mode == "batch" {
+					var err error
+					h, err = Batch(func(ctx context.Context, msgs []*Message) error { return handle(ctx, msgs[0]) }, 10, 0)
+					require.NoError(t, err)
+				}
+				c, err := New(b.client, b.url, h, WithVisibilityTimeout(30*time.Second), WithConcurrency(10), WithShutdownTimeout(time.Second))
+				require.NoError(t, err)
+				// The lease is lost at its first renewal; SQS delivers
+				// the message again at 30 s, and that delivery parks.
+				b.srv.FailNextEntries("ChangeMessageVisibilityBatch", 1, sqstest.FaultReceiptHandleIsInvalid)
+				stop := running(t, c)
+				time.Sleep(40 * time.Second)
+				require.Len(t, b.state(t, id).Receives, 2, "m0 was not delivered again while its handler ran: the test needs it")
+				done := make(chan error, 1)
+				go func() { done <- stop() }()
+				time.Sleep(5 * time.Second)
+				st := b.state(t, id)
+				require.False(t, st.InFlight, "the parked redelivery was not handed back at the shutdown's start")
+				require.NoError(t, <-done)
+			})
+		})
+	}
+}
+
+// A message of a FIFO group that a receive in flight at the shutdown
+// brings while an earlier message of its group runs on past the hard stop
+// (its handler ignores its cancelled context) goes back at once, as the
+// shutdown's start hands back those it holds: waiting for that handler,
+// its release would come after the hard stop, fail, and leave the message
+// hidden after Run returned.
+func TestFIFOWaitingMessageFromAReceiveAtShutdownGoesBack(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := fifoBundle(t)
+		ids := sendGroup(t, b, "g", "m0")
+		var first atomic.Bool
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error {
+			if m.Body == "m0" && first.CompareAndSwap(false, true) {
+				time.Sleep(3 * time.Minute) // ignores its context
+			}
+			return ctx.Err()
+		}), WithVisibilityTimeout(30*time.Second), WithConcurrency(10), WithShutdownTimeout(5*time.Second), WithWaitTime(20*time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(time.Second)
+		ids = append(ids, sendGroup(t, b, "g", "m1")...) // held back by SQS while m0 is in flight
+		time.Sleep(10 * time.Second)
+		done := make(chan error, 1)
+		go func() { done <- stop() }()
+		time.Sleep(10 * time.Millisecond) // the long poll (5 s: the shutdown timeout cuts the wait) is in flight
+		// m0's visibility lapses during the shutdown: the long poll in
+		// flight brings m0 (adopted by its running lease) and m1, which
+		// waits behind it.
+		require.NoError(t, b.srv.Expire(b.url, ids[0]))
+		require.NoError(t, <-done)
+		now := time.Now()
+		require.GreaterOrEqual(t, len(b.state(t, ids[1]).Receives), 1, "no receive brought m1 during the shutdown: the test needs it")
+		st := b.state(t, ids[1])
+		require.False(t, st.InFlight && st.VisibleAt.After(now.Add(time.Second)), "m1 hidden %v after Run returned", st.VisibleAt.Sub(now))
 	})
 }

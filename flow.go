@@ -730,6 +730,14 @@ func (f *flow[T]) capacityNow() float64 {
 	return f.capacity()
 }
 
+// receiveFailing reports whether the latest receive failed (the flow
+// backs off before the next): Health's stall clock then waits on SQS.
+func (f *flow[T]) receiveFailing() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.failures > 0
+}
+
 // snapshot returns the flow's counts for Stats.
 func (f *flow[T]) snapshot() (running, waiting, asked, peakAhead int) {
 	f.mu.Lock()

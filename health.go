@@ -21,15 +21,23 @@ import (
 // completed.
 //
 // It is unhealthy when, while Run runs:
-//   - SQS has not answered any call within the startup limit since Run
-//     began (WithStartupLimit, default 30 s: the report says "starting"
-//     until the first answer, then "running"), unless it is paused;
+//   - Run has not started running within the startup limit since it
+//     began: SQS answered no call (Run's first long poll, while within
+//     its wait and call timeout, is progress: an idle queue answers it
+//     only at its end), or a check of Run's start (the dead-letter
+//     queue's) has not returned (WithStartupLimit, default 30 s: the
+//     report says "starting" until then, then "running"), unless it is
+//     paused;
 //   - no ReceiveMessage, visibility change or delete call was answered by
 //     SQS for longer than the stall limit (while the breaker is closed:
 //     an open breaker pauses receiving on purpose, and so does a
 //     Throttled, whose pause counts from its end; and while not paused,
 //     or paused with handlers running, whose leases must be renewed: a
-//     Pause sends nothing else, on purpose, however long it lasts);
+//     Pause sends nothing else, on purpose, however long it lasts; and
+//     unless it holds messages none of whose leases is overdue for a
+//     renewal and its latest receive did not fail: busy with long
+//     leases, its slots and read-ahead taken, it asks SQS nothing
+//     until a renewal is due);
 //   - a handler has run longer than the handler limit;
 //   - a running handler's lease is within its ceiling grace of the
 //     maximum lease duration (its context is cancelled with
@@ -70,7 +78,8 @@ type Health struct {
 	// messages.
 	Ready bool `json:"ready"`
 	// Status is "not started" (Run was not called), "starting" (Run
-	// began, SQS has not answered a call yet), "running", "paused" (Run
+	// began and does not run yet: SQS has not answered a call, or Run
+	// still checks the queues), "running", "paused" (Run
 	// runs, and Pause was called without a Resume since), "draining"
 	// (Run's context was cancelled), "stopped" (Run returned nil) or
 	// "failed" (Run returned an error).
@@ -225,7 +234,11 @@ func health(s *settings, p *progress, member *share.Member, r *run, paused bool,
 	if e := p.recvErr.Load(); e != nil && (stage == runStarting || stage == runRunning) {
 		h.Retrying = *e
 	}
-	starting := (stage == runStarting || stage == runRunning) && p.answered.Load() == 0
+	// Starting until Run runs, even once SQS answered a call (it may
+	// still check the dead-letter queue); and while it runs before SQS
+	// answered anything (a Pause before Run).
+	answered := p.answered.Load() != 0
+	starting := stage == runStarting || stage == runRunning && !answered
 	switch {
 	case stage == runNotStarted:
 		h.Status = "not started"
@@ -239,8 +252,15 @@ func health(s *settings, p *progress, member *share.Member, r *run, paused bool,
 		return h
 	case starting:
 		h.Status = "starting"
-		if waited := now.Sub(time.Unix(0, p.begun.Load())); waited > lim.startup() {
+		// Run's first long poll, still within its wait (and its call
+		// timeout), is progress: an idle queue answers it only then.
+		first := p.firstPoll.Load()
+		waiting := first > 0 && now.Sub(time.Unix(0, first)) <= receiveTimeout(lim.pollWait)
+		if waited := now.Sub(time.Unix(0, p.begun.Load())); waited > lim.startup() && !waiting {
 			msg := fmt.Sprintf("SQS has answered no call in the %v since Run began (startup limit %v)", waited.Round(time.Second), lim.startup())
+			if answered {
+				msg = fmt.Sprintf("Run has not finished starting in the %v since it began (startup limit %v), though SQS has answered", waited.Round(time.Second), lim.startup())
+			}
 			if e := p.recvErr.Load(); e != nil {
 				msg += "; the latest error: " + *e
 			}
@@ -286,7 +306,7 @@ func health(s *settings, p *progress, member *share.Member, r *run, paused bool,
 	if broken.Is(broken.HealthIgnoresReceives) {
 		last = max(p.renewal.Load(), p.delete.Load(), p.resumed.Load())
 	}
-	if idle := now.Sub(time.Unix(0, last)); closed && (!paused || h.Running > 0) && idle > lim.stall() {
+	if idle := now.Sub(time.Unix(0, last)); closed && (!paused || h.Running > 0) && idle > lim.stall() && !r.owesNothing(now) {
 		msg := fmt.Sprintf("no ReceiveMessage, visibility change or delete was answered by SQS for %v (limit %v)", idle.Round(time.Second), lim.stall())
 		if e := p.recvErr.Load(); e != nil {
 			msg += "; the latest receive failed: " + *e
@@ -305,6 +325,26 @@ func health(s *settings, p *progress, member *share.Member, r *run, paused bool,
 	h.Healthy = len(h.Problems) == 0
 	h.Ready = h.Healthy && !paused
 	return h
+}
+
+// owesNothing reports whether the run, holding messages, waits on SQS for
+// nothing overdue: its latest receive did not fail (one in flight answers
+// or fails within its wait and call timeout; a busy Consumer, its slots
+// and read-ahead taken, sends none), and no held message's lease is
+// overdue for a renewal (by a receive's call timeout). A busy Consumer
+// whose leases are long renews only every third of them, and is silent
+// meanwhile on purpose: that is no stall, whatever the stall limit.
+func (r *run) owesNothing(now time.Time) bool {
+	if r.fl.receiveFailing() {
+		return false
+	}
+	held := r.reg.all()
+	for _, d := range held {
+		if d.lease.renewalOverdue(now, receiveCallTimeout) {
+			return false
+		}
+	}
+	return len(held) > 0
 }
 
 // healthLimits are the limits Health judges by: the settings', or their

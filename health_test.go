@@ -294,3 +294,128 @@ func TestHealthDuringStartup(t *testing.T) {
 		require.NoError(t, stop())
 	})
 }
+
+// SQS answered the queue's attributes, but Run is still starting: the
+// dead-letter queue's check hangs. Health says "starting" (or "paused"
+// between Pause and Resume), never an empty Status, and, past the
+// startup limit, why it is not running yet.
+func TestHealthStartingAfterAFirstAnswer(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setupDLQ(t, false, 5, nil)
+		b.srv.DelayNext("GetQueueAttributes", 1, 0)         // the queue's own
+		b.srv.DelayNext("GetQueueAttributes", 1, time.Hour) // the dead-letter queue's check
+		c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error { return nil }),
+			WithVisibilityTimeout(30*time.Second), WithDeadLetterQueue(b.dlq), WithStartupLimit(5*time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(time.Second)
+		h := c.Health()
+		require.Equal(t, "starting", h.Status)
+		require.True(t, h.Healthy, "%v", h.Problems)
+		c.Pause()
+		h = c.Health()
+		require.Equal(t, "paused", h.Status)
+		require.True(t, h.Healthy, "%v", h.Problems)
+		c.Resume()
+		time.Sleep(5 * time.Second)
+		h = c.Health()
+		require.Equal(t, "starting", h.Status)
+		require.False(t, h.Healthy)
+		require.Len(t, h.Problems, 1)
+		require.Contains(t, h.Problems[0], "Run has not finished starting")
+		require.NoError(t, stop())
+	})
+}
+
+// A freshly started idle Consumer whose read of the queue's attributes
+// failed (WithVisibilityTimeout makes it optional) waits in its first
+// long poll: SQS has answered nothing yet, but the poll is progress while
+// it is within its wait (and call timeout). It is not unhealthy past the
+// startup limit for that; once the poll answers it runs. A poll that
+// outlasts its own timeout does count.
+func TestHealthFirstLongPollIsProgress(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		b.srv.FailNext("GetQueueAttributes", 1, sqstest.FaultInternalError)
+		c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error { return nil }),
+			WithVisibilityTimeout(30*time.Second), WithStartupLimit(5*time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		for range 6 {
+			time.Sleep(3 * time.Second)
+			h := c.Health()
+			require.Equal(t, "starting", h.Status)
+			require.True(t, h.Healthy, "%v", h.Problems)
+		}
+		time.Sleep(5 * time.Second) // the poll answered, empty
+		h := c.Health()
+		require.Equal(t, "running", h.Status)
+		require.True(t, h.Healthy, "%v", h.Problems)
+		require.NoError(t, stop())
+	})
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		b.srv.FailNext("GetQueueAttributes", 1, sqstest.FaultInternalError)
+		b.srv.DelayNext("ReceiveMessage", 1, time.Hour) // a poll that hangs
+		c, err := New(b.client, b.url, HandlerFunc(func(context.Context, *Message) error { return nil }),
+			WithVisibilityTimeout(30*time.Second), WithStartupLimit(5*time.Second), WithWaitTime(5*time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(14 * time.Second)
+		require.True(t, c.Health().Healthy, "%v", c.Health().Problems)
+		time.Sleep(2 * time.Second) // past the poll's 5 s wait plus 10 s
+		h := c.Health()
+		require.False(t, h.Healthy)
+		require.Contains(t, h.Problems[0], "SQS has answered no call")
+		require.NoError(t, stop())
+	})
+}
+
+// A busy Consumer whose leases are long (an adaptive lease grown to
+// twice the handlers' 2 minutes) renews only every third of a lease, and
+// with every slot taken (no read-ahead) it does not receive: SQS is asked
+// nothing for longer than a stall limit of 35 s (accepted: the adaptive
+// interval is unknown at New). That silence is no stall: Health stays
+// healthy throughout. Renewals that SQS stops confirming are one: once
+// overdue, the stall limit counts.
+func TestHealthBusyWithLongLeasesIsNotStalled(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		b.send(t, 60)
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error { time.Sleep(2 * time.Minute); return nil }),
+			WithConcurrency(2), WithMaxReadAhead(0), WithAdaptiveVisibility(10*time.Second, 10*time.Minute),
+			WithVisibilityTimeout(30*time.Second), WithHealthLimits(35*time.Second, 0), WithWaitTime(5*time.Second))
+		require.NoError(t, err)
+		stop := running(t, c)
+		for range 1000 {
+			time.Sleep(3 * time.Second)
+			h := c.Health()
+			require.True(t, h.Healthy, "%v", h.Problems)
+		}
+		require.NoError(t, stop())
+	})
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, nil)
+		b.send(t, 2)
+		c, err := New(b.client, b.url, HandlerFunc(func(ctx context.Context, m *Message) error { time.Sleep(time.Hour); return nil }),
+			WithConcurrency(2), WithMaxReadAhead(0), WithVisibilityTimeout(3*time.Minute), WithHealthLimits(70*time.Second, 0))
+		require.NoError(t, err)
+		stop := running(t, c)
+		time.Sleep(5 * time.Minute)
+		require.True(t, c.Health().Healthy, "%v", c.Health().Problems)
+		// Renewals stop being confirmed: one is owed within a minute,
+		// and 70 s after the last answer the stall is reported, and
+		// stays so once the leases expired.
+		b.srv.FailNext("ChangeMessageVisibilityBatch", 1000, sqstest.FaultInternalError)
+		time.Sleep(2*time.Minute + 30*time.Second)
+		h := c.Health()
+		require.False(t, h.Healthy, "renewals SQS no longer confirms were not reported")
+		require.Contains(t, h.Problems[0], "no ReceiveMessage, visibility change or delete was answered")
+		time.Sleep(2 * time.Minute)
+		require.False(t, c.Health().Healthy, "the leases expired unrenewed, and the stall was no longer reported")
+		require.NoError(t, stop())
+	})
+}

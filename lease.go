@@ -690,6 +690,25 @@ func (l *Lease) nearCeiling(now time.Time) bool {
 	return l.ceilingFired || l.receivedAt.Add(l.cfg.maxLease).Sub(now) <= l.cfg.grace
 }
 
+// renewalOverdue reports whether SQS owes the lease a renewal: it is
+// active, may still renew, and the renewal its deadline called for (one
+// heartbeat interval into the visibility SQS last confirmed, or the
+// receive's) was due more than slack before now; or it expired, no
+// renewal confirmed in time. A renewal SQS does not confirm leaves the
+// deadline where it was, however the retries are scheduled.
+func (l *Lease) renewalOverdue(now time.Time, slack time.Duration) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state == leaseExpired {
+		return true
+	}
+	if l.state != leaseActive || l.noRenew || l.deadline.IsZero() {
+		return false
+	}
+	due := l.deadline.Add(-(l.cfg.lease - l.cfg.interval))
+	return now.After(due.Add(slack))
+}
+
 // deleted reports whether SQS confirmed the message's delete.
 func (l *Lease) deleted() bool {
 	l.mu.Lock()

@@ -20,9 +20,14 @@ type progress struct {
 	stage    atomic.Int32
 	begun    atomic.Int64 // Run was called
 	answered atomic.Int64 // SQS first answered a call (the queue's attributes included)
-	receive  atomic.Int64
-	renewal  atomic.Int64
-	delete   atomic.Int64
+	// firstPoll is when Run's first receive went out, if SQS had
+	// answered nothing before (0: none yet), -1 once it failed: a first
+	// long poll within its wait is progress, though nothing answered yet
+	// (Health's startup limit).
+	firstPoll atomic.Int64
+	receive   atomic.Int64
+	renewal   atomic.Int64
+	delete    atomic.Int64
 	// resumed restarts the stall clock: Run began running, the breaker
 	// closed, Pause or Resume was called, or (ahead of time) a
 	// Throttled's pause ends. Written only by resumeAt, which keeps the

@@ -101,6 +101,7 @@ func (r *run) receive(n int, sent time.Time) error {
 		ctx, done = r.polls.watch(ctx, sent)
 		defer done()
 	}
+	first := r.prog.answered.Load() == 0 && r.prog.firstPoll.CompareAndSwap(0, time.Now().UnixNano())
 	out, err := r.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 		QueueUrl:                    aws.String(r.queueURL),
 		MaxNumberOfMessages:         int32(n),
@@ -112,6 +113,9 @@ func (r *run) receive(n int, sent time.Time) error {
 	cancel()
 	arrived := time.Now()
 	if err != nil {
+		if first {
+			r.prog.firstPoll.Store(-1) // no longer progress
+		}
 		msg := err.Error()
 		r.prog.recvErr.Store(&msg)
 		return err // the caller tells the flow
@@ -284,11 +288,21 @@ func (r *run) dispatch(msgs []types.Message, handedOver, arrived time.Time, cfg 
 		case v == fifo.HandBack:
 			back = append(back, d)
 			continue
-		case v == fifo.Wait && r.batch == nil:
+		case v == fifo.Wait && (r.batch == nil || d.parked.Load()):
 			// Behind an earlier message of its group, which hands it on
 			// when done (finish). (A Batch handler's members take slots
 			// at once: several of a group may run in one batch, in
-			// order.)
+			// order; but not a redelivery parked behind its own
+			// message's older delivery: its middleware must not run
+			// beside that one.) When the Consumer takes no work it goes
+			// back at once, as the shutdown's start handed back those
+			// it held: the earlier one may outlive the hard stop.
+			if !r.taking() {
+				if ok, later := r.reg.takeBack(d); ok {
+					back = append(back, d)
+					r.returnLater(later)
+				}
+			}
 			continue
 		}
 		if !r.taking() || !r.enqueue(d) {
@@ -304,10 +318,15 @@ func (r *run) dispatch(msgs []types.Message, handedOver, arrived time.Time, cfg 
 
 // deliver makes the delivery of raw, records it in the registry (v: what
 // its FIFO group's order says) and starts its lease; or, when its message
-// is still held here, the running lease adopts the newer receipt handle
-// (or, if that lease is already gone, raw is handed back) and deliver
-// returns nil. handedOver is the receive's conservative hand-over
-// estimate (the lease clock), arrived when its answer came.
+// is still held here under a running lease, that lease adopts the newer
+// receipt handle and deliver returns nil. When the message is held but
+// its lease is gone (lost or expired, its handler not returned yet), the
+// new delivery, on a FIFO queue, takes its entry and waits behind the old
+// one in its group: it starts once the old one is over, before the later
+// messages of its group (registry.leave), never beside it; on a standard
+// queue raw is released for its backoff instead. handedOver is the
+// receive's conservative hand-over estimate (the lease clock), arrived
+// when its answer came.
 func (r *run) deliver(raw types.Message, handedOver, arrived time.Time, cfg *leaseConfig) (d *delivery, v fifo.Verdict) {
 	id, handle := aws.ToString(raw.MessageId), aws.ToString(raw.ReceiptHandle)
 	if id == "" || handle == "" {
@@ -327,8 +346,24 @@ func (r *run) deliver(raw types.Message, handedOver, arrived time.Time, cfg *lea
 			// and whose message SQS has confirmed released or deleted
 			// is only being finished: a new receive of it is a new
 			// delivery.) d was never started: it is dropped.
-			r.adopt(prev, raw, handedOver, cfg)
-			return nil, v
+			if r.adopt(prev, raw, handedOver, cfg) {
+				return nil, v
+			}
+			if !r.reg.ordered(d) || broken.Is(broken.WindDownReleased) {
+				// Its lease is gone but its handler has not returned,
+				// and no group order holds d back: it goes back for
+				// a while (the two must not run at once).
+				r.fl.drop(1, messageBytes(raw))
+				r.log(slog.LevelWarn, "sqsconsumer: message redelivered while its previous handler is still winding down; releasing the redelivery", "message_id", d.msg.ID)
+				count, _ := strconv.Atoi(raw.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
+				r.releaseRaw(raw, DefaultBackoff(count))
+				return nil, v
+			}
+			// Its lease is gone but its handler has not returned: d
+			// waits behind it in its FIFO group (replace), not beside
+			// it, and keeps the group's later messages behind it.
+			r.log(slog.LevelInfo, "sqsconsumer: message redelivered while its previous delivery here is not over; the redelivery waits behind it", "message_id", d.msg.ID)
+			d.parked.Store(true)
 		}
 		if ok, pv := r.reg.replace(d, prev); ok {
 			v = pv
@@ -346,23 +381,23 @@ func (r *run) deliver(raw types.Message, handedOver, arrived time.Time, cfg *lea
 }
 
 // adopt gives a redelivery of a message still held here to its running
-// lease, or hands it back when that lease is gone but its handler has not
-// returned yet (the two must not run at once).
-func (r *run) adopt(d *delivery, raw types.Message, handedOver time.Time, cfg *leaseConfig) {
-	r.fl.drop(1, messageBytes(raw))
+// lease, and reports false, doing nothing, when that lease is gone (lost
+// or expired) though its handler has not returned yet (the two must not
+// run at once: the caller makes the redelivery wait behind it).
+func (r *run) adopt(d *delivery, raw types.Message, handedOver time.Time, cfg *leaseConfig) bool {
 	count, _ := strconv.Atoi(raw.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
-	if d.lease.adopt(aws.ToString(raw.ReceiptHandle), handedOver, count, cfg.lease) {
-		r.log(slog.LevelInfo, "sqsconsumer: message redelivered while still being handled here; the running lease adopted the new receipt handle", "message_id", d.msg.ID, "receive_count", count)
-		r.ev.emit(EventAdopted, &d.msg, count, d.lease.arrivedAt(), d.workStarted(), 0, nil)
-		return
+	if !d.lease.adopt(aws.ToString(raw.ReceiptHandle), handedOver, count, cfg.lease) {
+		return false
 	}
-	r.log(slog.LevelWarn, "sqsconsumer: message redelivered while its previous handler is still winding down; releasing the redelivery", "message_id", d.msg.ID)
-	r.releaseRaw(raw, DefaultBackoff(count))
+	r.fl.drop(1, messageBytes(raw))
+	r.log(slog.LevelInfo, "sqsconsumer: message redelivered while still being handled here; the running lease adopted the new receipt handle", "message_id", d.msg.ID, "receive_count", count)
+	r.ev.emit(EventAdopted, &d.msg, count, d.lease.arrivedAt(), d.workStarted(), 0, nil)
+	return true
 }
 
 // releaseRaw sets the visibility of a message that never got a delivery
 // (and so no lease): one the receive should not have returned, a corrupt
-// one, a redelivery of one still winding down.
+// one, a redelivery (standard queue) of one still winding down.
 func (r *run) releaseRaw(m types.Message, after time.Duration) {
 	ctx, cancel := context.WithTimeout(r.settleCtx, 10*time.Second)
 	defer cancel()

@@ -31,8 +31,12 @@ type registry struct {
 	// under mu.
 	busy holder
 
-	mu     sync.Mutex // guards the fields below; under it only the Protector's lock is taken (busy)
-	byID   map[string]*delivery
+	mu   sync.Mutex // guards the fields below; under it only the Protector's lock is taken (busy)
+	byID map[string]*delivery
+	// behind holds the deliveries whose message's entry in byID a newer
+	// delivery took (replace) while they wind down, until their own
+	// leave: all still lists them (a handler that runs on).
+	behind map[*delivery]struct{}
 	n      int           // deliveries added and not yet done
 	idleCh chan struct{} // closed when n comes down to 0; nil while nobody waits
 	order  fifo.Order[*delivery]
@@ -84,7 +88,9 @@ func (g *registry) add(d *delivery) (prev *delivery, v fifo.Verdict) {
 // replace records d in place of old (which stays counted and in its group
 // until its own leave), and reports false, doing nothing, when the
 // message's entry is no longer old (another receive of it was dispatched
-// meanwhile).
+// meanwhile). On a FIFO queue d then waits behind old in its group, and
+// takes old's place if old leaves undone (leave): a redelivery that
+// arrives while old winds down keeps the group's order.
 func (g *registry) replace(d, old *delivery) (ok bool, v fifo.Verdict) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -92,6 +98,10 @@ func (g *registry) replace(d, old *delivery) (ok bool, v fifo.Verdict) {
 		return false, fifo.Start
 	}
 	g.byID[d.msg.ID] = d
+	if g.behind == nil {
+		g.behind = make(map[*delivery]struct{})
+	}
+	g.behind[old] = struct{}{}
 	return true, g.enterLocked(d)
 }
 
@@ -108,14 +118,21 @@ func (g *registry) enterLocked(d *delivery) fifo.Verdict {
 // leave takes d out once its settlement is over (done: its message was
 // deleted). It returns the next of its FIFO group, which may start now
 // (nil: none), and the later messages of the group that must be handed
-// back because d was not done. d still counts as held until done.
+// back because d was not done; unless the next is a new delivery of d's
+// own message (received again while d wound down): that one takes d's
+// place, first of the group, and starts, and nothing behind it goes back.
+// d still counts as held until done.
 func (g *registry) leave(d *delivery, done bool) (next *delivery, back []*delivery) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.byID[d.msg.ID] == d {
 		delete(g.byID, d.msg.ID)
 	}
+	delete(g.behind, d)
 	if g.ordered(d) {
+		if y, ok := g.order.Successor(d.msg.GroupID, d); ok && y.msg.ID == d.msg.ID {
+			done = true // its redelivery carries on in its place
+		}
 		next, _, back = g.order.Leave(d.msg.GroupID, d, done || broken.Is(broken.FIFOHandBackSkipped))
 	}
 	return next, back
@@ -154,13 +171,16 @@ func (g *registry) idle() <-chan struct{} {
 	return ch
 }
 
-// all returns the deliveries held now (the newest delivery of each
-// message).
+// all returns the deliveries held now: the newest delivery of each
+// message, and the older ones still winding down behind them.
 func (g *registry) all() []*delivery {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := make([]*delivery, 0, len(g.byID))
+	out := make([]*delivery, 0, len(g.byID)+len(g.behind))
 	for _, d := range g.byID {
+		out = append(out, d)
+	}
+	for d := range g.behind {
 		out = append(out, d)
 	}
 	return out
@@ -186,6 +206,56 @@ func (g *registry) tails() []*delivery {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.order.Tails()
+}
+
+// parkedBehind takes the deliveries parked behind an older delivery of
+// their own message (delivery.parked), as takeBack does: the caller hands
+// them back (parked) and the later messages of their groups (later,
+// returnLater).
+func (g *registry) parkedBehind() (parked, later []*delivery) {
+	if !g.fifo {
+		return nil, nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, d := range g.byID {
+		if ok, l := g.unparkLocked(d); ok {
+			parked = append(parked, d)
+			later = append(later, l...)
+		}
+	}
+	return parked, later
+}
+
+// takeBack takes d, waiting behind an earlier message of its FIFO group
+// (parked or not), to be handed back, when nobody hands it back yet: it
+// marks d, and the later messages of its group, to be handed back and
+// returns those later ones; false, doing nothing, otherwise (the earlier
+// one's leave made it first: its finish hands it on; or it is being
+// handed back already).
+func (g *registry) takeBack(d *delivery) (ok bool, later []*delivery) {
+	if !g.ordered(d) {
+		return false, nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	grp := d.msg.GroupID
+	if len(g.order.Ahead(grp, d)) == 0 || g.order.Returning(grp, d) || d.parked.Load() && !d.parked.Swap(false) {
+		return false, nil
+	}
+	return true, g.order.HandBack(grp, d)
+}
+
+// unparkLocked is takeBack for a parked d only; the caller holds mu.
+func (g *registry) unparkLocked(d *delivery) (ok bool, later []*delivery) {
+	if !d.parked.Load() || !g.ordered(d) {
+		return false, nil
+	}
+	grp := d.msg.GroupID
+	if len(g.order.Ahead(grp, d)) == 0 || g.order.Returning(grp, d) || !d.parked.Swap(false) {
+		return false, nil
+	}
+	return true, g.order.HandBack(grp, d)
 }
 
 // group returns the messages of d's group held here, in order (d among

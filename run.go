@@ -153,6 +153,12 @@ type run struct {
 	fatalStop   context.CancelFunc // ends Run's wait after a permanent receive error
 	probeCtx    context.Context    // a probe's (and the quota's read's) context; cancelled at shutdown
 	cancelProbe context.CancelFunc // cancels probeCtx
+	// budgetCtx bounds a move to the dead-letter queue made under
+	// settleCtx: it ends with the shutdown timeout (endBudget, when late
+	// is set) or at the hard stop, so that a move that hangs still leaves
+	// its fallback release a call timeout before the hard stop.
+	budgetCtx   context.Context
+	endBudget   context.CancelFunc
 	afterDelete func(*Lease, error)
 
 	// The goroutines the run owns and joins before Run returns: pollers;
@@ -222,7 +228,7 @@ func (r *run) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := r.s.queueConflicts(r.queueURL, fifo, lease, cfg.interval); err != nil { // conflicts.go
+	if err := r.s.queueConflicts(r.queueURL, fifo, lease, cfg.interval, r.batch); err != nil { // conflicts.go
 		return err
 	}
 	// Every receive and coalesced call carries the trace that tells the
@@ -235,6 +241,7 @@ func (r *run) setup(ctx context.Context) error {
 	r.settleCtx, r.pollCtx = settleCtx, pollCtx
 	r.hardStop = func() { cancelPolls(); cancelSettle() }
 	r.lateCtx, r.endLate = context.WithCancel(r.conns.attach(context.Background()))
+	r.budgetCtx, r.endBudget = context.WithCancel(settleCtx) // ends at the hard stop at the latest
 	cfg.calls, cfg.events.queueURL, cfg.settleCtx = r.calls, r.queueURL, settleCtx
 	r.cfg = cfg
 	r.reg = newRegistry(fifo, r.s.protector)
@@ -421,6 +428,7 @@ func (r *run) shutdown(begun time.Time) {
 	// under it (the leases of handlers that run on stay renewed); what was
 	// added before (in flight, pending, queued) stays under the hard stop.
 	r.late.Store(true)
+	r.endBudget()
 	r.calls.rebase(r.lateCtx)
 	r.log(slog.LevelWarn, "sqsconsumer: shutdown timeout reached; cancelling running handlers", "running", len(r.inHandler()))
 	for _, d := range r.reg.all() {
@@ -648,7 +656,8 @@ func (r *run) atCallLimit(limit int) {
 // contradicts the source's type, or whose QueueArn is the source's, fails
 // Run; any other error
 // reading its attributes (access to the queue's attributes denied, say:
-// the move needs only sqs:SendMessage) is logged, and Run goes on.
+// the move needs only sqs:SendMessage), or no answer within a receive's
+// call timeout, is logged, and Run goes on.
 func (r *run) checkDeadLetter(ctx context.Context) error {
 	if r.dlq.url == "" {
 		return nil
@@ -657,7 +666,11 @@ func (r *run) checkDeadLetter(ctx context.Context) error {
 	if r.s.deadLetterURL == "" {
 		source = "the queue's RedrivePolicy"
 	}
-	out, err := r.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+	// Bounded: a check that hangs is given up like one that fails, rather
+	// than holding Run's start for good.
+	cctx, cancel := context.WithTimeout(ctx, receiveCallTimeout)
+	defer cancel()
+	out, err := r.client.GetQueueAttributes(cctx, &sqs.GetQueueAttributesInput{
 		QueueUrl:       aws.String(r.dlq.url),
 		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameFifoQueue, types.QueueAttributeNameQueueArn},
 	})

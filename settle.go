@@ -182,7 +182,14 @@ func (r *run) settle(d *delivery, err error, ran bool) (next *delivery) {
 	case actDelete:
 		return r.settleDelete(ctx, by, d, r.afterDelete)
 	case actDeadLetter:
-		if r.moveToDeadLetter(ctx, d, err) {
+		moveCtx := ctx
+		if ctx == r.settleCtx {
+			// A move still going when the shutdown timeout runs out is
+			// given up: the release that follows has until the hard
+			// stop (a message whose move hung would stay hidden).
+			moveCtx = r.budgetCtx
+		}
+		if r.moveToDeadLetter(moveCtx, d, err) {
 			// The copy is in the dead-letter queue: the source's message
 			// goes as a success's would (a FIFO group moves on). A rare
 			// path: the closure's allocation does not matter.
@@ -375,6 +382,12 @@ func (r *run) finish(d *delivery, done, ran bool, doneErr error) {
 	r.returnLater(back)
 	switch {
 	case next == nil:
+	case next.parked.Swap(false):
+		// A redelivery parked behind d, its own message's older
+		// delivery: it takes its slot only now.
+		if !r.enqueue(next) {
+			r.handBack([]*delivery{next})
+		}
 	case r.batch != nil:
 		r.batch.advance(next) // it holds a slot or waits for one; its batch may take it now
 	case !r.enqueue(next):
@@ -434,10 +447,13 @@ func (r *run) returnLater(ds []*delivery) {
 // messages (taken from the flow by the caller) and, in single-message
 // mode, the FIFO messages waiting behind their group's first, which it
 // marks as handed back. (A Batch handler's members that hold slots stay
-// with their batches.)
+// with their batches; its redeliveries parked behind a delivery of their
+// own message that winds down go back, since they hold none.)
 func (r *run) unstarted(ready []*delivery) []*delivery {
 	if r.batch != nil {
-		return ready
+		parked, later := r.reg.parkedBehind()
+		r.returnLater(later)
+		return append(parked, ready...)
 	}
 	return append(r.reg.tails(), ready...)
 }

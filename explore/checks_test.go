@@ -1057,6 +1057,12 @@ func (r *run) judgeHealth(p *proc, h sqsconsumer.Health, st sqsconsumer.Stats) {
 			if !p.firstAnswer.IsZero() {
 				r.violateLocked(chkHealth, "%s: at %v Health says %q, though SQS answered a call at %v", p.name(), r.at(now), prob, r.at(p.firstAnswer))
 			}
+		case strings.HasPrefix(prob, "Run has not finished starting"):
+			// SQS answered (the queue's attributes) and Run still
+			// starts (the dead-letter queue's check): no receive yet.
+			if p.firstAnswer.IsZero() || p.receivesSent > 0 {
+				r.violateLocked(chkHealth, "%s: at %v Health says %q, though SQS answered no call yet or a receive went out (%d)", p.name(), r.at(now), prob, p.receivesSent)
+			}
 		case strings.HasPrefix(prob, "no ReceiveMessage"):
 			limit := time.Duration(0)
 			if m := reStall.FindStringSubmatch(prob); m != nil {

@@ -1,17 +1,11 @@
 package explore
 
-import "strings"
-
 // knownIssue names the open issue a violation belongs to, "" for none: a
 // temporary filter, so that bugs already known (and being fixed) do not
 // hide new ones. Each entry goes once its fix has landed; with
 // -explore.known=false none applies. seen is what the run saw happen.
 func knownIssue(sc Scenario, seen map[string]bool, v violation) string {
 	switch {
-	// New: a redelivery released while its previous delivery winds down
-	// lets the later messages of its FIFO group run.
-	case v.Check == chkFIFO && strings.Contains(v.Text, "while its previous delivery wound down"):
-		return "new: fifo order after a wind-down release"
 	}
 	return ""
 }

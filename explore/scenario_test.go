@@ -583,11 +583,39 @@ func drawScenario(seed uint64) Scenario {
 	if p(0.3) {
 		sc.ExpireRate = float64(between(5, 20)) / 100
 	}
+	if room, ok := sc.batchWindowRoom(); ok && sc.Handler == "batch" {
+		// Below the room the lease ceiling leaves a batch's window (at
+		// or above it New refuses the pair), now and then just below
+		// when that is within the windows drawn (30 s at most).
+		if below := ms(1, 2000).D(); sc.BatchWindow.D() >= room || room <= 30*time.Second && p(0.3) {
+			sc.BatchWindow = Dur(max(room-below, 0))
+		}
+	}
 	sc.Events = drawEvents(rng, &sc)
 	if p(0.06) {
 		drawConflict(rng, &sc)
 	}
 	return sc
+}
+
+// batchWindowRoom is the longest Batch window the lease ceiling leaves
+// room for, as New (or Run) judges it (conflicts.go): the maximum lease
+// less the ceiling grace (WithCeilingGrace, else one heartbeat interval)
+// less a second of hand-over slack; ok false without WithMaxLeaseDuration
+// (12 hours leave room for any window).
+func (sc *Scenario) batchWindowRoom() (room time.Duration, ok bool) {
+	o := &sc.Options
+	if o.MaxLease == nil {
+		return 0, false
+	}
+	grace := sc.lease() / 3
+	switch {
+	case o.CeilingGrace != nil:
+		grace = o.CeilingGrace.D()
+	case o.Heartbeat != nil:
+		grace = o.Heartbeat.D()
+	}
+	return o.MaxLease.D() - grace - time.Second, true
 }
 
 func drawBehaviour(rng *rand.Rand, lease time.Duration) Behaviour {
@@ -750,6 +778,7 @@ var conflicts = map[string]conflict{
 	"handlerlimit<=handlertimeout": {names: [2]string{"WithHealthLimits", "WithHandlerTimeout"}},
 	"adaptive-floor>=concurrency":  {names: [2]string{"WithAdaptiveConcurrency", "WithConcurrency"}},
 	"adaptive-initial>concurrency": {names: [2]string{"WithAdaptiveConcurrency", "WithConcurrency"}},
+	"batchwindow>=ceiling":         {names: [2]string{"Batch window", "WithMaxLeaseDuration"}},
 }
 
 func drawConflict(rng *rand.Rand, sc *Scenario) {
@@ -782,7 +811,9 @@ func drawConflict(rng *rand.Rand, sc *Scenario) {
 		o.MaxLease = ptr(Dur(max(sc.lease(), time.Duration(sc.QueueVisibility)*time.Second) * 2))
 		o.CeilingGrace = ptr(*o.MaxLease + Dur(time.Minute))
 	case "stall<waittime":
-		o.WaitTime, o.ShutdownTimeout = ptr(Dur(20*time.Second)), ptr(Dur(30*time.Second))
+		// No heartbeat option: one above the wait would be the conflict
+		// New names instead (a lease's third is at most 20 s here).
+		o.WaitTime, o.ShutdownTimeout, o.Heartbeat = ptr(Dur(20*time.Second)), ptr(Dur(30*time.Second)), nil
 		o.HealthLimits = &[2]Dur{Dur(10 * time.Second), 0}
 	case "stall<heartbeat":
 		o.Visibility, o.Heartbeat, o.Adaptive, o.MaxLease, o.CeilingGrace = ptr(Dur(60*time.Second)), ptr(Dur(20*time.Second)), nil, nil, nil
@@ -818,6 +849,19 @@ func drawConflict(rng *rand.Rand, sc *Scenario) {
 	case "adaptive-initial>concurrency":
 		o.Concurrency, o.AdaptiveConc, o.GroupLimit = ptr(4), &[2]int{1, 5}, nil
 		sc.BatchSize = min(sc.BatchSize, 4)
+	case "batchwindow>=ceiling":
+		// A 6 s lease renews every 2 s, its grace: the room is the
+		// maximum lease less 3 s; the window at it or up to 2 s past.
+		if sc.Handler != "batch" {
+			sc.Handler, sc.BatchSize = "batch", 1+rng.IntN(min(10, sc.concurrency()))
+		}
+		o.Visibility, o.Heartbeat, o.Adaptive, o.CeilingGrace, o.HandlerTimeout = ptr(Dur(6*time.Second)), nil, nil, nil, nil
+		o.MaxLease = ptr(Dur(time.Duration(10+rng.IntN(50)) * time.Second))
+		room, _ := sc.batchWindowRoom()
+		sc.BatchWindow = Dur(room + time.Duration(rng.IntN(2000))*time.Millisecond)
+	}
+	if room, ok := sc.batchWindowRoom(); ok && sc.Handler == "batch" && sc.Conflict != "batchwindow>=ceiling" && sc.BatchWindow.D() >= room {
+		sc.BatchWindow = Dur(max(room-500*time.Millisecond, 0)) // the window's conflict is not this one
 	}
 	// Nothing else New refuses first.
 	switch c := sc.concurrency(); {

@@ -121,6 +121,12 @@ const (
 	// BundleReversed: Options applies its options last to first, so the
 	// earlier value wins inside a bundle (bundle.go, apply).
 	BundleReversed
+	// WindDownReleased releases a redelivery of a message whose lease
+	// is gone while its handler has not returned (visibility: the
+	// backoff), instead of making it wait behind that delivery in its
+	// FIFO group: the group's later messages may then run first
+	// (receive.go, deliver).
+	WindDownReleased
 
 	modes
 )
@@ -153,6 +159,7 @@ var names = [...]string{
 	PauseKeepsReceiving:       "pause-keeps-receiving",
 	FirstContactRetried:       "first-contact-retried",
 	BundleReversed:            "bundle-reversed",
+	WindDownReleased:          "wind-down-released",
 }
 
 // String is the mode's name, as a control's name.

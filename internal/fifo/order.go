@@ -101,6 +101,20 @@ func (o *Order[T]) Leave(g string, x T, done bool) (next T, ok bool, back []T) {
 	return next, false, back
 }
 
+// Successor returns the message directly behind x when x is the first of
+// group g and that message is not returning (ok false otherwise): the one
+// that would start if x left done. The caller that knows it for a new
+// delivery of x's own message (delivered again while x wound down) may
+// let it take x's place: x then leaves as done, so nothing behind it goes
+// back.
+func (o *Order[T]) Successor(g string, x T) (y T, ok bool) {
+	gr := o.groups[g]
+	if gr == nil || len(gr.items) < 2 || gr.items[0].x != x || gr.items[1].returning {
+		return y, false
+	}
+	return gr.items[1].x, true
+}
+
 // HandBack marks x, which will be handed back without running, and every
 // later message of its group as returning, and lists the later ones that
 // were not returning yet: the caller hands them back as well. x stays in

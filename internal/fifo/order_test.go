@@ -121,7 +121,14 @@ func TestOrderQueries(t *testing.T) {
 	require.Equal(t, []int{1, 2}, o.Ahead("g", 3))
 	require.Equal(t, []int{1, 2, 3}, o.Items("g"))
 	require.Nil(t, o.Items("none"))
+	next, ok := o.Successor("g", 1)
+	require.True(t, ok)
+	require.Equal(t, 2, next)
+	_, ok = o.Successor("g", 2) // not the first
+	require.False(t, ok)
 	o.HandBack("g", 2)
+	_, ok = o.Successor("g", 1) // returning
+	require.False(t, ok)
 	require.False(t, o.Returning("g", 1))
 	require.True(t, o.Returning("g", 2))
 	require.True(t, o.Returning("g", 3))
