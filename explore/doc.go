@@ -114,7 +114,9 @@
 // its draw in drawScenario, and its Option in consumerConfig
 // (run_test.go, scenarioOptions, with another value in its range that a
 // bundle gives first); a pair New (or Run) must refuse goes in conflicts,
-// its draw in drawConflict; what New would refuse, drawScenario avoids. A
+// with the Options fields it is made of (the shrinker keeps them), its
+// draw in drawConflict; what New would refuse, drawScenario avoids (and
+// the shrinker's steps must not bring back: fitsConcurrency). A
 // new behaviour of a handler joins behaviours and planFor. A new
 // invariant is a check that can fail: give it a negative control.
 //

@@ -352,7 +352,10 @@ func candidates(sc Scenario) []Scenario {
 		return ok
 	})
 	for _, name := range sc.Options.optionNames() {
-		add(func(c *Scenario) bool { return c.Options.reset(name) })
+		if slices.Contains(conflicts[sc.Conflict].options, name) {
+			continue // the conflict drawn on purpose stays
+		}
+		add(func(c *Scenario) bool { return c.Options.reset(name) && c.fitsConcurrency() })
 	}
 	add(func(c *Scenario) bool { ok := c.Spread > 0; c.Spread = 0; return ok })
 	add(func(c *Scenario) bool { ok := c.Groups > 1; c.Groups = 1; return ok })
@@ -383,6 +386,25 @@ func candidates(sc Scenario) []Scenario {
 		add(func(c *Scenario) bool { s := c.shutdownEvent(); s.Trigger, s.N = trTime, 0; return true })
 	}
 	return out
+}
+
+// fitsConcurrency: what WithConcurrency bounds (a Batch's size, the
+// group limit, the adaptive limit's floor and start) is within it, as New
+// requires (drawScenario draws it so; resetting WithConcurrency to its
+// default may undo it, and New would refuse the scenario).
+func (sc *Scenario) fitsConcurrency() bool {
+	if sc.Conflict != "" && slices.Contains(conflicts[sc.Conflict].options, "Concurrency") {
+		return true // the conflict's own
+	}
+	c, o := sc.concurrency(), sc.Options
+	switch {
+	case sc.Handler == "batch" && sc.BatchSize > c:
+	case o.GroupLimit != nil && *o.GroupLimit >= c:
+	case o.AdaptiveConc != nil && (o.AdaptiveConc[0] >= c || o.AdaptiveConc[1] > c):
+	default:
+		return true
+	}
+	return false
 }
 
 // reset sets the named option back to its default; false if it was.

@@ -755,30 +755,34 @@ func drawEvents(rng *rand.Rand, sc *Scenario) []Event {
 type conflict struct {
 	names [2]string
 	atRun bool
+	// options are the Options fields (optionNames) the conflict is made
+	// of: the shrinker leaves them as drawn, or the scenario would lose
+	// its conflict and still be judged as one.
+	options []string
 }
 
 // The conflicts a seed may draw on purpose.
 var conflicts = map[string]conflict{
-	"heartbeat+adaptive":           {names: [2]string{"WithHeartbeatInterval", "WithAdaptiveVisibility"}},
-	"batch>concurrency":            {names: [2]string{"Batch", "WithConcurrency"}},
-	"grouplimit+fifo":              {names: [2]string{"WithGroupLimit", "FIFO"}},
-	"fairdispatch+fifo":            {names: [2]string{"WithFairDispatch", "FIFO"}},
-	"grouplimit+fairdispatch-off":  {names: [2]string{"WithGroupLimit", "WithFairDispatch"}},
-	"grouplimit>=concurrency":      {names: [2]string{"WithGroupLimit", "WithConcurrency"}},
-	"scaling+scalingtarget":        {names: [2]string{"WithScaling", "WithScalingTarget"}},
-	"ceilinggrace>maxlease":        {names: [2]string{"WithCeilingGrace", "WithMaxLeaseDuration"}},
-	"stall<waittime":               {names: [2]string{"WithHealthLimits", "WithWaitTime"}},
-	"stall<heartbeat":              {names: [2]string{"WithHealthLimits", "WithHeartbeatInterval"}},
-	"stall<queue-heartbeat":        {names: [2]string{"WithHealthLimits", "the queue's VisibilityTimeout"}, atRun: true},
-	"dlq=source":                   {names: [2]string{"WithDeadLetterQueue", "queue"}},
-	"dlq=source-by-arn":            {names: [2]string{"WithDeadLetterQueue", "the queue the Consumer reads"}, atRun: true},
-	"visibility-outside-adaptive":  {names: [2]string{"WithVisibilityTimeout", "WithAdaptiveVisibility"}},
-	"adaptive>maxlease":            {names: [2]string{"WithAdaptiveVisibility", "WithMaxLeaseDuration"}},
-	"handlertimeout>=maxlease":     {names: [2]string{"WithHandlerTimeout", "WithMaxLeaseDuration"}},
-	"handlerlimit<=handlertimeout": {names: [2]string{"WithHealthLimits", "WithHandlerTimeout"}},
-	"adaptive-floor>=concurrency":  {names: [2]string{"WithAdaptiveConcurrency", "WithConcurrency"}},
-	"adaptive-initial>concurrency": {names: [2]string{"WithAdaptiveConcurrency", "WithConcurrency"}},
-	"batchwindow>=ceiling":         {names: [2]string{"Batch window", "WithMaxLeaseDuration"}},
+	"heartbeat+adaptive":           {names: [2]string{"WithHeartbeatInterval", "WithAdaptiveVisibility"}, options: []string{"Heartbeat", "Adaptive"}},
+	"batch>concurrency":            {names: [2]string{"Batch", "WithConcurrency"}, options: []string{"Concurrency"}},
+	"grouplimit+fifo":              {names: [2]string{"WithGroupLimit", "FIFO"}, options: []string{"GroupLimit"}},
+	"fairdispatch+fifo":            {names: [2]string{"WithFairDispatch", "FIFO"}, options: []string{"FairDispatch"}},
+	"grouplimit+fairdispatch-off":  {names: [2]string{"WithGroupLimit", "WithFairDispatch"}, options: []string{"GroupLimit", "FairDispatch"}},
+	"grouplimit>=concurrency":      {names: [2]string{"WithGroupLimit", "WithConcurrency"}, options: []string{"Concurrency", "GroupLimit"}},
+	"scaling+scalingtarget":        {names: [2]string{"WithScaling", "WithScalingTarget"}, options: []string{"Scaling"}},
+	"ceilinggrace>maxlease":        {names: [2]string{"WithCeilingGrace", "WithMaxLeaseDuration"}, options: []string{"MaxLease", "CeilingGrace"}},
+	"stall<waittime":               {names: [2]string{"WithHealthLimits", "WithWaitTime"}, options: []string{"WaitTime", "HealthLimits"}},
+	"stall<heartbeat":              {names: [2]string{"WithHealthLimits", "WithHeartbeatInterval"}, options: []string{"Visibility", "Heartbeat", "WaitTime", "HealthLimits"}},
+	"stall<queue-heartbeat":        {names: [2]string{"WithHealthLimits", "the queue's VisibilityTimeout"}, atRun: true, options: []string{"HealthLimits"}},
+	"dlq=source":                   {names: [2]string{"WithDeadLetterQueue", "queue"}, options: []string{"DLQ"}},
+	"dlq=source-by-arn":            {names: [2]string{"WithDeadLetterQueue", "the queue the Consumer reads"}, atRun: true, options: []string{"DLQ"}},
+	"visibility-outside-adaptive":  {names: [2]string{"WithVisibilityTimeout", "WithAdaptiveVisibility"}, options: []string{"Visibility", "Adaptive"}},
+	"adaptive>maxlease":            {names: [2]string{"WithAdaptiveVisibility", "WithMaxLeaseDuration"}, options: []string{"Adaptive", "MaxLease"}},
+	"handlertimeout>=maxlease":     {names: [2]string{"WithHandlerTimeout", "WithMaxLeaseDuration"}, options: []string{"MaxLease", "HandlerTimeout"}},
+	"handlerlimit<=handlertimeout": {names: [2]string{"WithHealthLimits", "WithHandlerTimeout"}, options: []string{"HandlerTimeout", "HealthLimits"}},
+	"adaptive-floor>=concurrency":  {names: [2]string{"WithAdaptiveConcurrency", "WithConcurrency"}, options: []string{"Concurrency", "AdaptiveConc"}},
+	"adaptive-initial>concurrency": {names: [2]string{"WithAdaptiveConcurrency", "WithConcurrency"}, options: []string{"Concurrency", "AdaptiveConc"}},
+	"batchwindow>=ceiling":         {names: [2]string{"Batch window", "WithMaxLeaseDuration"}, options: []string{"Visibility", "MaxLease"}},
 }
 
 func drawConflict(rng *rand.Rand, sc *Scenario) {

@@ -52,3 +52,30 @@ func TestShrinkCandidatesAreSmaller(t *testing.T) {
 		}
 	}
 }
+
+// TestShrinkKeepsConflicts: a seed drawn with a conflict stays one while
+// it shrinks. The shrinker once reset the options the conflict is made of:
+// New (or Run) then accepted a scenario still labelled with the conflict,
+// which the harness judged as "accepted the conflicting options" (the
+// same check a wrongly worded refusal fails, so the shrink drifted to a
+// scenario without the conflict), and which it never ran as a valid one.
+// Nor may a step make New refuse something else first: WithConcurrency
+// reset to its default under an adaptive floor above it.
+func TestShrinkKeepsConflicts(t *testing.T) {
+	n := 0
+	for seed := uint64(1); seed <= 10000; seed++ {
+		sc := drawScenario(seed)
+		if sc.Conflict == "" {
+			continue
+		}
+		for _, c := range candidates(sc) {
+			n++
+			if out := runScenario(t, c); out.refused != c.Conflict || len(out.violations) > 0 {
+				t.Fatalf("seed %d: a shrink candidate of conflict %s is not refused (%v):\n%s", seed, c.Conflict, out.violations, c.JSON())
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no seed drew a conflict")
+	}
+}
