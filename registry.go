@@ -219,7 +219,10 @@ func (g *registry) parkedBehind() (parked, later []*delivery) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, d := range g.byID {
-		if ok, l := g.unparkLocked(d); ok {
+		if !d.parked.Load() || !g.ordered(d) {
+			continue
+		}
+		if ok, l := g.takeBackLocked(d); ok {
 			parked = append(parked, d)
 			later = append(later, l...)
 		}
@@ -239,20 +242,13 @@ func (g *registry) takeBack(d *delivery) (ok bool, later []*delivery) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	grp := d.msg.GroupID
-	if len(g.order.Ahead(grp, d)) == 0 || g.order.Returning(grp, d) || d.parked.Load() && !d.parked.Swap(false) {
-		return false, nil
-	}
-	return true, g.order.HandBack(grp, d)
+	return g.takeBackLocked(d)
 }
 
-// unparkLocked is takeBack for a parked d only; the caller holds mu.
-func (g *registry) unparkLocked(d *delivery) (ok bool, later []*delivery) {
-	if !d.parked.Load() || !g.ordered(d) {
-		return false, nil
-	}
+// takeBackLocked is takeBack for an ordered d; the caller holds mu.
+func (g *registry) takeBackLocked(d *delivery) (ok bool, later []*delivery) {
 	grp := d.msg.GroupID
-	if len(g.order.Ahead(grp, d)) == 0 || g.order.Returning(grp, d) || !d.parked.Swap(false) {
+	if len(g.order.Ahead(grp, d)) == 0 || g.order.Returning(grp, d) || d.parked.Load() && !d.parked.Swap(false) {
 		return false, nil
 	}
 	return true, g.order.HandBack(grp, d)
